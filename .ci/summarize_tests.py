@@ -1,0 +1,66 @@
+"""Prints the closing line of `./dev test` from Bazel's test summary and GoogleTest XML.
+
+Argument: a file holding Bazel's console output of `bazel test`. For every test target
+Bazel reported, counts GoogleTest cases as passed, failed or skipped (printing each skip
+with its reason); a target that failed without saying which case (it did not build,
+crashed, or timed out) counts as one failure. Exits 1 if anything failed.
+"""
+import glob
+import os
+import re
+import sys
+import xml.etree.ElementTree as ElementTree
+
+SUMMARY = re.compile(r"^(//\S+)\s+(?:\(cached\)\s+)?([A-Z][A-Z ]*[A-Z])\b")
+
+
+def xml_files(target):
+    package, name = target[2:].split(":")
+    root = os.path.join("bazel-testlogs", package, name)
+    return glob.glob(os.path.join(root, "test.xml")) + glob.glob(
+        os.path.join(root, "shard_*", "test.xml"))
+
+
+def count_cases(target):
+    """(passed, failed, skipped) over the target's GoogleTest cases."""
+    passed = failed = skipped = 0
+    for path in xml_files(target):
+        try:
+            cases = list(ElementTree.parse(path).iter("testcase"))
+        except ElementTree.ParseError:
+            continue
+        for case in cases:
+            name = f"{target} {case.get('classname')}.{case.get('name')}"
+            skip = case.find("skipped")
+            if case.find("failure") is not None or case.find("error") is not None:
+                print(f"FAILED {name}")
+                failed += 1
+            elif skip is not None or case.get("result") == "skipped":
+                reason = skip.get("message", "") if skip is not None else ""
+                reason = (reason.strip().splitlines() or [""])[-1]
+                print(f"SKIPPED {name}: {reason.strip()}")
+                skipped += 1
+            else:
+                passed += 1
+    return passed, failed, skipped
+
+
+def main(log_path):
+    passed = failed = skipped = 0
+    with open(log_path, encoding="utf-8", errors="replace") as log:
+        statuses = [m.groups() for m in map(SUMMARY.match, log) if m]
+    for target, status in statuses:
+        p, f, s = count_cases(target) if status in ("PASSED", "FAILED", "FLAKY") else (0, 0, 0)
+        if status not in ("PASSED", "FLAKY") and f == 0:
+            print(f"FAILED {target}: {status.lower()}")
+            f = 1
+        passed, failed, skipped = passed + p, failed + f, skipped + s
+    line = f"{passed} passed, {failed} failed"
+    if skipped:
+        line += f", {skipped} skipped"
+    print(line)
+    return 1 if failed or not statuses else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

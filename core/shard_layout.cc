@@ -1,0 +1,56 @@
+#include "core/shard_layout.h"
+
+namespace ringattn {
+
+std::vector<Range> SplitEvenly(int64_t n, int64_t parts) {
+  std::vector<Range> runs;
+  runs.reserve(static_cast<size_t>(parts));
+  const int64_t base = n / parts;
+  const int64_t larger = n % parts;
+  int64_t begin = 0;
+  for (int64_t i = 0; i < parts; ++i) {
+    const int64_t size = base + (i < larger ? 1 : 0);
+    runs.push_back(Range{begin, begin + size});
+    begin += size;
+  }
+  return runs;
+}
+
+ShardLayout ShardLayout::Make(ShardKind kind, int64_t seq_len,
+                              int64_t workers) {
+  ShardLayout layout;
+  layout.kind_ = kind;
+  layout.seq_len_ = seq_len;
+  layout.chunks_.resize(static_cast<size_t>(workers));
+  if (kind == ShardKind::kContiguous) {
+    const std::vector<Range> runs = SplitEvenly(seq_len, workers);
+    for (int64_t i = 0; i < workers; ++i) layout.chunks_[i] = {runs[i]};
+  } else {
+    const std::vector<Range> runs = SplitEvenly(seq_len, 2 * workers);
+    for (int64_t i = 0; i < workers; ++i) {
+      layout.chunks_[i] = {runs[i], runs[2 * workers - 1 - i]};
+    }
+  }
+  return layout;
+}
+
+int64_t ShardLayout::ShardLength(int64_t worker) const {
+  int64_t length = 0;
+  for (const Range& chunk : chunks_[worker]) length += chunk.size();
+  return length;
+}
+
+ShardLayout::Location ShardLayout::Locate(int64_t position) const {
+  for (int64_t w = 0; w < num_workers(); ++w) {
+    int64_t row = 0;
+    for (const Range& chunk : chunks_[w]) {
+      if (position >= chunk.begin && position < chunk.end) {
+        return Location{w, row + position - chunk.begin};
+      }
+      row += chunk.size();
+    }
+  }
+  return Location{-1, -1};
+}
+
+}  // namespace ringattn

@@ -1,0 +1,67 @@
+#ifndef RINGATTN_KERNELS_CUDA_DEVICE_BUFFER_H_
+#define RINGATTN_KERNELS_CUDA_DEVICE_BUFFER_H_
+
+// DeviceBuffer: device memory owned by one object, freed when it goes away.
+// Move-only; not safe to use from several threads at once.
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <utility>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+
+namespace ringattn {
+
+// OK for cudaSuccess; otherwise INTERNAL naming `what` and CUDA's own words.
+inline absl::Status CudaStatus(cudaError_t error, const char* what) {
+  if (error == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorName(error),
+                                          " (", cudaGetErrorString(error),
+                                          ")"));
+}
+
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  ~DeviceBuffer() {
+    if (data_ != nullptr) cudaFree(data_);
+  }
+  DeviceBuffer(DeviceBuffer&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)),
+        bytes_(std::exchange(other.bytes_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+    std::swap(data_, other.data_);
+    std::swap(bytes_, other.bytes_);
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  // `bytes` of device memory on the current device, or the CUDA error.
+  static absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) {
+    DeviceBuffer buffer;
+    if (absl::Status s =
+            CudaStatus(cudaMalloc(&buffer.data_, bytes), "cudaMalloc");
+        !s.ok()) {
+      return s;
+    }
+    buffer.bytes_ = bytes;
+    return buffer;
+  }
+
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+}  // namespace ringattn
+
+#endif  // RINGATTN_KERNELS_CUDA_DEVICE_BUFFER_H_

@@ -1,0 +1,587 @@
+#include "server/attend_call.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "core/block_mask.h"
+#include "core/dtype.h"
+#include "core/status_macros.h"
+#include "proto/spec_conversion.h"
+#include "ringattn/v1/worker.grpc.pb.h"
+#include "server/grpc_status.h"
+#include "server/request_layout.h"
+#include "server/row_coverage.h"
+#include "spdlog/spdlog.h"
+
+namespace ringattn {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using ExecuteStream =
+    grpc::ClientReaderWriter<v1::ExecuteRequest, v1::ExecuteResponse>;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+const char* TensorLabel(v1::TensorName tensor) {
+  return tensor == v1::Q ? "Q" : tensor == v1::K ? "K" : "V";
+}
+
+// One worker's Execute stream for this call.
+struct WorkerLink {
+  Cluster::Member member;
+  grpc::ClientContext context;
+  std::unique_ptr<ExecuteStream> stream;
+};
+
+// What a worker's reader thread hands to the call.
+struct WorkerEvent {
+  int rank;
+  std::optional<v1::ExecuteResponse> response;  // empty: the stream ended
+  grpc::Status status;                          // when the stream ended
+};
+
+// Output rows that arrived ahead of their turn: a run of consecutive tokens.
+struct OutputRun {
+  int64_t count = 0;
+  std::vector<float> o;    // [count, Hq, D]
+  std::vector<float> lse;  // [count, Hq]
+};
+
+class Call {
+ public:
+  Call(const CoordinatorState& state, grpc::ServerContext* context,
+       AttendStream* stream, std::string request_id)
+      : state_(state),
+        context_(context),
+        stream_(stream),
+        request_id_(std::move(request_id)),
+        prefix_(absl::StrCat("request/", request_id_, "/")) {}
+
+  ~Call() {
+    CancelWorkers();
+    for (std::thread& reader : readers_) reader.join();
+    state_.store->EraseWithPrefix(prefix_);
+  }
+
+  absl::Status Run();
+
+ private:
+  absl::Status ReadHeader();
+  absl::Status CheckSize();
+  absl::Status OpenWorkers();
+  absl::Status Upload();
+  absl::Status RouteChunk(const v1::TensorChunk& chunk, int64_t index);
+  absl::Status SendToWorker(int64_t worker, const v1::ExecuteRequest& request);
+  absl::Status CheckComplete();
+  absl::Status Compute();
+  absl::Status TakeOutput(const v1::ShardOutput& output);
+  absl::Status EmitReady(bool flush);
+  absl::Status WorkerError(int rank, const grpc::Status& status);
+  void CancelWorkers();
+  v1::Summary MakeSummary();
+
+  const CoordinatorState& state_;
+  grpc::ServerContext* const context_;
+  AttendStream* const stream_;
+  const std::string request_id_;
+  const std::string prefix_;
+  const Clock::time_point start_ = Clock::now();
+
+  v1::AttentionSpec spec_proto_;
+  AttentionSpec spec_;
+  DType dtype_ = DType::kFloat32;
+  std::optional<RequestLayout> layout_;
+  std::vector<std::unique_ptr<WorkerLink>> workers_;
+  std::vector<std::thread> readers_;
+  std::vector<RowCoverage> coverage_;  // [tensor * batch + b]
+  AdmissionControl::Ticket ticket_;
+
+  absl::Mutex mutex_;
+  std::deque<WorkerEvent> events_ ABSL_GUARDED_BY(mutex_);
+
+  std::map<int64_t, OutputRun> pending_;  // by b * Nq + token
+  int64_t next_row_ = 0;
+  v1::OutputChunk chunk_;
+  int64_t bytes_in_ = 0;
+  int64_t bytes_out_ = 0;
+  double upload_seconds_ = 0;
+  double compute_seconds_ = 0;
+  std::vector<v1::ExecuteDone> done_;  // by rank
+};
+
+absl::Status Call::ReadHeader() {
+  v1::AttendRequest request;
+  if (!stream_->Read(&request)) {
+    return absl::InvalidArgumentError(
+        "the stream ended before the header: send an AttentionSpec first");
+  }
+  if (!request.has_header()) {
+    return absl::InvalidArgumentError(
+        "the first message must be the header (an AttentionSpec); got a "
+        "tensor chunk");
+  }
+  spec_proto_ = request.header();
+  absl::StatusOr<AttentionSpec> spec = SpecFromProto(spec_proto_);
+  if (!spec.ok()) return spec.status();
+  spec_ = *spec;
+  absl::StatusOr<DType> dtype = DTypeFromProto(spec_proto_.wire_dtype());
+  if (!dtype.ok()) return dtype.status();
+  dtype_ = *dtype;
+  if (spec_proto_.strategy() != v1::STRATEGY_AUTO &&
+      spec_proto_.strategy() != v1::PASS_KV) {
+    return absl::UnimplementedError(
+        absl::StrCat("strategy ", v1::Strategy_Name(spec_proto_.strategy()),
+                     " is not available yet; use STRATEGY_AUTO or PASS_KV"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Call::CheckSize() {
+  const int64_t element = DTypeSize(dtype_);
+  const int64_t q_bytes =
+      spec_.batch * spec_.q_len * spec_.q_heads * spec_.head_dim * element;
+  const int64_t kv_bytes =
+      spec_.batch * spec_.kv_len * spec_.kv_heads * spec_.head_dim * element;
+  const int64_t total = q_bytes + 2 * kv_bytes;
+  if (total > state_.options.max_request_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the request uploads ", total, " bytes of Q, K and V but the limit is ",
+        state_.options.max_request_bytes,
+        " bytes (--max_request_bytes); split it or raise the limit"));
+  }
+  absl::StatusOr<AdmissionControl::Ticket> ticket =
+      state_.admission->Admit(total, absl::FromChrono(context_->deadline()));
+  if (!ticket.ok()) return ticket.status();
+  ticket_ = std::move(*ticket);
+  return absl::OkStatus();
+}
+
+absl::Status Call::OpenWorkers() {
+  absl::StatusOr<std::vector<Cluster::Member>> members =
+      state_.cluster->ReadyMembers();
+  if (!members.ok()) return members.status();
+  const int64_t p = static_cast<int64_t>(members->size());
+  // Each worker holds fp32 Q, O and LSE rows of its shard and three K/V blocks
+  // (its own and the double buffer).
+  const int64_t q_rows = (spec_.q_len + p - 1) / p;
+  const int64_t kv_rows = (spec_.kv_len + p - 1) / p + 1;
+  const int64_t per_worker =
+      4 * spec_.batch *
+      (q_rows * spec_.q_heads * (2 * spec_.head_dim + 1) +
+       3 * 2 * kv_rows * spec_.kv_heads * spec_.head_dim);
+  for (const Cluster::Member& member : *members) {
+    if (member.memory_bytes > 0 && per_worker > member.memory_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the request needs about ", per_worker, " bytes on each of ", p,
+          " workers but worker ", member.rank, " offers ", member.memory_bytes,
+          "; add workers or send a shorter sequence"));
+    }
+  }
+  layout_.emplace(spec_, p);
+  done_.assign(static_cast<size_t>(p), v1::ExecuteDone());
+  coverage_.clear();
+  for (int tensor = 0; tensor < 3; ++tensor) {
+    for (int64_t b = 0; b < spec_.batch; ++b) {
+      coverage_.emplace_back(tensor == 0 ? spec_.q_len : spec_.kv_len);
+    }
+  }
+  v1::ExecuteRequest header;
+  v1::ExecuteHeader* h = header.mutable_header();
+  h->set_request_id(request_id_);
+  *h->mutable_spec() = spec_proto_;
+  h->set_world_size(static_cast<int>(p));
+  h->set_rendezvous_prefix(prefix_);
+  const absl::Duration remaining =
+      absl::FromChrono(context_->deadline()) - absl::Now();
+  h->set_timeout_seconds(
+      absl::ToDoubleSeconds(std::min(remaining, state_.options.ring_timeout)));
+  for (const Cluster::Member& member : *members) {
+    auto link = std::make_unique<WorkerLink>();
+    link->member = member;
+    link->context.set_deadline(context_->deadline());
+    link->stream = member.stub->Execute(&link->context);
+    h->set_rank(member.rank);
+    workers_.push_back(std::move(link));
+    RINGATTN_RETURN_IF_ERROR(SendToWorker(member.rank, header));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Call::SendToWorker(int64_t worker,
+                                const v1::ExecuteRequest& request) {
+  WorkerLink& link = *workers_[worker];
+  if (link.stream->Write(request)) return absl::OkStatus();
+  return WorkerError(static_cast<int>(worker), link.stream->Finish());
+}
+
+absl::Status Call::WorkerError(int rank, const grpc::Status& status) {
+  CancelWorkers();
+  const WorkerLink& link = *workers_[rank];
+  if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
+      status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED ||
+      status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    return absl::Status(
+        static_cast<absl::StatusCode>(status.error_code()),
+        absl::StrCat("worker ", rank, ": ", status.error_message()));
+  }
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    state_.cluster->MarkDead(rank, link.member.address);
+  }
+  return absl::UnavailableError(
+      absl::StrCat("worker ", rank, " (", link.member.address,
+                   ") failed during the request: ", status.error_message(),
+                   "; retry once the cluster is ready"));
+}
+
+void Call::CancelWorkers() {
+  for (auto& link : workers_) link->context.TryCancel();
+}
+
+absl::Status Call::Upload() {
+  const Clock::time_point start = Clock::now();
+  v1::AttendRequest request;
+  int64_t index = 0;
+  while (stream_->Read(&request)) {
+    ++index;
+    if (request.has_header()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("message ", index,
+                       " is a second header; send the header once, then "
+                       "tensor chunks"));
+    }
+    if (!request.has_chunk()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "message ", index, " is empty (neither header nor chunk)"));
+    }
+    RINGATTN_RETURN_IF_ERROR(RouteChunk(request.chunk(), index));
+  }
+  if (context_->IsCancelled()) {
+    return absl::CancelledError(
+        "the client cancelled or went away during upload");
+  }
+  upload_seconds_ = SecondsSince(start);
+  return CheckComplete();
+}
+
+absl::Status Call::RouteChunk(const v1::TensorChunk& chunk, int64_t index) {
+  const v1::TensorName tensor = chunk.tensor();
+  if (tensor != v1::Q && tensor != v1::K && tensor != v1::V) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk ", index, ": field 'tensor' must be Q, K or V, got ",
+        static_cast<int>(tensor)));
+  }
+  const char* name = TensorLabel(tensor);
+  const bool keys = tensor != v1::Q;
+  const int64_t len = keys ? spec_.kv_len : spec_.q_len;
+  const int64_t heads = keys ? spec_.kv_heads : spec_.q_heads;
+  if (chunk.batch() < 0 || chunk.batch() >= spec_.batch) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk ", index, ": tensor ", name, " batch ",
+                     chunk.batch(), " is outside [0, ", spec_.batch, ")"));
+  }
+  const int64_t begin = chunk.token_offset();
+  const int64_t count = chunk.token_count();
+  if (count < 1 || begin < 0 || begin + count > len) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk ", index, ": tensor ", name, " tokens [", begin,
+                     ", ", begin + count, ") are not inside [0, ", len, ") (",
+                     name, " has ", len, " tokens; token_count must be >= 1)"));
+  }
+  const int64_t row_bytes = heads * spec_.head_dim * DTypeSize(dtype_);
+  if (static_cast<int64_t>(chunk.data().size()) != count * row_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk ", index, ": tensor ", name, " carries ", chunk.data().size(),
+        " bytes but ", count, " tokens x ", heads, " heads x ", spec_.head_dim,
+        " dims of ", DTypeName(dtype_), " need ", count * row_bytes));
+  }
+  const int tensor_index = tensor == v1::Q ? 0 : tensor == v1::K ? 1 : 2;
+  RowCoverage& coverage = coverage_[tensor_index * spec_.batch + chunk.batch()];
+  if (std::optional<Range> twice = coverage.Mark(begin, begin + count)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk ", index, ": tensor ", name, " batch ",
+                     chunk.batch(), " tokens [", twice->begin, ", ", twice->end,
+                     ") were already sent (duplicate or overlapping chunk)"));
+  }
+  bytes_in_ += static_cast<int64_t>(chunk.data().size());
+  for (const RequestLayout::Piece& piece : layout_->Route(keys, begin, count)) {
+    v1::ExecuteRequest request;
+    v1::ShardRows* rows = request.mutable_rows();
+    rows->set_tensor(tensor);
+    rows->set_batch(chunk.batch());
+    const int64_t n = static_cast<int64_t>(piece.positions.size());
+    rows->set_first_position(piece.positions.front());
+    rows->set_count(n);
+    if (!piece.contiguous) {
+      *rows->mutable_positions() = {piece.positions.begin(),
+                                    piece.positions.end()};
+    }
+    rows->set_data(
+        chunk.data().substr(piece.first_token * row_bytes, n * row_bytes));
+    RINGATTN_RETURN_IF_ERROR(SendToWorker(piece.worker, request));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Call::CheckComplete() {
+  for (int tensor = 0; tensor < 3; ++tensor) {
+    for (int64_t b = 0; b < spec_.batch; ++b) {
+      const RowCoverage& coverage = coverage_[tensor * spec_.batch + b];
+      if (std::optional<Range> missing = coverage.FirstMissing()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensor ", TensorLabel(static_cast<v1::TensorName>(tensor + 1)),
+            " batch ", b, " is missing tokens [", missing->begin, ", ",
+            missing->end, "); send every token row exactly once"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Call::Compute() {
+  const Clock::time_point start = Clock::now();
+  v1::ExecuteRequest run;
+  run.set_run(true);
+  for (size_t w = 0; w < workers_.size(); ++w) {
+    RINGATTN_RETURN_IF_ERROR(SendToWorker(static_cast<int64_t>(w), run));
+    workers_[w]->stream->WritesDone();
+  }
+  for (size_t w = 0; w < workers_.size(); ++w) {
+    readers_.emplace_back([this, w] {
+      WorkerLink& link = *workers_[w];
+      v1::ExecuteResponse response;
+      while (link.stream->Read(&response)) {
+        absl::MutexLock lock(&mutex_);
+        events_.push_back({static_cast<int>(w), response, grpc::Status::OK});
+      }
+      grpc::Status status = link.stream->Finish();
+      absl::MutexLock lock(&mutex_);
+      events_.push_back({static_cast<int>(w), std::nullopt, status});
+    });
+  }
+  size_t finished = 0;
+  while (finished < workers_.size()) {
+    WorkerEvent event;
+    {
+      absl::MutexLock lock(&mutex_);
+      auto has_event = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return !events_.empty();
+      };
+      // Wake now and then to notice a client that went away during compute.
+      if (!mutex_.AwaitWithTimeout(absl::Condition(&has_event),
+                                   absl::Milliseconds(200))) {
+        if (context_->IsCancelled()) {
+          CancelWorkers();
+          return absl::CancelledError("the client went away during compute");
+        }
+        continue;
+      }
+      event = std::move(events_.front());
+      events_.pop_front();
+    }
+    if (!event.response.has_value()) {
+      ++finished;
+      if (!event.status.ok()) return WorkerError(event.rank, event.status);
+      continue;
+    }
+    if (event.response->has_done()) {
+      done_[event.rank] = event.response->done();
+      continue;
+    }
+    RINGATTN_RETURN_IF_ERROR(TakeOutput(event.response->output()));
+    RINGATTN_RETURN_IF_ERROR(EmitReady(/*flush=*/true));
+  }
+  compute_seconds_ = SecondsSince(start);
+  if (next_row_ != spec_.batch * spec_.q_len) {
+    return absl::InternalError(absl::StrCat("workers returned ", next_row_,
+                                            " of ", spec_.batch * spec_.q_len,
+                                            " output rows"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Call::TakeOutput(const v1::ShardOutput& output) {
+  const int64_t row_floats = spec_.q_heads * spec_.head_dim;
+  const int64_t count = output.count();
+  if (output.batch() < 0 || output.batch() >= spec_.batch ||
+      static_cast<int64_t>(output.data().size()) != count * row_floats * 4 ||
+      static_cast<int64_t>(output.lse().size()) != count * spec_.q_heads * 4) {
+    return absl::InternalError("a worker sent a malformed output chunk");
+  }
+  const float* o = reinterpret_cast<const float*>(output.data().data());
+  const float* lse = reinterpret_cast<const float*>(output.lse().data());
+  // Split into runs of consecutive caller tokens.
+  OutputRun* run = nullptr;
+  int64_t run_end = -1;
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t position = output.positions_size() > 0
+                                 ? output.positions(i)
+                                 : output.first_position() + i;
+    const int64_t key =
+        output.batch() * spec_.q_len + layout_->TokenAt(position);
+    if (run == nullptr || key != run_end) {
+      run = &pending_[key];
+      run_end = key;
+    }
+    run->o.insert(run->o.end(), o + i * row_floats, o + (i + 1) * row_floats);
+    run->lse.insert(run->lse.end(), lse + i * spec_.q_heads,
+                    lse + (i + 1) * spec_.q_heads);
+    ++run->count;
+    ++run_end;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Call::EmitReady(bool flush) {
+  const int64_t row_floats = spec_.q_heads * spec_.head_dim;
+  const int64_t rows_per_chunk = std::max<int64_t>(
+      1, state_.options.output_chunk_bytes / (row_floats * 4));
+  std::vector<float> lse_rows;  // [rows, Hq] of the chunk being built
+  auto send = [&]() -> absl::Status {
+    if (chunk_.token_count() == 0) return absl::OkStatus();
+    if (spec_proto_.return_lse()) {
+      const int64_t n = chunk_.token_count();
+      std::vector<float> transposed(static_cast<size_t>(n * spec_.q_heads));
+      for (int64_t t = 0; t < n; ++t) {
+        for (int64_t h = 0; h < spec_.q_heads; ++h) {
+          transposed[h * n + t] = lse_rows[t * spec_.q_heads + h];
+        }
+      }
+      chunk_.set_lse(transposed.data(), transposed.size() * 4);
+    }
+    v1::AttendResponse response;
+    *response.mutable_output() = std::move(chunk_);
+    bytes_out_ += static_cast<int64_t>(response.output().data().size() +
+                                       response.output().lse().size());
+    chunk_ = v1::OutputChunk();
+    lse_rows.clear();
+    if (!stream_->Write(response)) {
+      return absl::CancelledError("the client went away while output streamed");
+    }
+    return absl::OkStatus();
+  };
+  while (!pending_.empty() && pending_.begin()->first == next_row_) {
+    OutputRun run = std::move(pending_.begin()->second);
+    pending_.erase(pending_.begin());
+    for (int64_t i = 0; i < run.count; ++i, ++next_row_) {
+      const int64_t batch = next_row_ / spec_.q_len;
+      const int64_t token = next_row_ % spec_.q_len;
+      if (chunk_.token_count() > 0 &&
+          (chunk_.batch() != batch || chunk_.token_count() >= rows_per_chunk)) {
+        RINGATTN_RETURN_IF_ERROR(send());
+      }
+      if (chunk_.token_count() == 0) {
+        chunk_.set_batch(batch);
+        chunk_.set_token_offset(token);
+      }
+      chunk_.mutable_data()->append(
+          reinterpret_cast<const char*>(run.o.data() + i * row_floats),
+          row_floats * 4);
+      lse_rows.insert(lse_rows.end(), run.lse.begin() + i * spec_.q_heads,
+                      run.lse.begin() + (i + 1) * spec_.q_heads);
+      chunk_.set_token_count(chunk_.token_count() + 1);
+    }
+  }
+  return flush ? send() : absl::OkStatus();
+}
+
+v1::Summary Call::MakeSummary() {
+  v1::Summary summary;
+  summary.set_request_id(request_id_);
+  auto timing = [&](const char* phase, double seconds) {
+    v1::PhaseTiming* t = summary.add_timings();
+    t->set_phase(phase);
+    t->set_seconds(seconds);
+  };
+  timing("upload", upload_seconds_);
+  timing("compute", compute_seconds_);
+  summary.set_seconds(SecondsSince(start_));
+  double flops = 0;
+  for (const v1::ExecuteDone& done : done_) flops += done.flops();
+  summary.set_flops(flops);
+  summary.set_flops_per_second(compute_seconds_ > 0 ? flops / compute_seconds_
+                                                    : 0);
+  summary.set_bytes_in(bytes_in_);
+  summary.set_bytes_out(bytes_out_);
+  for (size_t w = 0; w < done_.size(); ++w) {
+    v1::WorkerUsage* usage = summary.add_workers();
+    usage->set_rank(static_cast<int>(w));
+    usage->set_peak_bytes(done_[w].peak_bytes());
+    usage->set_tokens(layout_->q_layout().ShardLength(static_cast<int64_t>(w)));
+    summary.set_ring_steps(
+        std::max(summary.ring_steps(), done_[w].ring_steps()));
+    summary.set_ring_transfers(summary.ring_transfers() + done_[w].transfers());
+  }
+  summary.set_strategy(v1::PASS_KV);
+  if (spec_.block_sparse.has_value() &&
+      spec_proto_.block_sparse().return_mask()) {
+    const BlockMask mask =
+        BlockMask::FromRules(*spec_.block_sparse, spec_.kv_len);
+    std::string bits(static_cast<size_t>(mask.num_blocks() * mask.num_blocks()),
+                     '\0');
+    for (int64_t i = 0; i < mask.num_blocks(); ++i) {
+      for (int64_t j = 0; j < mask.num_blocks(); ++j) {
+        bits[i * mask.num_blocks() + j] = mask.Allowed(i, j) ? 1 : 0;
+      }
+    }
+    summary.set_mask_blocks(mask.num_blocks());
+    summary.set_block_mask(std::move(bits));
+  }
+  return summary;
+}
+
+absl::Status Call::Run() {
+  RINGATTN_RETURN_IF_ERROR(ReadHeader());
+  RINGATTN_RETURN_IF_ERROR(CheckSize());
+  RINGATTN_RETURN_IF_ERROR(OpenWorkers());
+  spdlog::info("request {}: {} x {} tokens, {} workers, uploading", request_id_,
+               spec_.q_len, spec_.kv_len, workers_.size());
+  RINGATTN_RETURN_IF_ERROR(Upload());
+  RINGATTN_RETURN_IF_ERROR(Compute());
+  v1::AttendResponse response;
+  *response.mutable_summary() = MakeSummary();
+  state_.metrics->Observe("ringattn_phase_seconds", {{"phase", "upload"}},
+                          upload_seconds_);
+  state_.metrics->Observe("ringattn_phase_seconds", {{"phase", "compute"}},
+                          compute_seconds_);
+  state_.metrics->Add("ringattn_tokens_total", {},
+                      static_cast<double>(spec_.batch * spec_.q_len));
+  state_.metrics->Add("ringattn_flops_total", {}, response.summary().flops());
+  state_.metrics->Add("ringattn_bytes_in_total", {},
+                      static_cast<double>(bytes_in_));
+  state_.metrics->Add("ringattn_bytes_out_total", {},
+                      static_cast<double>(bytes_out_));
+  if (!stream_->Write(response)) {
+    return absl::CancelledError("the client went away before the summary");
+  }
+  spdlog::info("request {}: done in {:.3f} s ({:.1f} GFLOP/s compute)",
+               request_id_, response.summary().seconds(),
+               response.summary().flops_per_second() / 1e9);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+grpc::Status RunAttendCall(const CoordinatorState& state,
+                           grpc::ServerContext* context, AttendStream* stream,
+                           const std::string& request_id) {
+  Call call(state, context, stream, request_id);
+  const absl::Status status = call.Run();
+  if (!status.ok()) {
+    spdlog::info("request {}: failed: {}", request_id, status.ToString());
+  }
+  return ToGrpcStatus(status);
+}
+
+}  // namespace ringattn

@@ -1,0 +1,45 @@
+#ifndef RINGATTN_SERVER_ATTEND_CALL_H_
+#define RINGATTN_SERVER_ATTEND_CALL_H_
+
+// AttendCall: one Attend request from header to summary. It checks the header,
+// waits for admission, opens one Execute stream per worker, routes each
+// uploaded chunk's rows to the workers that own them (nothing is gathered on
+// the coordinator), starts the ring, and streams the output back in sequence
+// order as the workers deliver it. Any worker failure cancels the others and
+// fails the request with UNAVAILABLE. One object per call; not thread-safe
+// itself.
+
+#include <cstdint>
+#include <string>
+
+#include "grpcpp/grpcpp.h"
+#include "ringattn/v1/attention.grpc.pb.h"
+#include "server/admission_control.h"
+#include "server/cluster.h"
+#include "server/coordinator_options.h"
+#include "server/metrics.h"
+#include "server/rendezvous_store.h"
+
+namespace ringattn {
+
+// What a call shares with the rest of the coordinator; all must outlive the
+// call.
+struct CoordinatorState {
+  CoordinatorOptions options;
+  Cluster* cluster;
+  RendezvousStore* store;
+  Metrics* metrics;
+  AdmissionControl* admission;
+};
+
+using AttendStream =
+    grpc::ServerReaderWriter<v1::AttendResponse, v1::AttendRequest>;
+
+// Runs the whole call on `stream`; returns the status to end it with.
+grpc::Status RunAttendCall(const CoordinatorState& state,
+                           grpc::ServerContext* context, AttendStream* stream,
+                           const std::string& request_id);
+
+}  // namespace ringattn
+
+#endif  // RINGATTN_SERVER_ATTEND_CALL_H_

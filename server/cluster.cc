@@ -1,0 +1,127 @@
+#include "server/cluster.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace ringattn {
+
+Cluster::Cluster(int world_size, Clock::duration heartbeat_timeout)
+    : world_size_(world_size),
+      heartbeat_timeout_(heartbeat_timeout),
+      slots_(static_cast<size_t>(world_size)) {}
+
+bool Cluster::Alive(const Slot& slot, Clock::time_point now) const {
+  return slot.held && now - slot.last_seen <= heartbeat_timeout_;
+}
+
+absl::StatusOr<v1::RegisterResponse> Cluster::Register(
+    const v1::RegisterRequest& request) {
+  absl::MutexLock lock(&mutex_);
+  const Clock::time_point now = Clock::now();
+  int rank = -1;
+  for (int r = 0; r < world_size_; ++r) {
+    if (slots_[r].held && slots_[r].member.address == request.address()) {
+      rank = r;
+      break;
+    }
+  }
+  for (int r = 0; rank < 0 && r < world_size_; ++r) {
+    if (!Alive(slots_[r], now)) rank = r;
+  }
+  if (rank < 0) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the cluster already has its ", world_size_,
+        " workers; start the coordinator with a larger --world_size"));
+  }
+  Slot& slot = slots_[rank];
+  slot.held = true;
+  slot.last_seen = now;
+  slot.member =
+      Member{rank, request.address(), request.device(), request.memory_bytes(),
+             v1::Worker::NewStub(grpc::CreateChannel(
+                 request.address(), grpc::InsecureChannelCredentials()))};
+  ++epoch_;
+  v1::RegisterResponse response;
+  response.set_rank(rank);
+  response.set_world_size(world_size_);
+  response.set_epoch(epoch_);
+  return response;
+}
+
+bool Cluster::Heartbeat(int rank, const std::string& address) {
+  absl::MutexLock lock(&mutex_);
+  if (rank < 0 || rank >= world_size_) return false;
+  Slot& slot = slots_[rank];
+  if (!slot.held || slot.member.address != address) return false;
+  if (!Alive(slot, Clock::now())) ++epoch_;  // back from the dead
+  slot.last_seen = Clock::now();
+  return true;
+}
+
+void Cluster::MarkDead(int rank, const std::string& address) {
+  absl::MutexLock lock(&mutex_);
+  if (rank < 0 || rank >= world_size_) return;
+  Slot& slot = slots_[rank];
+  if (!slot.held || slot.member.address != address) return;
+  slot.held = false;
+  ++epoch_;
+}
+
+absl::StatusOr<std::vector<Cluster::Member>> Cluster::ReadyMembers() {
+  absl::MutexLock lock(&mutex_);
+  const Clock::time_point now = Clock::now();
+  std::vector<Member> members;
+  std::vector<int> missing;
+  for (int r = 0; r < world_size_; ++r) {
+    if (Alive(slots_[r], now)) {
+      members.push_back(slots_[r].member);
+    } else {
+      missing.push_back(r);
+    }
+  }
+  if (!missing.empty()) {
+    return absl::UnavailableError(absl::StrCat(
+        "cluster not ready: ", members.size(), " of ", world_size_,
+        " workers alive (missing rank ", absl::StrJoin(missing, ", "),
+        "); start or restart ringattn-worker processes"));
+  }
+  return members;
+}
+
+bool Cluster::Ready() { return ReadyMembers().ok(); }
+
+int Cluster::LiveWorkers() {
+  absl::MutexLock lock(&mutex_);
+  const Clock::time_point now = Clock::now();
+  int live = 0;
+  for (const Slot& slot : slots_) live += Alive(slot, now);
+  return live;
+}
+
+int64_t Cluster::epoch() {
+  absl::MutexLock lock(&mutex_);
+  return epoch_;
+}
+
+v1::ClusterInfo Cluster::Info() {
+  absl::MutexLock lock(&mutex_);
+  const Clock::time_point now = Clock::now();
+  v1::ClusterInfo info;
+  info.set_world_size(world_size_);
+  bool ready = true;
+  for (int r = 0; r < world_size_; ++r) {
+    const Slot& slot = slots_[r];
+    ready = ready && Alive(slot, now);
+    if (!slot.held) continue;
+    v1::WorkerInfo* worker = info.add_workers();
+    worker->set_rank(r);
+    worker->set_address(slot.member.address);
+    worker->set_device(slot.member.device);
+    worker->set_memory_bytes(slot.member.memory_bytes);
+    worker->set_alive(Alive(slot, now));
+  }
+  info.set_ready(ready);
+  return info;
+}
+
+}  // namespace ringattn

@@ -1,0 +1,78 @@
+#ifndef RINGATTN_SERVER_CLUSTER_H_
+#define RINGATTN_SERVER_CLUSTER_H_
+
+// Cluster: the coordinator's view of its workers. Workers register and get a
+// rank; a worker that misses heartbeats for `heartbeat_timeout` is dead and its
+// rank is free for the next worker that registers. The cluster is ready when
+// all `world_size` ranks are held by live workers. Every change of membership
+// starts a new epoch. Thread-safe.
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "grpcpp/grpcpp.h"
+#include "ringattn/v1/worker.grpc.pb.h"
+
+namespace ringattn {
+
+class Cluster {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  Cluster(int world_size, Clock::duration heartbeat_timeout);
+
+  Cluster(const Cluster&) = delete;
+  Cluster& operator=(const Cluster&) = delete;
+
+  // A worker at `address` joins: it keeps its rank if it held one, else takes
+  // the lowest free rank. RESOURCE_EXHAUSTED if all ranks are held by live
+  // workers.
+  absl::StatusOr<v1::RegisterResponse> Register(
+      const v1::RegisterRequest& request);
+  // Records a heartbeat; false if `rank` is not held by `address` (it must
+  // register).
+  bool Heartbeat(int rank, const std::string& address);
+  // Marks the worker at `rank` dead now (its request failed), so the cluster is
+  // not ready until a worker registers for that rank again.
+  void MarkDead(int rank, const std::string& address);
+
+  // One live worker as a request sees it.
+  struct Member {
+    int rank;
+    std::string address;
+    std::string device;
+    int64_t memory_bytes;
+    std::shared_ptr<v1::Worker::Stub> stub;
+  };
+  // All ranks in order if the cluster is ready; UNAVAILABLE naming the missing
+  // ranks otherwise.
+  absl::StatusOr<std::vector<Member>> ReadyMembers();
+  bool Ready();
+  int LiveWorkers();
+  int world_size() const { return world_size_; }
+  int64_t epoch();
+  v1::ClusterInfo Info();
+
+ private:
+  struct Slot {
+    bool held = false;
+    Member member;
+    Clock::time_point last_seen;
+  };
+  bool Alive(const Slot& slot, Clock::time_point now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+
+  const int world_size_;
+  const Clock::duration heartbeat_timeout_;
+  absl::Mutex mutex_;
+  std::vector<Slot> slots_ ABSL_GUARDED_BY(mutex_);
+  int64_t epoch_ ABSL_GUARDED_BY(mutex_) = 0;
+};
+
+}  // namespace ringattn
+
+#endif  // RINGATTN_SERVER_CLUSTER_H_

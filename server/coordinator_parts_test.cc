@@ -1,0 +1,164 @@
+// Unit tests of the coordinator's parts that need no network.
+
+#include <thread>
+
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "server/admission_control.h"
+#include "server/cluster.h"
+#include "server/metrics.h"
+#include "server/rendezvous_store.h"
+#include "server/request_layout.h"
+#include "server/row_coverage.h"
+
+namespace ringattn {
+namespace {
+
+TEST(RowCoverage, ReportsDuplicateAndMissingRuns) {
+  RowCoverage coverage(10);
+  EXPECT_FALSE(coverage.Mark(2, 5).has_value());
+  const std::optional<Range> twice = coverage.Mark(4, 8);
+  ASSERT_TRUE(twice.has_value());
+  EXPECT_EQ(*twice, (Range{4, 5}));
+  EXPECT_EQ(*coverage.FirstMissing(), (Range{0, 2}));
+  EXPECT_FALSE(coverage.Mark(0, 2).has_value());
+  EXPECT_EQ(*coverage.FirstMissing(), (Range{5, 10}));
+  EXPECT_FALSE(coverage.Mark(5, 10).has_value());
+  EXPECT_FALSE(coverage.FirstMissing().has_value());
+}
+
+AttentionSpec Spec(int64_t n, bool causal) {
+  AttentionSpec spec;
+  spec.q_len = spec.kv_len = n;
+  spec.q_heads = spec.kv_heads = 1;
+  spec.head_dim = 4;
+  spec.causal = causal;
+  return spec;
+}
+
+TEST(RequestLayout, RoutesRunsToTheWorkersThatOwnThem) {
+  const RequestLayout layout(Spec(10, /*causal=*/false), 3);  // 4, 3, 3 tokens
+  const std::vector<RequestLayout::Piece> pieces = layout.Route(true, 2, 6);
+  ASSERT_EQ(pieces.size(), 3u);
+  EXPECT_EQ(pieces[0].worker, 0);
+  EXPECT_EQ(pieces[0].positions, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(pieces[1].worker, 1);
+  EXPECT_EQ(pieces[1].first_token, 2);
+  EXPECT_EQ(pieces[1].positions, (std::vector<int64_t>{4, 5, 6}));
+  EXPECT_TRUE(pieces[1].contiguous);
+  EXPECT_EQ(pieces[2].worker, 2);
+  EXPECT_EQ(layout.TokenAt(7), 7);
+}
+
+TEST(RequestLayout, HilbertOrderRoutesByCurvePosition) {
+  AttentionSpec spec = Spec(6, false);
+  spec.hilbert = HilbertGrid{2, 3};
+  const RequestLayout layout(spec, 2);
+  std::vector<int> seen(6, 0);
+  for (const RequestLayout::Piece& piece : layout.Route(false, 0, 6)) {
+    for (size_t i = 0; i < piece.positions.size(); ++i) {
+      const int64_t token = piece.first_token + static_cast<int64_t>(i);
+      EXPECT_EQ(layout.TokenAt(piece.positions[i]), token);
+      EXPECT_EQ(piece.worker, piece.positions[i] < 3 ? 0 : 1);
+      ++seen[piece.positions[i]];
+    }
+  }
+  EXPECT_EQ(seen, std::vector<int>(6, 1));
+}
+
+TEST(Cluster, ReadyOnlyWhenEveryRankIsHeld) {
+  Cluster cluster(3, std::chrono::hours(1));
+  v1::RegisterRequest request;
+  for (const char* address : {"a:1", "b:1"}) {
+    request.set_address(address);
+    ASSERT_TRUE(cluster.Register(request).ok());
+  }
+  absl::StatusOr<std::vector<Cluster::Member>> members = cluster.ReadyMembers();
+  ASSERT_EQ(members.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(members.status().message().find("missing rank 2"),
+            std::string::npos);
+  request.set_address("c:1");
+  absl::StatusOr<v1::RegisterResponse> third = cluster.Register(request);
+  ASSERT_TRUE(third.ok());
+  EXPECT_EQ(third->rank(), 2);
+  EXPECT_TRUE(cluster.Ready());
+  request.set_address("d:1");
+  EXPECT_EQ(cluster.Register(request).status().code(),
+            absl::StatusCode::kResourceExhausted);
+
+  cluster.MarkDead(1, "b:1");
+  EXPECT_FALSE(cluster.Ready());
+  EXPECT_FALSE(cluster.Heartbeat(1, "b:1"));
+  absl::StatusOr<v1::RegisterResponse> back = cluster.Register(request);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->rank(), 1) << "the free rank goes to the next worker";
+  EXPECT_TRUE(cluster.Ready());
+}
+
+TEST(AdmissionControl, RefusesWhatCanNeverFitAndQueuesTheRest) {
+  AdmissionControl admission(10);
+  EXPECT_EQ(admission.Admit(11, absl::InfiniteFuture()).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  absl::StatusOr<AdmissionControl::Ticket> first =
+      admission.Admit(8, absl::InfiniteFuture());
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(
+      admission.Admit(5, absl::Now() + absl::Milliseconds(20)).status().code(),
+      absl::StatusCode::kDeadlineExceeded);
+  std::optional<absl::StatusOr<AdmissionControl::Ticket>> second;
+  std::thread waiter(
+      [&] { second.emplace(admission.Admit(5, absl::InfiniteFuture())); });
+  // The waiter holds the head of the line, so a small request that would fit
+  // must still wait behind it.
+  while (admission.waiting() == 0) std::this_thread::yield();
+  EXPECT_EQ(
+      admission.Admit(1, absl::Now() + absl::Milliseconds(20)).status().code(),
+      absl::StatusCode::kDeadlineExceeded);
+  *first = AdmissionControl::Ticket();  // release 8
+  waiter.join();
+  ASSERT_TRUE(second->ok());
+  EXPECT_EQ(admission.in_use(), 5);
+}
+
+TEST(RendezvousStore, GetWaitsForKeysAndNamesTheMissingOne) {
+  RendezvousStore store;
+  std::thread setter([&] {
+    store.Set("r/1", "one");
+    store.Set("r/2", "two");
+  });
+  absl::StatusOr<std::vector<std::string>> values =
+      store.Get({"r/2", "r/1"}, absl::InfiniteFuture());
+  setter.join();
+  ASSERT_TRUE(values.ok());
+  EXPECT_EQ(*values, (std::vector<std::string>{"two", "one"}));
+  absl::StatusOr<std::vector<std::string>> missing =
+      store.Get({"r/1", "r/3"}, absl::Now() + absl::Milliseconds(10));
+  ASSERT_EQ(missing.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(missing.status().message().find("r/3"), std::string::npos);
+  store.Set("s/1", "x");
+  store.EraseWithPrefix("r/");
+  EXPECT_EQ(store.size(), 1u);
+}
+
+TEST(Metrics, RendersPrometheusText) {
+  Metrics metrics;
+  metrics.Declare("calls_total", "Calls.", Metrics::Kind::kCounter);
+  metrics.Declare("latency_seconds", "Latency.", Metrics::Kind::kHistogram,
+                  {0.1, 1});
+  metrics.Add("calls_total", {{"code", "OK"}}, 2);
+  metrics.Observe("latency_seconds", {}, 0.5);
+  metrics.Observe("latency_seconds", {}, 5);
+  const std::string text = metrics.Render();
+  EXPECT_NE(text.find("# TYPE calls_total counter"), std::string::npos);
+  EXPECT_NE(text.find("calls_total{code=\"OK\"} 2\n"), std::string::npos);
+  EXPECT_NE(text.find("latency_seconds_bucket{le=\"0.10000000000000001\"} 0"),
+            std::string::npos);
+  EXPECT_NE(text.find("latency_seconds_bucket{le=\"1\"} 1\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("latency_seconds_bucket{le=\"+Inf\"} 2\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("latency_seconds_count 2\n"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ringattn

@@ -1,0 +1,24 @@
+#ifndef RINGATTN_SERVER_GRPC_STATUS_H_
+#define RINGATTN_SERVER_GRPC_STATUS_H_
+
+// Conversions between absl::Status (inside the code) and grpc::Status (on the
+// wire); the code and the message carry over unchanged.
+
+#include "absl/status/status.h"
+#include "grpcpp/grpcpp.h"
+
+namespace ringattn {
+
+inline grpc::Status ToGrpcStatus(const absl::Status& status) {
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      std::string(status.message()));
+}
+
+inline absl::Status FromGrpcStatus(const grpc::Status& status) {
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      status.error_message());
+}
+
+}  // namespace ringattn
+
+#endif  // RINGATTN_SERVER_GRPC_STATUS_H_
