@@ -8,16 +8,18 @@
 #include <cstring>
 #include <limits>
 #include <memory>
-#include <vector>
 
-// How the kernel works. For each (batch, query head, tile of query rows) one
-// thread runs a flash-attention loop over tiles of kKeyTile keys: S = Q K^T on
-// register-blocked outer products, an online softmax in base 2 (Q is prescaled
-// by scale * log2(e)), and O += P V. K is transposed once per call into [key
-// tile][D][kKeyTile] so that both products are FMAs over contiguous floats,
-// which GCC vectorizes. The tile loop is compiled three times (AVX-512,
-// AVX2+FMA, baseline x86-64) with `target` attributes and chosen at run time,
-// so the binary runs on any x86-64 machine.
+// How the kernel works. Each call first packs K transposed, tile by tile, and V
+// into contiguous rows. Then for each (batch, query head, tile of query rows)
+// one OpenMP thread runs a flash-attention loop over tiles of keys: S = Q K^T
+// as register-blocked outer products, an online softmax in base 2 (Q is
+// prescaled by scale * log2(e)), and O += P V. Both products are plain loops of
+// a * b + c over contiguous floats, which GCC vectorizes into FMAs; the softmax
+// uses GCC vector extensions for its row reductions. The tile loop is compiled
+// three times (AVX-512, AVX2 + FMA, baseline x86-64) with `target` attributes
+// and chosen at run time, so the binary runs on any x86-64 machine. Tile pairs
+// that are fully masked are skipped; only partially masked ones are masked
+// element by element.
 
 namespace ringattn {
 namespace {
@@ -25,9 +27,33 @@ namespace {
 // Head dims are processed in chunks of this many floats (one 512-bit vector);
 // V rows are copied into rows padded to a multiple of it.
 constexpr int kDimChunk = 16;
+// PackKeysTransposed moves keys this many at a time: each step reads one float
+// from each of kTransposeBlock key rows and writes as many contiguous floats.
+constexpr int kTransposeBlock = 16;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr double kLn2 = 0.6931471805599453;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// One vector register of floats and of int32s, as GCC vector-extension types,
+// and the register of half its width. GCC's auto-vectorizer gives up on the max
+// and sum reductions along a row of scores, so SoftmaxRow spells those out on
+// these.
+struct Lanes128 {
+  using Float = float __attribute__((vector_size(16)));
+  using Int = int32_t __attribute__((vector_size(16)));
+};
+
+struct Lanes256 {
+  using Float = float __attribute__((vector_size(32)));
+  using Int = int32_t __attribute__((vector_size(32)));
+  using Half = Lanes128;
+};
+
+struct Lanes512 {
+  using Float = float __attribute__((vector_size(64)));
+  using Int = int32_t __attribute__((vector_size(64)));
+  using Half = Lanes256;
+};
 
 // Tile and register-block shapes for one instruction set. A tile is
 // kQueryTile x kKeyTile scores; S is computed in kScoreRows x kScoreCols blocks
@@ -35,6 +61,7 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // the accumulators fit in the vector registers and GCC vectorizes the blocks
 // along their columns, and one tile of K^T or V (kKeyTile x D) fits in L1.
 struct Avx512Tiles {
+  using Lanes = Lanes512;
   static constexpr int kQueryTile = 48;
   static constexpr int kKeyTile = 64;
   static constexpr int kScoreRows = 6;
@@ -44,6 +71,7 @@ struct Avx512Tiles {
 };
 
 struct Avx2Tiles {
+  using Lanes = Lanes256;
   static constexpr int kQueryTile = 48;
   static constexpr int kKeyTile = 64;
   static constexpr int kScoreRows = 3;
@@ -52,8 +80,17 @@ struct Avx2Tiles {
   static constexpr int kOutCols = 32;
 };
 
-// SSE2 has 16 xmm registers, so these spill a little; still the fastest shape.
-using BaselineTiles = Avx2Tiles;
+// SSE2 has only 16 xmm registers, so these blocks spill a little; they are
+// still the fastest shape measured.
+struct BaselineTiles {
+  using Lanes = Lanes128;
+  static constexpr int kQueryTile = 48;
+  static constexpr int kKeyTile = 64;
+  static constexpr int kScoreRows = 3;
+  static constexpr int kScoreCols = 32;
+  static constexpr int kOutRows = 3;
+  static constexpr int kOutCols = 32;
+};
 
 int64_t RoundUp(int64_t value, int64_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
@@ -64,8 +101,7 @@ struct Problem {
   View<const float> q;
   View<float> o;
   View<float> lse;
-  // K transposed tile by tile: [B][Hkv][key_tiles][dim][key_tile], zero past
-  // nk.
+  // K transposed tile by tile: [B][Hkv][key_tiles][dim][key_tile].
   const float* packed_k = nullptr;
   // V in rows of padded_dim floats: [B][Hkv][nk][padded_dim], zero past dim.
   const float* packed_v = nullptr;
@@ -139,57 +175,61 @@ void MaskScores(const Problem& p, int key_tile, int64_t a_begin, int64_t rows,
   }
 }
 
-// Sixteen floats as one GCC vector-extension value: one zmm register, two ymm
-// or four xmm on narrower ISAs. GCC's auto-vectorizer gives up on the max and
-// sum reductions along a row of scores, so SoftmaxRow spells them out on this.
-using Lanes = float __attribute__((vector_size(kDimChunk * sizeof(float))));
-using IntLanes =
-    int32_t __attribute__((vector_size(kDimChunk * sizeof(int32_t))));
+template <class V>
+constexpr int kLaneCount = sizeof(V) / sizeof(float);
 
-[[gnu::always_inline]] inline Lanes LoadLanes(const float* from) {
-  Lanes v;
+template <class V>
+[[gnu::always_inline]] inline V LoadLanes(const float* from) {
+  V v;
   std::memcpy(&v, from, sizeof(v));
   return v;
 }
 
-[[gnu::always_inline]] inline void StoreLanes(const Lanes& v, float* to) {
+template <class V>
+[[gnu::always_inline]] inline void StoreLanes(const V& v, float* to) {
   std::memcpy(to, &v, sizeof(v));
 }
 
-[[gnu::always_inline]] inline Lanes Broadcast(float x) { return Lanes{} + x; }
-
-[[gnu::always_inline]] inline Lanes MaxLanes(const Lanes& a, const Lanes& b) {
+template <class V>
+[[gnu::always_inline]] inline V MaxLanes(const V& a, const V& b) {
   return a > b ? a : b;
 }
 
-// The largest of the 16 lanes, by halving.
-[[gnu::always_inline]] inline float HorizontalMax(Lanes v) {
-  v = MaxLanes(v, __builtin_shuffle(v, IntLanes{8, 9, 10, 11, 12, 13, 14, 15, 0,
-                                                1, 2, 3, 4, 5, 6, 7}));
-  v = MaxLanes(v, __builtin_shuffle(v, IntLanes{4, 5, 6, 7, 0, 1, 2, 3, 12, 13,
-                                                14, 15, 8, 9, 10, 11}));
-  v = MaxLanes(v, __builtin_shuffle(v, IntLanes{2, 3, 0, 1, 6, 7, 4, 5, 10, 11,
-                                                8, 9, 14, 15, 12, 13}));
-  v = MaxLanes(v, __builtin_shuffle(v, IntLanes{1, 0, 3, 2, 5, 4, 7, 6, 9, 8,
-                                                11, 10, 13, 12, 15, 14}));
-  return v[0];
+// The largest lane, by folding the upper half of the register onto the lower.
+template <class L>
+[[gnu::always_inline]] inline float HorizontalMax(const typename L::Float& v) {
+  if constexpr (kLaneCount<typename L::Float> == 4) {
+    return std::max(std::max(v[0], v[1]), std::max(v[2], v[3]));
+  } else {
+    using Half = typename L::Half::Float;
+    Half low;
+    Half high;
+    std::memcpy(&low, &v, sizeof(low));
+    std::memcpy(&high, reinterpret_cast<const char*>(&v) + sizeof(low),
+                sizeof(high));
+    return HorizontalMax<typename L::Half>(MaxLanes(low, high));
+  }
 }
 
-float HorizontalSum(const Lanes& v) {
+template <class V>
+[[gnu::always_inline]] inline float HorizontalSum(const V& v) {
   float sum = 0;
-  for (int i = 0; i < kDimChunk; ++i) sum += v[i];
+  for (int i = 0; i < kLaneCount<V>; ++i) sum += v[i];
   return sum;
 }
 
 // 2^x per lane for x <= 0, to about 2e-7 relative error; exactly 0 where
 // x <= -127 (and -inf).
-[[gnu::always_inline]] inline Lanes Exp2NonPositive(Lanes x) {
+template <class L>
+[[gnu::always_inline]] inline typename L::Float Exp2NonPositive(
+    typename L::Float x) {
+  using Float = typename L::Float;
   constexpr float kRoundToInt = 12582912.0f;  // 1.5 * 2^23
-  x = MaxLanes(x, Broadcast(-127.0f));
-  const Lanes n = (x + kRoundToInt) - kRoundToInt;  // nearest integer
-  const Lanes f = x - n;                            // in [-0.5, 0.5]
+  x = MaxLanes(x, Float{} - 127.0f);
+  const Float n = (x + kRoundToInt) - kRoundToInt;  // nearest integer
+  const Float f = x - n;                            // in [-0.5, 0.5]
   // Cephes' exp2f minimax polynomial for 2^f on [-0.5, 0.5].
-  Lanes poly = Broadcast(1.535336188319500e-4f);
+  Float poly = Float{} + 1.535336188319500e-4f;
   poly = poly * f + 1.339887440266574e-3f;
   poly = poly * f + 9.618437357674640e-3f;
   poly = poly * f + 5.550332471162809e-2f;
@@ -197,8 +237,9 @@ float HorizontalSum(const Lanes& v) {
   poly = poly * f + 6.931472028550421e-1f;
   poly = poly * f + 1.0f;
   // 2^n from its exponent bits; 0 at n = -127.
-  const IntLanes bits = (__builtin_convertvector(n, IntLanes) + 127) << 23;
-  Lanes two_to_n;
+  using Int = typename L::Int;
+  const Int bits = (__builtin_convertvector(n, Int) + 127) << 23;
+  Float two_to_n;
   std::memcpy(&two_to_n, &bits, sizeof(two_to_n));
   return poly * two_to_n;
 }
@@ -254,16 +295,18 @@ template <int kRows, int kCols, int kStride>
 // probabilities relative to the new running max and rescales the running
 // per-lane sums and the row's output accumulator `out` (padded_dim floats) to
 // that max.
-template <int kWidth>
+template <int kWidth, class L>
 [[gnu::always_inline]] inline void SoftmaxRow(float* row, float& running_max,
-                                              Lanes& running_sum, float* out,
-                                              int64_t padded_dim) {
-  static_assert(kWidth % kDimChunk == 0, "rows are whole vectors");
-  Lanes max_lanes = LoadLanes(row);
-  for (int c = kDimChunk; c < kWidth; c += kDimChunk) {
-    max_lanes = MaxLanes(max_lanes, LoadLanes(row + c));
+                                              typename L::Float& running_sum,
+                                              float* out, int64_t padded_dim) {
+  using Float = typename L::Float;
+  constexpr int kStep = kLaneCount<Float>;
+  static_assert(kWidth % kStep == 0, "rows are whole vectors");
+  Float max_lanes = LoadLanes<Float>(row);
+  for (int c = kStep; c < kWidth; c += kStep) {
+    max_lanes = MaxLanes(max_lanes, LoadLanes<Float>(row + c));
   }
-  const float new_max = std::max(running_max, HorizontalMax(max_lanes));
+  const float new_max = std::max(running_max, HorizontalMax<L>(max_lanes));
   if (new_max == kNegInf) {  // nothing visible to this row so far
     std::fill(row, row + kWidth, 0.0f);
     return;
@@ -274,8 +317,8 @@ template <int kWidth>
     for (int64_t d = 0; d < padded_dim; ++d) out[d] *= alpha;
     running_max = new_max;
   }
-  for (int c = 0; c < kWidth; c += kDimChunk) {
-    const Lanes prob = Exp2NonPositive(LoadLanes(row + c) - new_max);
+  for (int c = 0; c < kWidth; c += kStep) {
+    const Float prob = Exp2NonPositive<L>(LoadLanes<Float>(row + c) - new_max);
     StoreLanes(prob, row + c);
     running_sum += prob;
   }
@@ -303,14 +346,16 @@ template <int kDim, class Tiles>
                     kRowStep % Tiles::kScoreRows == 0 &&
                     kRowStep % Tiles::kOutRows == 0,
                 "row blocks must tile the query tile");
-  static_assert(kN % Tiles::kScoreCols == 0, "score blocks must tile keys");
+  static_assert(kN % Tiles::kScoreCols == 0 && kN % kTransposeBlock == 0,
+                "score blocks and transpose blocks must tile keys");
   const int64_t dim = kDim > 0 ? kDim : p.dim;
   const int64_t padded_dim = kDim > 0 ? kDim : p.padded_dim;
   float* q = scratch;                // [kM][padded_dim], prescaled
   float* out = q + kM * padded_dim;  // [kM][padded_dim], unnormalized O
   float* s = out + kM * padded_dim;  // [kM][kN], scores then probabilities
+  using Lanes = typename Tiles::Lanes;
   float running_max[kM];
-  Lanes running_sum[kM];  // per-lane partial sums of probabilities
+  typename Lanes::Float running_sum[kM];  // per-lane partial sums
 
   const int64_t a_begin = tile * kM;
   const int64_t rows = std::min<int64_t>(kM, p.nq - a_begin);
@@ -323,7 +368,7 @@ template <int kDim, class Tiles>
       for (int64_t d = 0; d < dim; ++d) q_row[d] = src[d] * p.score_scale;
     }
     running_max[r] = kNegInf;
-    running_sum[r] = Lanes{};
+    running_sum[r] = typename Lanes::Float{};
   }
   std::fill(out, out + rows_computed * padded_dim, 0.0f);
 
@@ -349,8 +394,8 @@ template <int kDim, class Tiles>
       MaskScores(p, kN, a_begin, rows, rows_computed, c_begin, cols, s);
     }
     for (int64_t r = 0; r < rows_computed; ++r) {
-      SoftmaxRow<kN>(s + r * kN, running_max[r], running_sum[r],
-                     out + r * padded_dim, padded_dim);
+      SoftmaxRow<kN, Lanes>(s + r * kN, running_max[r], running_sum[r],
+                            out + r * padded_dim, padded_dim);
     }
     const float* v_tile = v_head + c_begin * padded_dim;
     for (int64_t r = 0; r < rows_computed; r += Tiles::kOutRows) {
@@ -451,7 +496,8 @@ TileKernel SelectTileKernel(int64_t dim, int64_t padded_dim) {
   }
 }
 
-// Writes K^T tile by tile: [B][Hkv][key_tiles][dim][key_tile], zero past nk.
+// Writes K^T tile by tile: [B][Hkv][key_tiles][dim][key_tile]. Columns past nk
+// repeat the last key; the kernel masks them out.
 void PackKeysTransposed(View<const float> k, int key_tile, int64_t key_tiles,
                         float* packed) {
   const Shape& shape = k.shape();
@@ -460,13 +506,17 @@ void PackKeysTransposed(View<const float> k, int key_tile, int64_t key_tiles,
   for (int64_t b = 0; b < shape.batch; ++b) {
     for (int64_t g = 0; g < shape.heads; ++g) {
       for (int64_t t = 0; t < key_tiles; ++t) {
-        float* dst =
+        float* tile =
             packed + ((b * shape.heads + g) * key_tiles + t) * tile_floats;
-        for (int64_t c = 0; c < key_tile; ++c) {
-          const int64_t n = t * key_tile + c;
-          const float* src = n < shape.seq ? k.Row(b, n, g) : nullptr;
+        for (int64_t c = 0; c < key_tile; c += kTransposeBlock) {
+          const float* rows[kTransposeBlock];
+          for (int j = 0; j < kTransposeBlock; ++j) {
+            rows[j] =
+                k.Row(b, std::min(t * key_tile + c + j, shape.seq - 1), g);
+          }
           for (int64_t d = 0; d < shape.dim; ++d) {
-            dst[d * key_tile + c] = src != nullptr ? src[d] : 0.0f;
+            float* out = tile + d * key_tile + c;
+            for (int j = 0; j < kTransposeBlock; ++j) out[j] = rows[j][d];
           }
         }
       }
@@ -513,6 +563,11 @@ class AlignedFloats {
 
 }  // namespace
 
+// Preconditions (the caller validates): q is [B, nq, Hq, D], k and v are
+// [B, nk, Hkv, D] with Hkv > 0 and Hq % Hkv == 0, o is [B, nq, Hq, D] and lse
+// [B, nq, Hq, 1]; the outputs overlap no input. With a block mask, positions
+// are >= 0 and the mask covers every position of the task. Allocates one
+// buffer per call: packed K and V plus a tile's scratch per OpenMP thread.
 void BlockAttention(const BlockAttentionArgs& args, View<float> o,
                     View<float> lse) {
   const Shape& q_shape = args.q.shape();

@@ -77,6 +77,15 @@ void MergeRow(RowResult& acc, const RowResult& part) {
 void ReferenceAttention(const AttentionSpec& spec, View<const float> q,
                         View<const float> k, View<const float> v,
                         View<double> o, View<double> lse) {
+  std::vector<int64_t> rows(static_cast<size_t>(spec.q_len));
+  std::iota(rows.begin(), rows.end(), 0);
+  ReferenceAttentionRows(spec, q, k, v, rows, o, lse);
+}
+
+void ReferenceAttentionRows(const AttentionSpec& spec, View<const float> q,
+                            View<const float> k, View<const float> v,
+                            const std::vector<int64_t>& rows, View<double> o,
+                            View<double> lse) {
   const int64_t nq = spec.q_len;
   const int64_t nk = spec.kv_len;
   const int64_t shift = nk - nq;
@@ -89,6 +98,7 @@ void ReferenceAttention(const AttentionSpec& spec, View<const float> q,
   if (spec.hilbert.has_value()) {
     q_order = k_order = HilbertOrder(spec.hilbert->height, spec.hilbert->width);
   }
+  const std::vector<int64_t> q_position = InversePermutation(q_order);
   std::optional<BlockMask> blocks;
   if (spec.block_sparse.has_value()) {
     blocks = BlockMask::FromRules(*spec.block_sparse, nk);
@@ -97,7 +107,8 @@ void ReferenceAttention(const AttentionSpec& spec, View<const float> q,
   for (int64_t b = 0; b < spec.batch; ++b) {
     for (int64_t h = 0; h < spec.q_heads; ++h) {
       const int64_t kv_head = spec.KvHeadOf(h);
-      for (int64_t tq = 0; tq < nq; ++tq) {
+      for (const int64_t row_index : rows) {
+        const int64_t tq = q_position[row_index];
         const float* q_row = q.Row(b, q_order[tq], h);
         RowResult row;
         if (num_branches == 0) {

@@ -6,6 +6,9 @@
 // ("Semantics"), one query row and one visible-key test at a time. Slow by
 // design; every other path is tested against it. Thread-compatible.
 
+#include <cstdint>
+#include <vector>
+
 #include "core/attention_spec.h"
 #include "core/tensor.h"
 
@@ -18,6 +21,13 @@ namespace ringattn {
 void ReferenceAttention(const AttentionSpec& spec, View<const float> q,
                         View<const float> k, View<const float> v,
                         View<double> o, View<double> lse);
+
+// The same for the query rows `rows` (caller's indices) only: writes those rows of o and
+// lse and leaves the others untouched. For checking long sequences by sampling.
+void ReferenceAttentionRows(const AttentionSpec& spec, View<const float> q,
+                            View<const float> k, View<const float> v,
+                            const std::vector<int64_t>& rows, View<double> o,
+                            View<double> lse);
 
 }  // namespace ringattn
 
