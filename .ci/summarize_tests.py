@@ -22,8 +22,10 @@ def xml_files(target):
 
 
 def count_cases(target):
-    """(passed, failed, skipped) over the target's GoogleTest cases."""
+    """(passed, failed, skipped) over the target's GoogleTest cases; prints failures,
+    and skips once per distinct reason."""
     passed = failed = skipped = 0
+    skip_reasons = {}
     for path in xml_files(target):
         try:
             cases = list(ElementTree.parse(path).iter("testcase"))
@@ -38,10 +40,13 @@ def count_cases(target):
             elif skip is not None or case.get("result") == "skipped":
                 reason = skip.get("message", "") if skip is not None else ""
                 reason = (reason.strip().splitlines() or [""])[-1]
-                print(f"SKIPPED {name}: {reason.strip()}")
+                skip_reasons[reason] = skip_reasons.get(reason, 0) + 1
                 skipped += 1
             else:
                 passed += 1
+    for reason, count in skip_reasons.items():
+        cases = "case" if count == 1 else "cases"
+        print(f"SKIPPED {target}: {count} {cases}: {reason}")
     return passed, failed, skipped
 
 

@@ -36,7 +36,8 @@ absl::StatusOr<AdmissionControl::Ticket> AdmissionControl::Admit(
   const uint64_t number = next_number_++;
   line_.push_back(number);
   auto turn = [&]() {
-    return line_.front() == number && in_use_ + bytes <= budget_;
+    return line_.front() == number && in_use_ + bytes <= budget_ &&
+           running_ < max_requests_;
   };
   const bool admitted =
       mutex_.AwaitWithDeadline(absl::Condition(&turn), deadline);
@@ -47,12 +48,14 @@ absl::StatusOr<AdmissionControl::Ticket> AdmissionControl::Admit(
         "finish (the cluster is busy)");
   }
   in_use_ += bytes;
+  ++running_;
   return Ticket(this, bytes);
 }
 
 void AdmissionControl::Release(int64_t bytes) {
   absl::MutexLock lock(&mutex_);
   in_use_ -= bytes;
+  --running_;
 }
 
 int64_t AdmissionControl::in_use() {

@@ -17,7 +17,8 @@ namespace ringattn {
 
 class AdmissionControl {
  public:
-  explicit AdmissionControl(int64_t budget_bytes) : budget_(budget_bytes) {}
+  AdmissionControl(int64_t budget_bytes, int max_requests)
+      : budget_(budget_bytes), max_requests_(max_requests) {}
 
   // Holds `bytes` of the budget until destroyed. Move-only.
   class Ticket {
@@ -46,8 +47,10 @@ class AdmissionControl {
   void Release(int64_t bytes);
 
   const int64_t budget_;
+  const int max_requests_;
   absl::Mutex mutex_;
   int64_t in_use_ ABSL_GUARDED_BY(mutex_) = 0;
+  int running_ ABSL_GUARDED_BY(mutex_) = 0;
   uint64_t next_number_ ABSL_GUARDED_BY(mutex_) = 0;
   std::list<uint64_t> line_
       ABSL_GUARDED_BY(mutex_);  // waiting, in arrival order

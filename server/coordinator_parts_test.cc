@@ -96,7 +96,7 @@ TEST(Cluster, ReadyOnlyWhenEveryRankIsHeld) {
 }
 
 TEST(AdmissionControl, RefusesWhatCanNeverFitAndQueuesTheRest) {
-  AdmissionControl admission(10);
+  AdmissionControl admission(10, 4);
   EXPECT_EQ(admission.Admit(11, absl::InfiniteFuture()).status().code(),
             absl::StatusCode::kResourceExhausted);
   absl::StatusOr<AdmissionControl::Ticket> first =
@@ -118,6 +118,20 @@ TEST(AdmissionControl, RefusesWhatCanNeverFitAndQueuesTheRest) {
   waiter.join();
   ASSERT_TRUE(second->ok());
   EXPECT_EQ(admission.in_use(), 5);
+}
+
+TEST(AdmissionControl, BoundsRequestsInFlight) {
+  AdmissionControl admission(100, 2);
+  absl::StatusOr<AdmissionControl::Ticket> a =
+      admission.Admit(1, absl::InfiniteFuture());
+  absl::StatusOr<AdmissionControl::Ticket> b =
+      admission.Admit(1, absl::InfiniteFuture());
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(
+      admission.Admit(1, absl::Now() + absl::Milliseconds(20)).status().code(),
+      absl::StatusCode::kDeadlineExceeded);
+  *a = AdmissionControl::Ticket();
+  EXPECT_TRUE(admission.Admit(1, absl::Now() + absl::Seconds(5)).ok());
 }
 
 TEST(RendezvousStore, GetWaitsForKeysAndNamesTheMissingOne) {

@@ -31,6 +31,9 @@ ABSL_FLAG(int64_t, max_request_bytes, int64_t{8} << 30,
           "largest Q + K + V upload of one request, in wire bytes");
 ABSL_FLAG(int64_t, max_inflight_bytes, int64_t{16} << 30,
           "wire bytes all admitted requests may hold together; more wait");
+ABSL_FLAG(
+    int, max_concurrent_requests, 2,
+    "requests computed at once (each uses every worker); more wait in line");
 ABSL_FLAG(double, ring_timeout_seconds, 60,
           "how long workers wait on each other before failing a request");
 ABSL_FLAG(double, heartbeat_timeout_seconds, 3,
@@ -63,7 +66,8 @@ int Main() {
   options.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
   options.ring_timeout =
       absl::Seconds(absl::GetFlag(FLAGS_ring_timeout_seconds));
-  AdmissionControl admission(options.max_inflight_bytes);
+  AdmissionControl admission(options.max_inflight_bytes,
+                             absl::GetFlag(FLAGS_max_concurrent_requests));
   AttentionService attention(
       CoordinatorState{options, &cluster, &store, &metrics, &admission});
   CoordinationService coordination(&cluster, &store);

@@ -1,0 +1,145 @@
+#include "client/chunking.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace ringattn {
+
+ChunkStream::ChunkStream(DType wire_dtype, int64_t chunk_bytes)
+    : wire_dtype_(wire_dtype), chunk_bytes_(chunk_bytes) {}
+
+void ChunkStream::Add(v1::TensorName name, View<const float> tensor) {
+  entries_.push_back({name, tensor});
+}
+
+bool ChunkStream::Next(v1::TensorChunk* chunk) {
+  while (entry_ < entries_.size()) {
+    const Entry& entry = entries_[entry_];
+    const Shape& shape = entry.tensor.shape();
+    if (batch_ >= shape.batch) {
+      ++entry_;
+      batch_ = 0;
+      token_ = 0;
+      continue;
+    }
+    if (token_ >= shape.seq) {
+      ++batch_;
+      token_ = 0;
+      continue;
+    }
+    const int64_t row_values = shape.heads * shape.dim;
+    const int64_t row_bytes = row_values * DTypeSize(wire_dtype_);
+    const int64_t rows = std::min(
+        shape.seq - token_,
+        std::max<int64_t>(1, chunk_bytes_ / std::max<int64_t>(1, row_bytes)));
+    chunk->set_tensor(entry.name);
+    chunk->set_batch(batch_);
+    chunk->set_token_offset(token_);
+    chunk->set_token_count(rows);
+    std::string* data = chunk->mutable_data();
+    data->resize(rows * row_bytes);
+    for (int64_t r = 0; r < rows; ++r) {
+      ConvertFromFloat(wire_dtype_, entry.tensor.Row(batch_, token_ + r, 0),
+                       data->data() + r * row_bytes, row_values);
+    }
+    token_ += rows;
+    return true;
+  }
+  return false;
+}
+
+int64_t ChunkStream::total_bytes() const {
+  int64_t total = 0;
+  for (const Entry& entry : entries_) {
+    total += entry.tensor.shape().NumElements() * DTypeSize(wire_dtype_);
+  }
+  return total;
+}
+
+std::vector<v1::TensorChunk> SplitTensor(v1::TensorName name,
+                                         View<const float> tensor,
+                                         DType wire_dtype,
+                                         int64_t chunk_bytes) {
+  ChunkStream stream(wire_dtype, chunk_bytes);
+  stream.Add(name, tensor);
+  std::vector<v1::TensorChunk> chunks;
+  v1::TensorChunk chunk;
+  while (stream.Next(&chunk)) chunks.push_back(chunk);
+  return chunks;
+}
+
+OutputAssembler::OutputAssembler(Shape shape, bool with_lse)
+    : shape_(shape),
+      with_lse_(with_lse),
+      output_(shape),
+      lse_(with_lse ? shape.batch * shape.heads * shape.seq : 0),
+      received_(shape.batch * shape.seq, false) {}
+
+absl::Status OutputAssembler::Add(const v1::OutputChunk& chunk) {
+  const int64_t batch = chunk.batch();
+  const int64_t offset = chunk.token_offset();
+  const int64_t count = chunk.token_count();
+  const std::string rows =
+      absl::StrCat("output rows [", offset, ", ", offset + count,
+                   ") of batch entry ", batch);
+  if (batch < 0 || batch >= shape_.batch || offset < 0 || count < 1 ||
+      offset > shape_.seq - count) {
+    return absl::InternalError(absl::StrCat(
+        "the server sent ", rows, ", outside the output of ", shape_.batch,
+        " batch entries of ", shape_.seq, " tokens"));
+  }
+  const int64_t row_values = shape_.heads * shape_.dim;
+  const size_t data_bytes = count * row_values * sizeof(float);
+  if (chunk.data().size() != data_bytes) {
+    return absl::InternalError(
+        absl::StrCat("the server sent ", rows, " with ", chunk.data().size(),
+                     " data bytes, expected ", data_bytes));
+  }
+  const size_t lse_bytes = with_lse_ ? count * shape_.heads * sizeof(float) : 0;
+  if (chunk.lse().size() != lse_bytes) {
+    return absl::InternalError(
+        absl::StrCat("the server sent ", rows, " with ", chunk.lse().size(),
+                     " LSE bytes, expected ", lse_bytes,
+                     with_lse_ ? "" : " (LSE was not asked for)"));
+  }
+  const int64_t first = batch * shape_.seq + offset;
+  for (int64_t row = first; row < first + count; ++row) {
+    if (received_[row]) {
+      return absl::InternalError(absl::StrCat(
+          "the server sent output row ", row - batch * shape_.seq,
+          " of batch entry ", batch, " twice (again in ", rows, ")"));
+    }
+  }
+  std::fill(received_.begin() + first, received_.begin() + first + count, true);
+  std::memcpy(output_.data() + first * row_values, chunk.data().data(),
+              data_bytes);
+  for (int64_t h = 0; h < shape_.heads && with_lse_; ++h) {
+    std::memcpy(lse_.data() + (batch * shape_.heads + h) * shape_.seq + offset,
+                chunk.lse().data() + h * count * sizeof(float),
+                count * sizeof(float));
+  }
+  rows_received_ += count;
+  bytes_received_ += data_bytes + lse_bytes;
+  return absl::OkStatus();
+}
+
+absl::Status OutputAssembler::CheckComplete() const {
+  const int64_t rows = shape_.batch * shape_.seq;
+  if (rows_received_ == rows) return absl::OkStatus();
+  const int64_t first =
+      std::find(received_.begin(), received_.end(), false) - received_.begin();
+  return absl::DataLossError(absl::StrCat(
+      "the server's output is missing ", rows - rows_received_, " of ", rows,
+      " token rows (the first: token ", first % shape_.seq, " of batch entry ",
+      first / shape_.seq, ")"));
+}
+
+int64_t OutputAssembler::total_bytes() const {
+  return (shape_.NumElements() + static_cast<int64_t>(lse_.size())) *
+         static_cast<int64_t>(sizeof(float));
+}
+
+}  // namespace ringattn

@@ -1,0 +1,105 @@
+#ifndef RINGATTN_CLIENT_CHUNKING_H_
+#define RINGATTN_CLIENT_CHUNKING_H_
+
+// The wire form of tensors in the public API: splitting host tensors into
+// TensorChunk messages of whole token rows, and reassembling output and LSE
+// from OutputChunk messages. Pure data transformations with no gRPC calls;
+// the Client streams what these produce. None of the types is thread-safe.
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "ringattn/v1/attention.pb.h"
+
+namespace ringattn {
+
+// Hands out the chunks of one or more tensors in order: for each tensor, batch
+// entry by batch entry, runs of whole token rows of at most `chunk_bytes` wire
+// bytes (one row per chunk where a single row is larger), converted to the
+// wire dtype. Chunks are produced one at a time, so memory stays at one chunk
+// whatever the tensor size.
+class ChunkStream {
+ public:
+  // Requires chunk_bytes >= 1.
+  ChunkStream(DType wire_dtype, int64_t chunk_bytes);
+
+  ChunkStream(const ChunkStream&) = delete;
+  ChunkStream& operator=(const ChunkStream&) = delete;
+
+  // Queues `tensor` (a [batch, seq, heads, dim] view whose memory must outlive
+  // the stream) to be sent as tensor `name` after those added before it.
+  void Add(v1::TensorName name, View<const float> tensor);
+
+  // Fills `chunk` with the next chunk, reusing its buffers, and returns true;
+  // returns false once every row of every tensor has been handed out.
+  bool Next(v1::TensorChunk* chunk);
+
+  // Wire bytes of the data of all chunks of all tensors added.
+  int64_t total_bytes() const;
+
+ private:
+  struct Entry {
+    v1::TensorName name;
+    View<const float> tensor;
+  };
+
+  DType wire_dtype_;
+  int64_t chunk_bytes_;
+  std::vector<Entry> entries_;
+  // The position of the next chunk: tensor, batch entry and first token.
+  size_t entry_ = 0;
+  int64_t batch_ = 0;
+  int64_t token_ = 0;
+};
+
+// All chunks of `tensor` at once (what a ChunkStream holding only it yields).
+std::vector<v1::TensorChunk> SplitTensor(v1::TensorName name,
+                                         View<const float> tensor,
+                                         DType wire_dtype, int64_t chunk_bytes);
+
+// Collects the OutputChunks of one response into O [batch, q_len, q_heads,
+// head_dim] and, if asked, LSE [batch, q_heads, q_len], checking that every
+// token row arrives exactly once with data of the right size.
+class OutputAssembler {
+ public:
+  // `shape` is O's shape (every extent >= 1).
+  OutputAssembler(Shape shape, bool with_lse);
+
+  OutputAssembler(const OutputAssembler&) = delete;
+  OutputAssembler& operator=(const OutputAssembler&) = delete;
+
+  // Copies the rows of `chunk` into place. INTERNAL, naming the rows, if they
+  // fall outside the output, repeat rows already received, or carry data or
+  // LSE of the wrong size (or LSE that was not asked for); nothing is copied
+  // then.
+  absl::Status Add(const v1::OutputChunk& chunk);
+
+  // OK once every row has arrived; DATA_LOSS naming how many rows are missing
+  // and the first of them otherwise.
+  absl::Status CheckComplete() const;
+
+  // Bytes of output and LSE received so far, and in all.
+  int64_t bytes_received() const { return bytes_received_; }
+  int64_t total_bytes() const;
+
+  // O, and LSE (empty without with_lse). Complete once CheckComplete() is OK.
+  Tensor<float>& output() { return output_; }
+  std::vector<float>& lse() { return lse_; }
+
+ private:
+  Shape shape_;
+  bool with_lse_;
+  Tensor<float> output_;
+  std::vector<float> lse_;
+  // One flag per (batch, token): whether that row has arrived.
+  std::vector<bool> received_;
+  int64_t rows_received_ = 0;
+  int64_t bytes_received_ = 0;
+};
+
+}  // namespace ringattn
+
+#endif  // RINGATTN_CLIENT_CHUNKING_H_

@@ -1,0 +1,450 @@
+#include "client/client.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "client/chunking.h"
+#include "core/status_macros.h"
+#include "proto/spec_conversion.h"
+
+namespace ringattn {
+namespace {
+
+// Output chunks are ~1 MiB; the limit leaves room for larger ones while
+// bounding what a single message can make the client allocate.
+constexpr int kMaxReceiveMessageBytes = 64 << 20;
+
+absl::Status FromGrpc(const grpc::Status& status) {
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      status.error_message());
+}
+
+std::string ShapeString(const Shape& shape) {
+  return absl::StrCat("[", shape.batch, ", ", shape.seq, ", ", shape.heads,
+                      ", ", shape.dim, "]");
+}
+
+// INVALID_ARGUMENT unless every extent of `expected` (what the request says)
+// is >= 1 and `tensor` has that shape.
+absl::Status CheckShape(absl::string_view name, const HostTensor& tensor,
+                        const Shape& expected) {
+  if (expected.batch < 1 || expected.seq < 1 || expected.heads < 1 ||
+      expected.dim < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the request gives ", name, " the shape ",
+                     ShapeString(expected), "; every extent must be >= 1"));
+  }
+  if (tensor.shape() != expected) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " has shape ", ShapeString(tensor.shape()),
+                     " but the request says ", ShapeString(expected)));
+  }
+  return absl::OkStatus();
+}
+
+// The spec to send: `spec` with FP32 in place of an unspecified wire dtype.
+v1::AttentionSpec WithWireDType(const v1::AttentionSpec& spec) {
+  v1::AttentionSpec result = spec;
+  if (result.wire_dtype() == v1::DTYPE_UNSPECIFIED) {
+    result.set_wire_dtype(v1::FP32);
+  }
+  return result;
+}
+
+// Passes a call's progress to the user's callback, one report at a time
+// (upload and download reports come from different gRPC threads).
+// Thread-safe.
+class ProgressReporter {
+ public:
+  explicit ProgressReporter(
+      const std::function<void(const Progress&)>& callback)
+      : callback_(callback) {}
+
+  void Report(Progress::Phase phase, int64_t done, int64_t total) {
+    if (!callback_) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    callback_(Progress{phase, done, total});
+  }
+
+ private:
+  const std::function<void(const Progress&)>& callback_;
+  std::mutex mu_;
+};
+
+// Lets the calling thread wait for a reactor's OnDone. Thread-safe.
+class Completion {
+ public:
+  void Finish(const grpc::Status& status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    status_ = status;
+    done_ = true;
+    done_cv_.notify_one();
+  }
+
+  grpc::Status Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, [this] { return done_; });
+    return status_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable done_cv_;
+  bool done_ = false;
+  grpc::Status status_;
+};
+
+// The messages of an upload stream: a header, then every chunk of a
+// ChunkStream, all built in one reused message. Used by one write at a time.
+template <typename Request>
+class RequestSequence {
+ public:
+  RequestSequence(Request header, ChunkStream* chunks,
+                  ProgressReporter* progress)
+      : request_(std::move(header)), chunks_(chunks), progress_(progress) {}
+
+  Request* First() { return &request_; }
+
+  // Once the message last handed out is written: the next one, or null when
+  // all are written.
+  Request* Next() {
+    uploaded_ += request_.chunk().data().size();
+    progress_->Report(Progress::Phase::kUpload, uploaded_,
+                      chunks_->total_bytes());
+    return chunks_->Next(request_.mutable_chunk()) ? &request_ : nullptr;
+  }
+
+ private:
+  Request request_;
+  ChunkStream* chunks_;
+  ProgressReporter* progress_;
+  int64_t uploaded_ = 0;
+};
+
+// One Attend or Query call: writes the request stream while reading the
+// response stream into an OutputAssembler, with one write and one read
+// outstanding at a time (which is the flow control). Bind it to a call with
+// the stub's async() method, then Run() it once.
+template <typename Request>
+class OutputCall final
+    : public grpc::ClientBidiReactor<Request, v1::AttendResponse> {
+ public:
+  OutputCall(grpc::ClientContext* context, Request header, ChunkStream* chunks,
+             OutputAssembler* output, ProgressReporter* progress)
+      : context_(context),
+        requests_(std::move(header), chunks, progress),
+        output_(output),
+        progress_(progress) {}
+
+  // Starts the call and waits for it to end. The first failure: a response
+  // that breaks the API, the call's status, a missing summary or missing
+  // output rows.
+  absl::Status Run() {
+    this->StartWrite(requests_.First());
+    this->StartRead(&response_);
+    this->StartCall();
+    const grpc::Status status = completion_.Wait();
+    RINGATTN_RETURN_IF_ERROR(response_error_);
+    RINGATTN_RETURN_IF_ERROR(FromGrpc(status));
+    if (!has_summary_) {
+      return absl::DataLossError("the server ended the call without a summary");
+    }
+    return output_->CheckComplete();
+  }
+
+  v1::Summary& summary() { return summary_; }
+
+ private:
+  void OnWriteDone(bool ok) override {
+    // Not ok: the call is over; OnDone brings its status.
+    if (!ok) return;
+    if (Request* next = requests_.Next()) {
+      this->StartWrite(next);
+    } else {
+      this->StartWritesDone();
+    }
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;
+    response_error_ = Accept();
+    if (!response_error_.ok()) {
+      context_->TryCancel();
+      return;
+    }
+    this->StartRead(&response_);
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    completion_.Finish(status);
+  }
+
+  absl::Status Accept() {
+    switch (response_.kind_case()) {
+      case v1::AttendResponse::kOutput:
+        if (has_summary_) {
+          return absl::InternalError(
+              "the server sent output after the summary");
+        }
+        if (output_->bytes_received() == 0) {
+          progress_->Report(Progress::Phase::kDownload, 0,
+                            output_->total_bytes());
+        }
+        RINGATTN_RETURN_IF_ERROR(output_->Add(response_.output()));
+        progress_->Report(Progress::Phase::kDownload, output_->bytes_received(),
+                          output_->total_bytes());
+        return absl::OkStatus();
+      case v1::AttendResponse::kSummary:
+        if (has_summary_) {
+          return absl::InternalError("the server sent two summaries");
+        }
+        summary_ = response_.summary();
+        has_summary_ = true;
+        return absl::OkStatus();
+      case v1::AttendResponse::KIND_NOT_SET:
+        break;
+    }
+    return absl::InternalError("the server sent an empty response message");
+  }
+
+  grpc::ClientContext* context_;
+  RequestSequence<Request> requests_;
+  OutputAssembler* output_;
+  ProgressReporter* progress_;
+  v1::AttendResponse response_;
+  // Written by read reactions, read by Run() after OnDone.
+  absl::Status response_error_;
+  bool has_summary_ = false;
+  v1::Summary summary_;
+  Completion completion_;
+};
+
+// One CreateContext or AppendContext call: writes the upload stream, one
+// message outstanding at a time. Bind it to a call with the stub's async()
+// method, then Run() it once.
+class ContextUploadCall final
+    : public grpc::ClientWriteReactor<v1::ContextUpload> {
+ public:
+  ContextUploadCall(v1::ContextUpload header, ChunkStream* chunks,
+                    ProgressReporter* progress)
+      : requests_(std::move(header), chunks, progress) {}
+
+  // Starts the call and waits for it to end; returns its status.
+  absl::Status Run() {
+    StartWrite(requests_.First());
+    StartCall();
+    return FromGrpc(completion_.Wait());
+  }
+
+ private:
+  void OnWriteDone(bool ok) override {
+    if (!ok) return;
+    if (v1::ContextUpload* next = requests_.Next()) {
+      StartWrite(next);
+    } else {
+      StartWritesDone();
+    }
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    completion_.Finish(status);
+  }
+
+  RequestSequence<v1::ContextUpload> requests_;
+  Completion completion_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
+    const std::string& target, ClientOptions options) {
+  if (target.empty()) {
+    return absl::InvalidArgumentError("the target address is empty");
+  }
+  if (options.chunk_bytes < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ClientOptions.chunk_bytes must be >= 1, got ", options.chunk_bytes));
+  }
+  if (options.deadline <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ClientOptions.deadline must be positive, got ",
+                     absl::FormatDuration(options.deadline)));
+  }
+  if (options.reconnect_backoff <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ClientOptions.reconnect_backoff must be positive, got ",
+                     absl::FormatDuration(options.reconnect_backoff)));
+  }
+  grpc::ChannelArguments arguments;
+  arguments.SetMaxReceiveMessageSize(kMaxReceiveMessageBytes);
+  if (options.reconnect_backoff != absl::InfiniteDuration()) {
+    const int ms = static_cast<int>(std::clamp<int64_t>(
+        absl::ToInt64Milliseconds(options.reconnect_backoff), 1, INT32_MAX));
+    arguments.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, ms);
+    arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, ms);
+  }
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
+      target,
+      options.credentials ? options.credentials
+                          : grpc::InsecureChannelCredentials(),
+      arguments);
+  return std::unique_ptr<Client>(
+      new Client(v1::Attention::NewStub(channel), std::move(options)));
+}
+
+Client::Client(std::unique_ptr<v1::Attention::Stub> stub, ClientOptions options)
+    : stub_(std::move(stub)), options_(std::move(options)) {}
+
+void Client::Prepare(grpc::ClientContext* context) const {
+  context->set_wait_for_ready(options_.wait_for_ready);
+  if (options_.deadline != absl::InfiniteDuration()) {
+    context->set_deadline(absl::ToChronoTime(absl::Now() + options_.deadline));
+  }
+  if (options_.bearer_token.has_value()) {
+    context->AddMetadata("authorization",
+                         absl::StrCat("Bearer ", *options_.bearer_token));
+  }
+}
+
+absl::StatusOr<AttendResult> Client::Attend(const v1::AttentionSpec& spec,
+                                            const HostTensor& q,
+                                            const HostTensor& k,
+                                            const HostTensor& v) {
+  v1::AttendRequest header;
+  *header.mutable_header() = WithWireDType(spec);
+  const v1::AttentionSpec& sent = header.header();
+  absl::StatusOr<DType> dtype = DTypeFromProto(sent.wire_dtype());
+  if (!dtype.ok()) return dtype.status();
+  const Shape q_shape{sent.batch(), sent.q_len(), sent.q_heads(),
+                      sent.head_dim()};
+  const Shape kv_shape{sent.batch(), sent.kv_len(), sent.kv_heads(),
+                       sent.head_dim()};
+  RINGATTN_RETURN_IF_ERROR(CheckShape("Q", q, q_shape));
+  RINGATTN_RETURN_IF_ERROR(CheckShape("K", k, kv_shape));
+  RINGATTN_RETURN_IF_ERROR(CheckShape("V", v, kv_shape));
+
+  ChunkStream chunks(*dtype, options_.chunk_bytes);
+  chunks.Add(v1::Q, q);
+  chunks.Add(v1::K, k);
+  chunks.Add(v1::V, v);
+  OutputAssembler output(q_shape, sent.return_lse());
+  ProgressReporter progress(options_.progress);
+  grpc::ClientContext context;
+  Prepare(&context);
+  OutputCall<v1::AttendRequest> call(&context, std::move(header), &chunks,
+                                     &output, &progress);
+  stub_->async()->Attend(&context, &call);
+  RINGATTN_RETURN_IF_ERROR(call.Run());
+  return AttendResult{std::move(output.output()), std::move(output.lse()),
+                      std::move(call.summary())};
+}
+
+absl::StatusOr<AttendResult> Client::Query(const std::string& context_name,
+                                           const v1::AttentionSpec& spec,
+                                           const HostTensor& q) {
+  v1::QueryRequest header;
+  header.mutable_header()->set_context(context_name);
+  *header.mutable_header()->mutable_spec() = WithWireDType(spec);
+  const v1::AttentionSpec& sent = header.header().spec();
+  absl::StatusOr<DType> dtype = DTypeFromProto(sent.wire_dtype());
+  if (!dtype.ok()) return dtype.status();
+  const Shape q_shape{sent.batch(), sent.q_len(), sent.q_heads(),
+                      sent.head_dim()};
+  RINGATTN_RETURN_IF_ERROR(CheckShape("Q", q, q_shape));
+
+  ChunkStream chunks(*dtype, options_.chunk_bytes);
+  chunks.Add(v1::Q, q);
+  OutputAssembler output(q_shape, sent.return_lse());
+  ProgressReporter progress(options_.progress);
+  grpc::ClientContext context;
+  Prepare(&context);
+  OutputCall<v1::QueryRequest> call(&context, std::move(header), &chunks,
+                                    &output, &progress);
+  stub_->async()->Query(&context, &call);
+  RINGATTN_RETURN_IF_ERROR(call.Run());
+  return AttendResult{std::move(output.output()), std::move(output.lse()),
+                      std::move(call.summary())};
+}
+
+absl::StatusOr<v1::ContextInfo> Client::CreateContext(const std::string& name,
+                                                      const HostTensor& k,
+                                                      const HostTensor& v,
+                                                      v1::DType wire_dtype) {
+  return UploadContext(/*create=*/true, name, k, v, wire_dtype);
+}
+
+absl::StatusOr<v1::ContextInfo> Client::AppendContext(const std::string& name,
+                                                      const HostTensor& k,
+                                                      const HostTensor& v,
+                                                      v1::DType wire_dtype) {
+  return UploadContext(/*create=*/false, name, k, v, wire_dtype);
+}
+
+absl::StatusOr<v1::ContextInfo> Client::UploadContext(bool create,
+                                                      const std::string& name,
+                                                      const HostTensor& k,
+                                                      const HostTensor& v,
+                                                      v1::DType wire_dtype) {
+  absl::StatusOr<DType> dtype = DTypeFromProto(wire_dtype);
+  if (!dtype.ok()) return dtype.status();
+  RINGATTN_RETURN_IF_ERROR(CheckShape("K", k, k.shape()));
+  RINGATTN_RETURN_IF_ERROR(CheckShape("V", v, k.shape()));
+  v1::ContextUpload header;
+  v1::ContextHeader* fields = header.mutable_header();
+  fields->set_name(name);
+  fields->set_batch(k.shape().batch);
+  fields->set_kv_heads(k.shape().heads);
+  fields->set_head_dim(k.shape().dim);
+  fields->set_length(k.shape().seq);
+  fields->set_wire_dtype(wire_dtype);
+
+  ChunkStream chunks(*dtype, options_.chunk_bytes);
+  chunks.Add(v1::K, k);
+  chunks.Add(v1::V, v);
+  ProgressReporter progress(options_.progress);
+  grpc::ClientContext context;
+  Prepare(&context);
+  v1::ContextInfo info;
+  ContextUploadCall call(std::move(header), &chunks, &progress);
+  if (create) {
+    stub_->async()->CreateContext(&context, &info, &call);
+  } else {
+    stub_->async()->AppendContext(&context, &info, &call);
+  }
+  RINGATTN_RETURN_IF_ERROR(call.Run());
+  return info;
+}
+
+absl::StatusOr<v1::ClusterInfo> Client::GetClusterInfo() {
+  grpc::ClientContext context;
+  Prepare(&context);
+  v1::ClusterInfo info;
+  RINGATTN_RETURN_IF_ERROR(FromGrpc(
+      stub_->GetClusterInfo(&context, v1::GetClusterInfoRequest(), &info)));
+  return info;
+}
+
+absl::Status Client::DeleteContext(const std::string& name) {
+  grpc::ClientContext context;
+  Prepare(&context);
+  v1::DeleteContextRequest request;
+  request.set_name(name);
+  v1::DeleteContextResponse response;
+  return FromGrpc(stub_->DeleteContext(&context, request, &response));
+}
+
+absl::StatusOr<std::vector<v1::ContextInfo>> Client::ListContexts() {
+  grpc::ClientContext context;
+  Prepare(&context);
+  v1::ListContextsResponse response;
+  RINGATTN_RETURN_IF_ERROR(FromGrpc(
+      stub_->ListContexts(&context, v1::ListContextsRequest(), &response)));
+  return std::vector<v1::ContextInfo>(response.contexts().begin(),
+                                      response.contexts().end());
+}
+
+}  // namespace ringattn

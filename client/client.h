@@ -1,0 +1,131 @@
+#ifndef RINGATTN_CLIENT_CLIENT_H_
+#define RINGATTN_CLIENT_CLIENT_H_
+
+// The C++ client library of the ringattn service (proto/ringattn/v1/
+// attention.proto): it turns host tensors into the chunked request streams of
+// the public API and the streamed output back into whole tensors.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/tensor.h"
+#include "grpcpp/grpcpp.h"
+#include "ringattn/v1/attention.grpc.pb.h"
+
+namespace ringattn {
+
+// An fp32 host tensor [batch, seq, heads, dim] handed to the client; the
+// client reads it during the call and does not keep it.
+using HostTensor = View<const float>;
+
+// How far the upload of a request's tensors, or the download of its output,
+// has come.
+struct Progress {
+  enum class Phase { kUpload, kDownload };
+  Phase phase = Phase::kUpload;
+  int64_t bytes_done = 0;
+  int64_t bytes_total = 0;
+};
+
+struct ClientOptions {
+  // Limit on each call, from its start; InfiniteDuration() for none.
+  absl::Duration deadline = absl::InfiniteDuration();
+  // Upper bound on the tensor bytes of one chunk message (a single token row
+  // that is larger goes alone). >= 1.
+  int64_t chunk_bytes = 1 << 20;
+  // Sent as "authorization: Bearer <token>" metadata on every call.
+  std::optional<std::string> bearer_token;
+  // Called as chunks go out and come in: bytes_done rises to bytes_total in
+  // each phase, starting with a call at 0. It runs on a gRPC thread, never
+  // concurrently with itself for one call; it must be quick and must not call
+  // the Client.
+  std::function<void(const Progress&)> progress;
+  // Whether a call waits (within its deadline) for the server to become
+  // reachable instead of failing at once with UNAVAILABLE.
+  bool wait_for_ready = false;
+  // Longest wait between attempts to (re)connect; InfiniteDuration() leaves
+  // gRPC's growing backoff (1 s up to 2 min). Short for a server that is
+  // about to start.
+  absl::Duration reconnect_backoff = absl::InfiniteDuration();
+  // Channel credentials; null means plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+};
+
+// What Attend and Query return.
+struct AttendResult {
+  Tensor<float> output;    // O [batch, q_len, q_heads, head_dim]
+  std::vector<float> lse;  // [batch, q_heads, q_len] with return_lse, or empty
+  v1::Summary summary;
+};
+
+// A connection to one ringattn coordinator. Every method blocks until its call
+// completes and returns the service's status as an absl::Status with the same
+// code and message; a response that breaks the API's rules (output rows
+// missing, repeated or of the wrong size) is INTERNAL or DATA_LOSS. A Client is
+// thread-safe: calls from several threads run concurrently over one channel.
+class Client {
+ public:
+  // A client of the service at `target` ("host:port" or any gRPC target).
+  // The channel connects lazily: an unreachable target shows as UNAVAILABLE
+  // on the first call. INVALID_ARGUMENT for an empty target or bad options.
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(
+      const std::string& target, ClientOptions options);
+
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Exact attention of Q [batch, q_len, q_heads, head_dim] against
+  // K, V [batch, kv_len, kv_heads, head_dim] under `spec`, whose shape fields
+  // must match the tensors (INVALID_ARGUMENT otherwise). Tensors travel in
+  // spec.wire_dtype (FP32 where unspecified).
+  absl::StatusOr<AttendResult> Attend(const v1::AttentionSpec& spec,
+                                      const HostTensor& q, const HostTensor& k,
+                                      const HostTensor& v);
+
+  absl::StatusOr<v1::ClusterInfo> GetClusterInfo();
+
+  // Uploads K and V [batch, length, kv_heads, head_dim] as a new resident
+  // context `name`, or appends them to the existing context `name`; returns
+  // the context as it stands afterwards.
+  absl::StatusOr<v1::ContextInfo> CreateContext(
+      const std::string& name, const HostTensor& k, const HostTensor& v,
+      v1::DType wire_dtype = v1::FP32);
+  absl::StatusOr<v1::ContextInfo> AppendContext(
+      const std::string& name, const HostTensor& k, const HostTensor& v,
+      v1::DType wire_dtype = v1::FP32);
+
+  // Attention of Q against the resident context `context`: as Attend, with
+  // spec.kv_len ignored.
+  absl::StatusOr<AttendResult> Query(const std::string& context,
+                                     const v1::AttentionSpec& spec,
+                                     const HostTensor& q);
+
+  absl::Status DeleteContext(const std::string& name);
+  absl::StatusOr<std::vector<v1::ContextInfo>> ListContexts();
+
+ private:
+  Client(std::unique_ptr<v1::Attention::Stub> stub, ClientOptions options);
+
+  // Sets the deadline and metadata of a new call on `context`.
+  void Prepare(grpc::ClientContext* context) const;
+
+  absl::StatusOr<v1::ContextInfo> UploadContext(bool create,
+                                                const std::string& name,
+                                                const HostTensor& k,
+                                                const HostTensor& v,
+                                                v1::DType wire_dtype);
+
+  std::unique_ptr<v1::Attention::Stub> stub_;
+  ClientOptions options_;
+};
+
+}  // namespace ringattn
+
+#endif  // RINGATTN_CLIENT_CLIENT_H_

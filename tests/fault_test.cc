@@ -1,0 +1,102 @@
+// Faults and load: a worker killed mid-request, and many concurrent clients.
+
+#include <atomic>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "tests/attention_checks.h"
+#include "tests/test_cluster.h"
+
+namespace ringattn {
+namespace {
+
+AttentionSpec Spec(int64_t n, bool causal) {
+  AttentionSpec spec;
+  spec.q_len = spec.kv_len = n;
+  spec.q_heads = 4;
+  spec.kv_heads = 2;
+  spec.head_dim = 64;
+  spec.causal = causal;
+  return spec;
+}
+
+TEST(Faults, KilledWorkerFailsTheRequestAndTheClusterHeals) {
+  absl::StatusOr<std::unique_ptr<TestCluster>> cluster = TestCluster::Start(
+      {.workers = 3, .coordinator_flags = {"--ring_timeout_seconds=10"}});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const AttentionSpec spec = Spec(6000, false);
+  const RandomInputs in = MakeRandomInputs(spec, 7);
+
+  // Kill worker 1 once half of the upload is out: the request is in flight.
+  std::atomic<bool> killed{false};
+  ClientOptions options;
+  options.chunk_bytes = 64 << 10;
+  options.progress = [&](const Progress& progress) {
+    if (progress.phase == Progress::Phase::kUpload &&
+        progress.bytes_done * 2 >= progress.bytes_total &&
+        !killed.exchange(true)) {
+      (*cluster)->KillWorker(1);
+    }
+  };
+  const absl::Time start = absl::Now();
+  absl::StatusOr<AttendResult> result = (*cluster)->NewClient(options)->Attend(
+      RequestSpec(spec), in.q.view(), in.k.view(), in.v.view());
+  const absl::Duration took = absl::Now() - start;
+  ASSERT_TRUE(killed);
+  ASSERT_EQ(result.status().code(), absl::StatusCode::kUnavailable)
+      << result.status();
+  EXPECT_NE(result.status().message().find("worker"), std::string::npos);
+  EXPECT_LT(took, absl::Seconds(20)) << "failure must not wait out a hang";
+
+  ASSERT_TRUE((*cluster)->WaitReady(false, absl::Seconds(10)).ok());
+  absl::StatusOr<AttendResult> refused = (*cluster)->NewClient()->Attend(
+      RequestSpec(Spec(10, true)), in.q.view().Slice(0, 10),
+      in.k.view().Slice(0, 10), in.v.view().Slice(0, 10));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(refused.status().message().find("not ready"), std::string::npos);
+
+  ASSERT_TRUE((*cluster)->StartWorker().ok());
+  ASSERT_TRUE((*cluster)->WaitReady(true, absl::Seconds(20)).ok());
+  const AttentionSpec small = Spec(500, true);
+  const RandomInputs again = MakeRandomInputs(small, 8);
+  absl::StatusOr<AttendResult> healed = (*cluster)->NewClient()->Attend(
+      RequestSpec(small), again.q.view(), again.k.view(), again.v.view());
+  ASSERT_TRUE(healed.ok()) << healed.status();
+  ExpectMatchesReference(small, again, *healed);
+}
+
+TEST(Load, SixteenConcurrentClientsWithMixedSizesAllGetExactResults) {
+  // A small in-flight budget so that admission control must queue requests.
+  absl::StatusOr<std::unique_ptr<TestCluster>> cluster = TestCluster::Start(
+      {.workers = 3, .coordinator_flags = {"--max_inflight_bytes=2000000"}});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  constexpr int kClients = 16;
+  std::vector<AttentionSpec> specs;
+  std::vector<RandomInputs> inputs;
+  for (int i = 0; i < kClients; ++i) {
+    specs.push_back(Spec(37 + 41 * i, i % 2 == 0));
+    inputs.push_back(MakeRandomInputs(specs.back(), 100 + i));
+  }
+  std::vector<absl::StatusOr<AttendResult>> results(
+      kClients, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClients; ++i) {
+    threads.emplace_back([&, i] {
+      results[i] = (*cluster)->NewClient()->Attend(
+          RequestSpec(specs[i]), inputs[i].q.view(), inputs[i].k.view(),
+          inputs[i].v.view());
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < kClients; ++i) {
+    SCOPED_TRACE("client " + std::to_string(i));
+    ASSERT_TRUE(results[i].ok()) << results[i].status();
+    ExpectMatchesReference(specs[i], inputs[i], *results[i]);
+  }
+}
+
+}  // namespace
+}  // namespace ringattn

@@ -1,0 +1,162 @@
+// End to end: a real coordinator and CPU workers as separate processes on
+// loopback, requests through the client library, results against the float64
+// reference.
+
+#include <memory>
+#include <string>
+
+#include "core/block_mask.h"
+#include "gtest/gtest.h"
+#include "tests/attention_checks.h"
+#include "tests/test_cluster.h"
+
+namespace ringattn {
+namespace {
+
+AttentionSpec Spec(int64_t n, int64_t hq, int64_t hkv, int64_t d, bool causal) {
+  AttentionSpec spec;
+  spec.q_len = spec.kv_len = n;
+  spec.q_heads = hq;
+  spec.kv_heads = hkv;
+  spec.head_dim = d;
+  spec.causal = causal;
+  return spec;
+}
+
+// Sends the request for `spec` through a new client and checks it.
+void ExpectServiceMatchesReference(const TestCluster& cluster,
+                                   const AttentionSpec& spec,
+                                   v1::DType wire = v1::FP32,
+                                   uint32_t seed = 1) {
+  const RandomInputs in = MakeRandomInputs(spec, seed, wire);
+  std::unique_ptr<Client> client = cluster.NewClient();
+  absl::StatusOr<AttendResult> result = client->Attend(
+      RequestSpec(spec, wire), in.q.view(), in.k.view(), in.v.view());
+  ASSERT_TRUE(result.ok()) << result.status();
+  ExpectMatchesReference(spec, in, *result);
+}
+
+class ThreeWorkers : public testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    absl::StatusOr<std::unique_ptr<TestCluster>> cluster =
+        TestCluster::Start({.workers = 3});
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = cluster->release();
+  }
+  static void TearDownTestSuite() { delete cluster_; }
+
+  static TestCluster* cluster_;
+};
+
+TestCluster* ThreeWorkers::cluster_ = nullptr;
+
+TEST_F(ThreeWorkers, DenseGqaPrimeLengthMatchesReference) {
+  ExpectServiceMatchesReference(*cluster_, Spec(257, 8, 2, 64, false));
+}
+
+TEST_F(ThreeWorkers, CausalMqaWithHeadDim80MatchesReference) {
+  ExpectServiceMatchesReference(*cluster_, Spec(301, 4, 1, 80, true));
+}
+
+TEST_F(ThreeWorkers, FewerTokensThanWorkers) {
+  ExpectServiceMatchesReference(*cluster_, Spec(2, 2, 1, 64, true));
+  ExpectServiceMatchesReference(*cluster_, Spec(1, 2, 2, 64, false));
+}
+
+TEST_F(ThreeWorkers, CausalContinuationOfShortQueryBatch) {
+  AttentionSpec spec = Spec(301, 4, 2, 64, true);
+  spec.q_len = 17;
+  ExpectServiceMatchesReference(*cluster_, spec);
+}
+
+TEST_F(ThreeWorkers, BatchOfTwoWithScale) {
+  AttentionSpec spec = Spec(100, 4, 2, 128, true);
+  spec.batch = 2;
+  spec.scale = 0.2f;
+  ExpectServiceMatchesReference(*cluster_, spec);
+}
+
+TEST_F(ThreeWorkers, DilatedBothCombineModesMatchReference) {
+  AttentionSpec spec = Spec(300, 8, 2, 64, true);
+  spec.dilated = {{64, 1}, {128, 2}, {256, 4}};
+  ExpectServiceMatchesReference(*cluster_, spec);
+  spec.combine = DilatedCombine::kHeadGroups;
+  spec.causal = false;
+  ExpectServiceMatchesReference(*cluster_, spec);
+}
+
+TEST_F(ThreeWorkers, BlockSparseMatchesReferenceAndReturnsItsMask) {
+  AttentionSpec spec = Spec(250, 4, 2, 64, true);
+  BlockSparseRules rules;
+  rules.block_size = 16;
+  rules.local = 1;
+  rules.global = 1;
+  rules.random = 1;
+  rules.seed = 3;
+  spec.block_sparse = rules;
+  ExpectServiceMatchesReference(*cluster_, spec);
+
+  const RandomInputs in = MakeRandomInputs(spec, 2);
+  v1::AttentionSpec request = RequestSpec(spec);
+  request.mutable_block_sparse()->set_return_mask(true);
+  absl::StatusOr<AttendResult> result = cluster_->NewClient()->Attend(
+      request, in.q.view(), in.k.view(), in.v.view());
+  ASSERT_TRUE(result.ok()) << result.status();
+  const BlockMask mask = BlockMask::FromRules(rules, 250);
+  ASSERT_EQ(result->summary.mask_blocks(), mask.num_blocks());
+  for (int64_t i = 0; i < mask.num_blocks(); ++i) {
+    for (int64_t j = 0; j < mask.num_blocks(); ++j) {
+      EXPECT_EQ(result->summary.block_mask()[i * mask.num_blocks() + j] != 0,
+                mask.Allowed(i, j));
+    }
+  }
+}
+
+TEST_F(ThreeWorkers, HilbertOrderOnNonSquareGrid) {
+  AttentionSpec spec = Spec(7 * 11, 2, 1, 64, true);
+  spec.hilbert = HilbertGrid{7, 11};
+  ExpectServiceMatchesReference(*cluster_, spec);
+}
+
+TEST_F(ThreeWorkers, HalfAndBfloat16OnTheWire) {
+  ExpectServiceMatchesReference(*cluster_, Spec(130, 4, 2, 64, true), v1::FP16);
+  ExpectServiceMatchesReference(*cluster_, Spec(130, 4, 2, 64, false),
+                                v1::BF16);
+}
+
+TEST_F(ThreeWorkers, SummaryReportsWorkAndMemoryPerWorker) {
+  const AttentionSpec spec = Spec(600, 2, 2, 64, true);
+  const RandomInputs in = MakeRandomInputs(spec, 4);
+  absl::StatusOr<AttendResult> result = cluster_->NewClient()->Attend(
+      RequestSpec(spec), in.q.view(), in.k.view(), in.v.view());
+  ASSERT_TRUE(result.ok()) << result.status();
+  const v1::Summary& summary = result->summary;
+  EXPECT_EQ(summary.strategy(), v1::PASS_KV);
+  EXPECT_EQ(summary.workers_size(), 3);
+  // Causal: half the dense FLOPs (plus the diagonal).
+  const double dense = 4.0 * 600 * 600 * 2 * 64;
+  EXPECT_GT(summary.flops(), 0.45 * dense);
+  EXPECT_LT(summary.flops(), 0.6 * dense);
+  for (const v1::WorkerUsage& usage : summary.workers()) {
+    EXPECT_EQ(usage.tokens(), 200);
+    EXPECT_GT(usage.peak_bytes(), 0);
+  }
+  EXPECT_GT(summary.bytes_in(), 0);
+  EXPECT_GT(summary.ring_transfers(), 0);
+}
+
+class WorkerCounts : public testing::TestWithParam<int> {};
+
+TEST_P(WorkerCounts, DenseAndCausalMatchReference) {
+  absl::StatusOr<std::unique_ptr<TestCluster>> cluster =
+      TestCluster::Start({.workers = GetParam()});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  ExpectServiceMatchesReference(**cluster, Spec(131, 4, 2, 64, false));
+  ExpectServiceMatchesReference(**cluster, Spec(131, 4, 1, 64, true));
+}
+
+INSTANTIATE_TEST_SUITE_P(OneTwoFour, WorkerCounts, testing::Values(1, 2, 4));
+
+}  // namespace
+}  // namespace ringattn

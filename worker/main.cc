@@ -1,0 +1,180 @@
+// ringattn-worker: a CPU worker of the ringattn service. It serves the Worker
+// gRPC service, registers with the coordinator (and keeps registered through
+// heartbeats), and passes K/V blocks to the other workers over Gloo/TCP. It
+// exits cleanly on SIGTERM or SIGINT.
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server.h"
+#include "grpcpp/server_builder.h"
+#include "ringattn/v1/worker.grpc.pb.h"
+#include "spdlog/spdlog.h"
+#include "worker/gloo_communicator.h"
+#include "worker/grpc_store.h"
+#include "worker/membership.h"
+#include "worker/worker_service.h"
+
+ABSL_FLAG(std::string, coordinator, "",
+          "HOST:PORT of the coordinator's Coordination service (required)");
+ABSL_FLAG(std::string, device, "cpu", "compute device; this build: cpu only");
+ABSL_FLAG(std::string, host, "127.0.0.1",
+          "address of this machine that the coordinator and the other workers "
+          "reach it by; advertised with the port, and used for ring traffic");
+ABSL_FLAG(int32_t, port, 0, "port of the Worker service; 0 picks a free one");
+ABSL_FLAG(std::string, listen, "0.0.0.0",
+          "address the Worker service listens on");
+ABSL_FLAG(std::string, gloo_interface, "",
+          "network interface for ring traffic instead of --host's address");
+ABSL_FLAG(int64_t, memory_bytes, 0,
+          "memory requests may hold together; 0: half of physical memory");
+ABSL_FLAG(int32_t, max_concurrent, 2,
+          "requests executed at once; more get RESOURCE_EXHAUSTED");
+ABSL_FLAG(double, ring_timeout_seconds, 60,
+          "how long a rank waits for its peers when a request sets no "
+          "timeout");
+
+namespace ringattn {
+namespace {
+
+// Exit codes.
+constexpr int kUsageError = 2;
+constexpr int kStartupError = 1;
+
+int64_t HalfOfPhysicalMemory() {
+  const int64_t pages = sysconf(_SC_PHYS_PAGES);
+  const int64_t page_size = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page_size > 0 ? pages * page_size / 2 : int64_t{4} << 30;
+}
+
+std::string Hostname() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "";
+  return name;
+}
+
+int Usage(const std::string& message) {
+  std::fprintf(stderr, "ringattn-worker: %s\n", message.c_str());
+  return kUsageError;
+}
+
+int Main() {
+  const std::string coordinator = absl::GetFlag(FLAGS_coordinator);
+  if (coordinator.empty()) {
+    return Usage("--coordinator HOST:PORT is required");
+  }
+  const std::string device = absl::GetFlag(FLAGS_device);
+  if (device != "cpu") {
+    return Usage(absl::StrCat("--device=", device,
+                              ": only cpu is supported by this build (it was "
+                              "built without CUDA)"));
+  }
+  const int32_t port = absl::GetFlag(FLAGS_port);
+  if (port < 0 || port > 65535) {
+    return Usage(absl::StrCat("--port must be in [0, 65535], got ", port));
+  }
+  const double ring_timeout = absl::GetFlag(FLAGS_ring_timeout_seconds);
+  if (!(ring_timeout > 0)) {
+    return Usage(absl::StrCat("--ring_timeout_seconds must be positive, got ",
+                              ring_timeout));
+  }
+  WorkerServiceOptions options;
+  options.max_concurrent_executions = absl::GetFlag(FLAGS_max_concurrent);
+  options.memory_bytes = absl::GetFlag(FLAGS_memory_bytes);
+  options.default_ring_timeout = absl::Seconds(ring_timeout);
+  if (options.max_concurrent_executions < 1) {
+    return Usage("--max_concurrent must be at least 1");
+  }
+  if (options.memory_bytes < 0) {
+    return Usage("--memory_bytes must not be negative");
+  }
+  if (options.memory_bytes == 0) options.memory_bytes = HalfOfPhysicalMemory();
+
+  // SIGTERM and SIGINT are taken by sigwait() below, never by a handler:
+  // block them before any thread starts, so that every thread inherits that.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  const std::string host = absl::GetFlag(FLAGS_host);
+  absl::StatusOr<std::shared_ptr<gloo::transport::Device>> gloo_device =
+      CreateGlooTcpDevice(host, absl::GetFlag(FLAGS_gloo_interface));
+  if (!gloo_device.ok()) {
+    spdlog::error("{}", gloo_device.status().ToString());
+    return kStartupError;
+  }
+  std::shared_ptr<v1::Coordination::Stub> coordination =
+      v1::Coordination::NewStub(
+          grpc::CreateChannel(coordinator, grpc::InsecureChannelCredentials()));
+  GrpcStore store(coordination, options.default_ring_timeout);
+  GlooConnector connector(store, *gloo_device);
+  WorkerService service(connector, options);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  int bound_port = 0;
+  const std::string listen =
+      absl::StrCat(absl::GetFlag(FLAGS_listen), ":", port);
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(),
+                           &bound_port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || bound_port == 0) {
+    spdlog::error("cannot serve the Worker service on {}", listen);
+    return kStartupError;
+  }
+  const std::string address = absl::StrCat(host, ":", bound_port);
+  spdlog::info(
+      "serving the Worker service on port {} (advertised as {}); device cpu, "
+      "{} bytes and {} concurrent requests at most; coordinator {}",
+      bound_port, address, options.memory_bytes,
+      options.max_concurrent_executions, coordinator);
+
+  v1::RegisterRequest self;
+  self.set_address(address);
+  self.set_device(device);
+  self.set_memory_bytes(options.memory_bytes);
+  self.set_hostname(Hostname());
+  Membership membership(coordination, self, MembershipOptions());
+  std::thread heartbeats([&membership] { membership.Run(); });
+
+  int signal = 0;
+  sigwait(&signals, &signal);
+  spdlog::info("received {}; shutting down", strsignal(signal));
+  membership.Stop();
+  heartbeats.join();
+  // Requests still running get a few seconds, then their streams are
+  // cancelled.
+  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  spdlog::info("stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace ringattn
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "ringattn-worker --coordinator HOST:PORT [--device cpu] [--host ADDR] "
+      "[--port N] [--memory_bytes N]");
+  absl::ParseCommandLine(argc, argv);
+  return ringattn::Main();
+}

@@ -1,0 +1,218 @@
+#include "worker/ring_executor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <new>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "kernels/cpu/run_task.h"
+#include "worker/task_flops.h"
+
+namespace ringattn {
+namespace {
+
+std::optional<BlockMask> MakeBlocks(const AttentionSpec& spec) {
+  if (!spec.block_sparse.has_value()) return std::nullopt;
+  return BlockMask::FromRules(*spec.block_sparse, spec.kv_len);
+}
+
+ShardLayout MakeLayout(const AttentionSpec& spec, int64_t seq_len,
+                       int world_size) {
+  return ShardLayout::Make(ChooseShardKind(spec), seq_len, world_size);
+}
+
+int64_t LargestShard(const ShardLayout& layout) {
+  int64_t largest = 0;
+  for (int64_t w = 0; w < layout.num_workers(); ++w) {
+    largest = std::max(largest, layout.ShardLength(w));
+  }
+  return largest;
+}
+
+// Where BytesNeeded saturates: below the largest int64_t.
+constexpr double kMostBytes = 9.0e18;
+
+double SecondsSince(absl::Time start) {
+  return absl::ToDoubleSeconds(absl::Now() - start);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RingExecutor>> RingExecutor::Create(
+    const AttentionSpec& spec, int rank, int world_size) {
+  RINGATTN_RETURN_IF_ERROR(spec.Validate());
+  if (world_size < 1 || rank < 0 || rank >= world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " is not a rank of a world of size ",
+                     world_size, ": need 0 <= rank < world size"));
+  }
+  const int64_t bytes = BytesNeeded(spec, rank, world_size);
+  if (bytes >= kMostBytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("rank ", rank, " of ", world_size,
+                     " cannot hold its share of a request this large"));
+  }
+  try {
+    return std::unique_ptr<RingExecutor>(
+        new RingExecutor(spec, rank, world_size));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate the ", bytes, " bytes rank ", rank,
+                     " needs for this request"));
+  }
+}
+
+int64_t RingExecutor::BytesNeeded(const AttentionSpec& spec, int rank,
+                                  int world_size) {
+  // In double, so that absurd shapes saturate instead of overflowing.
+  const double q_rows = static_cast<double>(
+      MakeLayout(spec, spec.q_len, world_size).ShardLength(rank));
+  const double block_rows = static_cast<double>(
+      LargestShard(MakeLayout(spec, spec.kv_len, world_size)));
+  const double batch = static_cast<double>(spec.batch);
+  const double q_values = batch * q_rows * spec.q_heads * spec.head_dim;
+  const double lse_values = batch * q_rows * spec.q_heads;
+  const double block_values =
+      2 * batch * block_rows * spec.kv_heads * spec.head_dim;
+  // Q, O and the LSE; two blocks; the kernels' scratch (at most one more O and
+  // LSE).
+  const double bytes =
+      sizeof(float) * (3 * q_values + 2 * lse_values + 2 * block_values);
+  return static_cast<int64_t>(std::min(bytes, kMostBytes));
+}
+
+RingExecutor::RingExecutor(const AttentionSpec& spec, int rank, int world_size)
+    : spec_(spec),
+      rank_(rank),
+      world_size_(world_size),
+      q_layout_(MakeLayout(spec, spec.q_len, world_size)),
+      kv_layout_(MakeLayout(spec, spec.kv_len, world_size)),
+      blocks_(MakeBlocks(spec)),
+      plan_(RingPlan::Build(spec, q_layout_, kv_layout_,
+                            blocks_.has_value() ? &*blocks_ : nullptr)) {
+  const Shape q_shape{spec.batch, q_layout_.ShardLength(rank), spec.q_heads,
+                      spec.head_dim};
+  q_ = Tensor<float>(q_shape);
+  o_ = Tensor<float>(q_shape);
+  lse_ = Tensor<float>(Shape{q_shape.batch, q_shape.seq, q_shape.heads, 1});
+  std::fill(lse_.values().begin(), lse_.values().end(), -INFINITY);
+  const size_t block_values =
+      static_cast<size_t>(2 * spec.batch * LargestShard(kv_layout_) *
+                          spec.kv_heads * spec.head_dim);
+  block_storage_.resize(2 * block_values);
+  front_ = block_storage_.data();
+  back_ = block_storage_.data() + block_values;
+}
+
+int64_t RingExecutor::BlockRows(int64_t owner) const {
+  return kv_layout_.ShardLength(owner);
+}
+
+int64_t RingExecutor::BlockBytes(int64_t owner) const {
+  return static_cast<int64_t>(sizeof(float)) * 2 * spec_.batch *
+         BlockRows(owner) * spec_.kv_heads * spec_.head_dim;
+}
+
+View<float> RingExecutor::BlockKeys(float* buffer, int64_t owner) const {
+  return View<float>(buffer, Shape{spec_.batch, BlockRows(owner),
+                                   spec_.kv_heads, spec_.head_dim});
+}
+
+View<float> RingExecutor::BlockValues(float* buffer, int64_t owner) const {
+  const Shape shape{spec_.batch, BlockRows(owner), spec_.kv_heads,
+                    spec_.head_dim};
+  return View<float>(buffer + shape.NumElements(), shape);
+}
+
+absl::Status RingExecutor::Cancel(RingCommunicator& communicator,
+                                  bool in_flight, int64_t step) {
+  communicator.Abort();
+  if (in_flight) communicator.Wait(absl::Now()).IgnoreError();
+  return absl::CancelledError(
+      absl::StrCat("rank ", rank_, " was cancelled at ring step ", step));
+}
+
+absl::StatusOr<RingOutput> RingExecutor::Run(RingCommunicator& communicator,
+                                             const RingOptions& options) {
+  if (ran_) {
+    return absl::FailedPreconditionError("a ring executor runs only once");
+  }
+  ran_ = true;
+  if (communicator.rank() != rank_ ||
+      communicator.world_size() != world_size_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the communicator is rank ", communicator.rank(), " of ",
+                     communicator.world_size(), " but the executor is rank ",
+                     rank_, " of ", world_size_));
+  }
+  const BlockMask* blocks = blocks_.has_value() ? &*blocks_ : nullptr;
+  RingRunStats stats;
+  stats.peak_bytes = BytesNeeded(spec_, rank_, world_size_);
+  stats.steps = plan_.num_steps();
+  int64_t held = rank_;  // whose block the front buffer holds
+  for (int64_t s = 0; s < plan_.num_steps(); ++s) {
+    const RingStep& step = plan_.Step(rank_, s);
+    if ((!step.tasks.empty() || step.send) && held != step.kv_owner) {
+      return absl::InternalError(
+          absl::StrCat("ring plan: rank ", rank_, " at step ", s,
+                       " needs the block of rank ", step.kv_owner,
+                       " but holds that of rank ", held));
+    }
+    int64_t incoming = -1;
+    bool in_flight = false;
+    if (step.receive) {
+      if (s + 1 >= plan_.num_steps() ||
+          (incoming = plan_.Step(rank_, s + 1).kv_owner) < 0) {
+        return absl::InternalError(
+            absl::StrCat("ring plan: rank ", rank_, " receives at step ", s,
+                         " a block no later step holds"));
+      }
+      // An empty block (its owner holds no positions) needs no transfer.
+      if (BlockBytes(incoming) > 0) {
+        RINGATTN_RETURN_IF_ERROR(communicator.StartReceive(
+            back_, BlockBytes(incoming), plan_.Previous(rank_)));
+        in_flight = true;
+      }
+    }
+    if (step.send && BlockBytes(held) > 0) {
+      RINGATTN_RETURN_IF_ERROR(
+          communicator.StartSend(front_, BlockBytes(held), plan_.Next(rank_)));
+      in_flight = true;
+      ++stats.transfers;
+      stats.bytes_sent += BlockBytes(held);
+    }
+    const absl::Time compute_start = absl::Now();
+    const WorkerBuffers buffers{q_.view(), BlockKeys(front_, held),
+                                BlockValues(front_, held), o_.view(),
+                                lse_.view()};
+    for (const AttentionTask& task : step.tasks) {
+      if (options.cancelled != nullptr && options.cancelled->load()) {
+        return Cancel(communicator, in_flight, s);
+      }
+      RunAttentionTask(spec_, blocks, task, buffers);
+      stats.flops += TaskFlops(spec_, blocks, task);
+      ++stats.tasks;
+    }
+    stats.compute_seconds += SecondsSince(compute_start);
+    if (in_flight) {
+      const absl::Time wait_start = absl::Now();
+      RINGATTN_RETURN_IF_ERROR(communicator.Wait(
+          std::min(wait_start + options.step_timeout, options.deadline)));
+      stats.wait_seconds += SecondsSince(wait_start);
+    }
+    if (step.receive) {
+      std::swap(front_, back_);
+      held = incoming;
+    }
+  }
+  FinishAttention(spec_, o_.view());
+  RingOutput output;
+  output.o = std::move(o_);
+  output.lse = std::move(lse_);
+  output.stats = stats;
+  return output;
+}
+
+}  // namespace ringattn

@@ -1,0 +1,508 @@
+#include "worker/worker_service.h"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "core/attention_spec.h"
+#include "core/dtype.h"
+#include "core/shard_layout.h"
+#include "core/status_macros.h"
+#include "core/tensor.h"
+#include "proto/spec_conversion.h"
+#include "spdlog/spdlog.h"
+#include "worker/ring_executor.h"
+
+namespace ringattn {
+namespace {
+
+// Output messages carry about this many bytes (well under gRPC's 4 MiB).
+constexpr int64_t kOutputMessageBytes = int64_t{1} << 20;
+// The longest ring timeout a header may ask for.
+constexpr double kMostTimeoutSeconds = 24 * 3600;
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      std::string(status.message()));
+}
+
+// Where the rows of one tensor of the shard go, and which have arrived.
+struct ShardTarget {
+  const char* name = "";
+  View<float> rows;  // [B, n, H, D]
+  const ShardLayout* layout = nullptr;
+  std::vector<bool> arrived;  // [B * n]
+};
+
+// One Execute stream: reads the header and the shard, runs the ring on a
+// thread of its own, then writes the output. gRPC serializes the reactions
+// that matter here: reads happen before the computation starts and writes
+// only after it ends; OnCancel may come at any time and touches only
+// `cancelled_` and, under the mutex, the communicator. Deletes itself in
+// OnDone.
+class ExecuteReactor final
+    : public grpc::ServerBidiReactor<v1::ExecuteRequest, v1::ExecuteResponse> {
+ public:
+  ExecuteReactor(grpc::CallbackServerContext* context, RingConnector& connector,
+                 const WorkerServiceOptions& options,
+                 absl::StatusOr<ExecutionBudget::Ticket> ticket)
+      : connector_(connector),
+        options_(options),
+        deadline_(absl::FromChrono(context->deadline())) {
+    if (!ticket.ok()) {
+      FinishWith(ticket.status());
+      return;
+    }
+    ticket_ = std::move(*ticket);
+    // Tells the caller the stream was admitted.
+    StartSendInitialMetadata();
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      FinishWith(absl::InvalidArgumentError(
+          "the stream ended before 'run': send a header, the shard's rows, "
+          "then run"));
+      return;
+    }
+    const absl::Status status = Accept(request_);
+    if (!status.ok()) {
+      FinishWith(status);
+      return;
+    }
+    if (run_requested_) {
+      compute_ = std::thread(&ExecuteReactor::Compute, this);
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      FinishWith(absl::CancelledError(
+          "the stream broke while the output was being sent"));
+      return;
+    }
+    WriteNext();
+  }
+
+  void OnCancel() override {
+    cancelled_ = true;
+    absl::MutexLock lock(&mutex_);
+    if (communicator_ != nullptr) communicator_->Abort();
+  }
+
+  void OnDone() override {
+    if (compute_.joinable()) compute_.join();
+    delete this;
+  }
+
+ private:
+  void Log(spdlog::level::level_enum level, const std::string& message) const {
+    if (rank_ < 0) {
+      spdlog::log(level, "request {}: {}", request_id_, message);
+      return;
+    }
+    spdlog::log(level, "request {} rank {}/{}: {}", request_id_, rank_,
+                world_size_, message);
+  }
+
+  void FinishWith(absl::Status status) {
+    if (cancelled_ && !status.ok()) {
+      status = absl::CancelledError(
+          absl::StrCat("the stream was cancelled (", status.message(), ")"));
+    }
+    Log(status.ok() ? spdlog::level::info : spdlog::level::warn,
+        absl::StrCat("finished: ", status.ToString()));
+    Finish(ToGrpcStatus(status));
+  }
+
+  absl::Status Accept(const v1::ExecuteRequest& request) {
+    switch (request.kind_case()) {
+      case v1::ExecuteRequest::kHeader:
+        return AcceptHeader(request.header());
+      case v1::ExecuteRequest::kRows:
+        return AcceptRows(request.rows());
+      case v1::ExecuteRequest::kRun:
+        if (executor_ == nullptr) {
+          return absl::InvalidArgumentError(
+              "'run' before the header: send the header first");
+        }
+        if (!request.run()) {
+          return absl::InvalidArgumentError("'run' must be true");
+        }
+        RINGATTN_RETURN_IF_ERROR(CheckComplete());
+        run_requested_ = true;
+        return absl::OkStatus();
+      case v1::ExecuteRequest::KIND_NOT_SET:
+        break;
+    }
+    return absl::InvalidArgumentError(
+        "an ExecuteRequest must hold a header, rows or run");
+  }
+
+  absl::Status AcceptHeader(const v1::ExecuteHeader& header) {
+    if (executor_ != nullptr) {
+      return absl::InvalidArgumentError(
+          "a second header arrived; a stream has exactly one, first");
+    }
+    request_id_ = header.request_id().empty() ? "-" : header.request_id();
+    absl::StatusOr<AttentionSpec> spec = SpecFromProto(header.spec());
+    if (!spec.ok()) return spec.status();
+    absl::StatusOr<DType> dtype = DTypeFromProto(header.spec().wire_dtype());
+    if (!dtype.ok()) return dtype.status();
+    if (header.spec().strategy() == v1::PASS_Q ||
+        header.spec().strategy() == v1::BROADCAST_Q) {
+      return absl::UnimplementedError(
+          absl::StrCat("strategy ", v1::Strategy_Name(header.spec().strategy()),
+                       " is not implemented by this worker; it runs PASS_KV"));
+    }
+    if (header.world_size() < 1 || header.rank() < 0 ||
+        header.rank() >= header.world_size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("header: rank ", header.rank(),
+                       " is not a rank of world size ", header.world_size()));
+    }
+    if (header.rendezvous_prefix().empty()) {
+      return absl::InvalidArgumentError(
+          "header: rendezvous_prefix is empty; it must name the request's "
+          "ring");
+    }
+    const double timeout = header.timeout_seconds();
+    if (!(timeout >= 0) || timeout > kMostTimeoutSeconds) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("header: timeout_seconds must be in [0, ",
+                       kMostTimeoutSeconds, "], got ", timeout));
+    }
+    spec_ = *spec;
+    wire_dtype_ = *dtype;
+    rank_ = header.rank();
+    world_size_ = header.world_size();
+    prefix_ = header.rendezvous_prefix();
+    ring_timeout_ =
+        timeout == 0 ? options_.default_ring_timeout : absl::Seconds(timeout);
+    RINGATTN_RETURN_IF_ERROR(
+        ticket_.Reserve(RingExecutor::BytesNeeded(spec_, rank_, world_size_)));
+    absl::StatusOr<std::unique_ptr<RingExecutor>> executor =
+        RingExecutor::Create(spec_, rank_, world_size_);
+    if (!executor.ok()) return executor.status();
+    executor_ = std::move(*executor);
+    q_chunks_ = executor_->q_layout().Chunks(rank_);
+    targets_[0] = {"Q", executor_->q(), &executor_->q_layout(), {}};
+    targets_[1] = {"K", executor_->k(), &executor_->kv_layout(), {}};
+    targets_[2] = {"V", executor_->v(), &executor_->kv_layout(), {}};
+    for (ShardTarget& target : targets_) {
+      const int64_t rows = target.rows.shape().batch * target.rows.shape().seq;
+      target.arrived.assign(static_cast<size_t>(rows), false);
+      missing_ += rows;
+    }
+    Log(spdlog::level::info,
+        absl::StrCat("header: batch ", spec_.batch, ", q_len ", spec_.q_len,
+                     ", kv_len ", spec_.kv_len, ", heads ", spec_.q_heads, "/",
+                     spec_.kv_heads, ", head_dim ", spec_.head_dim, ", ",
+                     DTypeName(wire_dtype_), "; shard of ",
+                     targets_[0].rows.shape().seq, " query and ",
+                     targets_[1].rows.shape().seq, " key rows, ",
+                     ticket_.reserved_bytes(), " bytes"));
+    return absl::OkStatus();
+  }
+
+  // The row of `position` in this rank's shard of `layout`, or -1.
+  int64_t LocalRow(const ShardLayout& layout, int64_t position) const {
+    int64_t row = 0;
+    for (const Range& chunk : layout.Chunks(rank_)) {
+      if (position >= chunk.begin && position < chunk.end) {
+        return row + position - chunk.begin;
+      }
+      row += chunk.size();
+    }
+    return -1;
+  }
+
+  absl::Status AcceptRows(const v1::ShardRows& rows) {
+    if (executor_ == nullptr) {
+      return absl::InvalidArgumentError(
+          "ShardRows before the header: send the header first");
+    }
+    int index = -1;
+    switch (rows.tensor()) {
+      case v1::Q:
+        index = 0;
+        break;
+      case v1::K:
+        index = 1;
+        break;
+      case v1::V:
+        index = 2;
+        break;
+      default:
+        return absl::InvalidArgumentError(
+            absl::StrCat("ShardRows.tensor must be Q, K or V, got ",
+                         static_cast<int>(rows.tensor())));
+    }
+    ShardTarget& target = targets_[index];
+    const Shape& shape = target.rows.shape();
+    const int64_t seq_len = target.layout->seq_len();
+    if (rows.batch() < 0 || rows.batch() >= spec_.batch) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ShardRows of ", target.name, ": batch ", rows.batch(),
+                       " is outside [0, ", spec_.batch, ")"));
+    }
+    const bool listed = rows.positions_size() > 0;
+    const int64_t count = listed ? rows.positions_size() : rows.count();
+    if (listed && rows.count() != 0 && rows.count() != count) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ShardRows of ", target.name, ": count ", rows.count(),
+                       " disagrees with the ", count, " positions listed"));
+    }
+    if (!listed && (count < 0 || rows.first_position() < 0 ||
+                    rows.first_position() > seq_len - count)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ShardRows of ", target.name, ": rows [", rows.first_position(), ", ",
+          rows.first_position() + count, ") are outside [0, ", seq_len, ")"));
+    }
+    const int64_t values_per_row = shape.heads * shape.dim;
+    const int64_t row_bytes = values_per_row * DTypeSize(wire_dtype_);
+    if (static_cast<int64_t>(rows.data().size()) != count * row_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ShardRows of ", target.name, " batch ", rows.batch(), " holds ",
+          rows.data().size(), " bytes, but ", count, " rows of ", shape.heads,
+          " x ", shape.dim, " ", DTypeName(wire_dtype_), " values take ",
+          count * row_bytes, " bytes"));
+    }
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t position = listed ? rows.positions(static_cast<int>(i))
+                                      : rows.first_position() + i;
+      if (position < 0 || position >= seq_len) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("ShardRows of ", target.name, ": position ", position,
+                         " is outside [0, ", seq_len, ")"));
+      }
+      const int64_t row = LocalRow(*target.layout, position);
+      if (row < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "ShardRows of ", target.name, ": position ", position,
+            " belongs to rank ", target.layout->Locate(position).worker,
+            ", not to this worker (rank ", rank_, ")"));
+      }
+      const size_t slot = static_cast<size_t>(rows.batch() * shape.seq + row);
+      if (target.arrived[slot]) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "duplicate row: ", target.name, " batch ", rows.batch(),
+            " position ", position, " arrived twice"));
+      }
+      ConvertToFloat(wire_dtype_, rows.data().data() + i * row_bytes,
+                     target.rows.Row(rows.batch(), row, 0), values_per_row);
+      target.arrived[slot] = true;
+      --missing_;
+    }
+    return absl::OkStatus();
+  }
+
+  // OK once every row of the shard arrived; INVALID_ARGUMENT naming the first
+  // missing one otherwise.
+  absl::Status CheckComplete() const {
+    if (missing_ == 0) return absl::OkStatus();
+    for (const ShardTarget& target : targets_) {
+      const int64_t n = target.rows.shape().seq;
+      for (int64_t b = 0; b < spec_.batch; ++b) {
+        int64_t row = 0;
+        for (const Range& chunk : target.layout->Chunks(rank_)) {
+          for (int64_t p = chunk.begin; p < chunk.end; ++p, ++row) {
+            if (target.arrived[static_cast<size_t>(b * n + row)]) continue;
+            return absl::InvalidArgumentError(absl::StrCat(
+                "missing rows: ", missing_,
+                " rows of this rank's shard never arrived (the first: ",
+                target.name, " batch ", b, " position ", p,
+                "); send every row of the shard before 'run'"));
+          }
+        }
+      }
+    }
+    return absl::InternalError("row accounting is inconsistent");
+  }
+
+  // Runs on compute_: joins the ring, computes, starts writing the output.
+  void Compute() {
+    Log(spdlog::level::info, "all rows arrived; joining the ring");
+    const absl::Time start = absl::Now();
+    const absl::Duration connect_timeout =
+        std::min(ring_timeout_, deadline_ - start);
+    if (connect_timeout <= absl::ZeroDuration()) {
+      FinishWith(absl::DeadlineExceededError(
+          "the call's deadline passed before the ring was joined"));
+      return;
+    }
+    absl::StatusOr<std::unique_ptr<RingCommunicator>> communicator =
+        connector_.Connect(prefix_, rank_, world_size_, connect_timeout);
+    if (!communicator.ok()) {
+      FinishWith(communicator.status());
+      return;
+    }
+    Log(spdlog::level::info,
+        absl::StrCat("joined the ring in ",
+                     absl::FormatDuration(absl::Now() - start)));
+    {
+      absl::MutexLock lock(&mutex_);
+      communicator_ = communicator->get();
+    }
+    if (cancelled_) (*communicator)->Abort();
+    RingOptions options;
+    options.step_timeout = ring_timeout_;
+    options.deadline = deadline_;
+    options.cancelled = &cancelled_;
+    absl::StatusOr<RingOutput> output = executor_->Run(**communicator, options);
+    {
+      absl::MutexLock lock(&mutex_);
+      communicator_ = nullptr;
+    }
+    communicator->reset();
+    executor_.reset();
+    if (!output.ok()) {
+      FinishWith(output.status());
+      return;
+    }
+    output_ = std::move(*output);
+    const RingRunStats& stats = output_.stats;
+    Log(spdlog::level::info,
+        absl::StrCat("computed: ", stats.steps, " steps, ", stats.transfers,
+                     " blocks sent, ", stats.tasks, " tasks, ",
+                     stats.compute_seconds, " s computing (",
+                     stats.compute_seconds > 0
+                         ? stats.flops / stats.compute_seconds / 1e9
+                         : 0.0,
+                     " GFLOP/s), ", stats.wait_seconds, " s waiting"));
+    const int64_t row_bytes = static_cast<int64_t>(sizeof(float)) *
+                              spec_.q_heads * (spec_.head_dim + 1);
+    rows_per_message_ = std::max<int64_t>(1, kOutputMessageBytes / row_bytes);
+    WriteNext();
+  }
+
+  // Fills `out` with the next run of output rows; false when all are sent.
+  bool NextOutput(v1::ShardOutput* out) {
+    while (batch_ < spec_.batch) {
+      if (chunk_ == q_chunks_.size()) {
+        ++batch_;
+        chunk_ = 0;
+        chunk_row_ = 0;
+        offset_ = 0;
+        continue;
+      }
+      const Range& chunk = q_chunks_[chunk_];
+      if (offset_ >= chunk.size()) {
+        chunk_row_ += chunk.size();
+        ++chunk_;
+        offset_ = 0;
+        continue;
+      }
+      const int64_t count = std::min(rows_per_message_, chunk.size() - offset_);
+      const int64_t row = chunk_row_ + offset_;
+      const int64_t position = chunk.begin + offset_;
+      out->set_batch(batch_);
+      out->set_count(count);
+      if (spec_.hilbert.has_value()) {
+        for (int64_t i = 0; i < count; ++i) out->add_positions(position + i);
+      } else {
+        out->set_first_position(position);
+      }
+      out->set_data(output_.o.view().Row(batch_, row, 0),
+                    sizeof(float) * count * spec_.q_heads * spec_.head_dim);
+      out->set_lse(output_.lse.view().Row(batch_, row, 0),
+                   sizeof(float) * count * spec_.q_heads);
+      offset_ += count;
+      ++messages_;
+      return true;
+    }
+    return false;
+  }
+
+  // Starts writing the next message, or finishes the stream after the last.
+  // Touches nothing after StartWrite: OnWriteDone may already be running.
+  void WriteNext() {
+    response_.Clear();
+    if (NextOutput(response_.mutable_output())) {
+      StartWrite(&response_);
+      return;
+    }
+    if (!done_written_) {
+      const RingRunStats& stats = output_.stats;
+      v1::ExecuteDone* done = response_.mutable_done();
+      done->set_peak_bytes(stats.peak_bytes);
+      done->set_compute_seconds(stats.compute_seconds);
+      done->set_flops(stats.flops);
+      done->set_ring_steps(stats.steps);
+      done->set_transfers(stats.transfers);
+      done_written_ = true;
+      Log(spdlog::level::info,
+          absl::StrCat("output sent in ", messages_, " messages"));
+      StartWrite(&response_);
+      return;
+    }
+    FinishWith(absl::OkStatus());
+  }
+
+  RingConnector& connector_;
+  const WorkerServiceOptions& options_;
+  const absl::Time deadline_;
+  ExecutionBudget::Ticket ticket_;
+
+  v1::ExecuteRequest request_;
+  v1::ExecuteResponse response_;
+
+  // From the header.
+  std::string request_id_ = "-";
+  AttentionSpec spec_;
+  DType wire_dtype_ = DType::kFloat32;
+  int rank_ = -1;
+  int world_size_ = 0;
+  std::string prefix_;
+  absl::Duration ring_timeout_;
+
+  // The shard as it arrives.
+  std::unique_ptr<RingExecutor> executor_;
+  std::array<ShardTarget, 3> targets_;
+  int64_t missing_ = 0;
+  bool run_requested_ = false;
+
+  // The computation.
+  std::thread compute_;
+  std::atomic<bool> cancelled_{false};
+  absl::Mutex mutex_;
+  RingCommunicator* communicator_ ABSL_GUARDED_BY(mutex_) = nullptr;
+
+  // The output and where writing it has got to.
+  RingOutput output_;
+  std::vector<Range> q_chunks_;
+  int64_t rows_per_message_ = 1;
+  int64_t batch_ = 0;
+  size_t chunk_ = 0;
+  int64_t chunk_row_ = 0;  // local row of q_chunks_[chunk_].begin
+  int64_t offset_ = 0;     // rows of the chunk already sent
+  int64_t messages_ = 0;
+  bool done_written_ = false;
+};
+
+}  // namespace
+
+WorkerService::WorkerService(RingConnector& connector,
+                             const WorkerServiceOptions& options)
+    : connector_(connector),
+      options_(options),
+      budget_(options.max_concurrent_executions, options.memory_bytes) {}
+
+grpc::ServerBidiReactor<v1::ExecuteRequest, v1::ExecuteResponse>*
+WorkerService::Execute(grpc::CallbackServerContext* context) {
+  return new ExecuteReactor(context, connector_, options_, budget_.Admit());
+}
+
+}  // namespace ringattn

@@ -1,0 +1,57 @@
+#ifndef RINGATTN_WORKER_WORKER_SERVICE_H_
+#define RINGATTN_WORKER_WORKER_SERVICE_H_
+
+// WorkerService: the Worker gRPC service of a CPU worker. Each Execute stream
+// is one request's share on this rank: a header (spec, rank, world size,
+// rendezvous prefix), the rows of the rank's shard in the wire dtype, then
+// `run`; the worker joins the request's ring, computes with a RingExecutor and
+// streams its fp32 output rows back, then ExecuteDone. Streams are callback
+// reactors (no gRPC thread is parked on a stream); the computation of a
+// request runs on a thread of its own. Cancelling a stream, or its deadline
+// passing, aborts the ring on this rank and frees the request's memory. Bad
+// input gets INVALID_ARGUMENT naming the problem; a worker at its limits
+// answers RESOURCE_EXHAUSTED. Thread-safe.
+
+#include <cstdint>
+
+#include "absl/time/time.h"
+#include "ringattn/v1/worker.grpc.pb.h"
+#include "worker/communicator.h"
+#include "worker/execution_budget.h"
+
+namespace ringattn {
+
+struct WorkerServiceOptions {
+  // Executions at once; further streams get RESOURCE_EXHAUSTED.
+  int max_concurrent_executions = 2;
+  // Memory all executions may hold together (RingExecutor::BytesNeeded
+  // each); a request that does not fit gets RESOURCE_EXHAUSTED.
+  int64_t memory_bytes = int64_t{4} << 30;
+  // The ring timeout of a header that leaves timeout_seconds at 0.
+  absl::Duration default_ring_timeout = absl::Seconds(60);
+};
+
+class WorkerService final : public v1::Worker::CallbackService {
+ public:
+  // `connector` joins every request's ring; it must outlive the service, and
+  // the service must outlive the server it is registered with.
+  WorkerService(RingConnector& connector, const WorkerServiceOptions& options);
+
+  WorkerService(const WorkerService&) = delete;
+  WorkerService& operator=(const WorkerService&) = delete;
+
+  grpc::ServerBidiReactor<v1::ExecuteRequest, v1::ExecuteResponse>* Execute(
+      grpc::CallbackServerContext* context) override;
+
+  // Executions admitted and not yet finished.
+  int active_executions() const { return budget_.executions(); }
+
+ private:
+  RingConnector& connector_;
+  const WorkerServiceOptions options_;
+  ExecutionBudget budget_;
+};
+
+}  // namespace ringattn
+
+#endif  // RINGATTN_WORKER_WORKER_SERVICE_H_

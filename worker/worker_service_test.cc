@@ -1,0 +1,466 @@
+// WorkerService through real gRPC channels: bad streams get precise statuses
+// (wrong byte counts, duplicate rows, rows of another rank, missing rows,
+// limits), and two services computing one request together over Gloo return
+// what the float64 reference says, in the wire dtype they were given.
+
+#include "worker/worker_service.h"
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "core/dtype.h"
+#include "core/ring_plan.h"
+#include "core/shard_layout.h"
+#include "gloo/rendezvous/hash_store.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server.h"
+#include "grpcpp/server_builder.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/reference_attention.h"
+#include "proto/spec_conversion.h"
+#include "worker/gloo_communicator.h"
+
+namespace ringattn {
+namespace {
+
+// One WorkerService behind a gRPC server on 127.0.0.1, with its own Gloo
+// device, meeting other workers in `store`.
+class TestWorker {
+ public:
+  TestWorker(gloo::rendezvous::Store& store,
+             const WorkerServiceOptions& options) {
+    absl::StatusOr<std::shared_ptr<gloo::transport::Device>> device =
+        CreateGlooTcpDevice("127.0.0.1");
+    EXPECT_TRUE(device.ok()) << device.status();
+    connector_ = std::make_unique<GlooConnector>(store, *device);
+    service_ = std::make_unique<WorkerService>(*connector_, options);
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                             &port);
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    stub_ = v1::Worker::NewStub(
+        grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                            grpc::InsecureChannelCredentials()));
+  }
+  ~TestWorker() { server_->Shutdown(); }
+
+  v1::Worker::Stub& stub() { return *stub_; }
+
+ private:
+  std::unique_ptr<GlooConnector> connector_;
+  std::unique_ptr<WorkerService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::Worker::Stub> stub_;
+};
+
+struct ExecuteResult {
+  grpc::Status status;
+  std::vector<v1::ExecuteResponse> responses;
+};
+
+ExecuteResult Execute(v1::Worker::Stub& stub,
+                      const std::vector<v1::ExecuteRequest>& requests,
+                      absl::Duration deadline = absl::Seconds(30)) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
+  auto stream = stub.Execute(&context);
+  for (const v1::ExecuteRequest& request : requests) {
+    if (!stream->Write(request)) break;
+  }
+  stream->WritesDone();
+  ExecuteResult result;
+  v1::ExecuteResponse response;
+  while (stream->Read(&response)) result.responses.push_back(response);
+  result.status = stream->Finish();
+  return result;
+}
+
+AttentionSpec Spec(int64_t n, bool causal) {
+  AttentionSpec spec;
+  spec.batch = 2;
+  spec.q_len = spec.kv_len = n;
+  spec.q_heads = 4;
+  spec.kv_heads = 2;
+  spec.head_dim = 16;
+  spec.causal = causal;
+  return spec;
+}
+
+v1::ExecuteRequest Header(const AttentionSpec& spec, DType dtype, int rank,
+                          int world_size, const std::string& prefix,
+                          double timeout_seconds = 20) {
+  v1::ExecuteRequest request;
+  v1::ExecuteHeader* header = request.mutable_header();
+  header->set_request_id("test-" + prefix);
+  *header->mutable_spec() = SpecToProto(spec);
+  header->mutable_spec()->set_wire_dtype(DTypeToProto(dtype));
+  header->set_rank(rank);
+  header->set_world_size(world_size);
+  header->set_rendezvous_prefix(prefix);
+  header->set_timeout_seconds(timeout_seconds);
+  return request;
+}
+
+v1::ExecuteRequest RunMessage() {
+  v1::ExecuteRequest request;
+  request.set_run(true);
+  return request;
+}
+
+// Rows [first, first + count) of `tensor` for batch `batch`, all zeros.
+v1::ExecuteRequest ZeroRows(v1::TensorName tensor, int64_t batch, int64_t first,
+                            int64_t count, int64_t row_bytes) {
+  v1::ExecuteRequest request;
+  v1::ShardRows* rows = request.mutable_rows();
+  rows->set_tensor(tensor);
+  rows->set_batch(batch);
+  rows->set_first_position(first);
+  rows->set_count(count);
+  rows->set_data(std::string(static_cast<size_t>(count * row_bytes), '\0'));
+  return request;
+}
+
+class WorkerServiceErrors : public ::testing::Test {
+ protected:
+  WorkerServiceErrors() : worker_(store_, WorkerServiceOptions()) {}
+
+  // Every row of a one-rank request (N = 10), fp32 zeros.
+  std::vector<v1::ExecuteRequest> AllRows() {
+    std::vector<v1::ExecuteRequest> requests = {
+        Header(spec_, DType::kFloat32, 0, 1, "errors")};
+    for (int64_t b = 0; b < 2; ++b) {
+      requests.push_back(ZeroRows(v1::Q, b, 0, 10, 4 * 16 * 4));
+      requests.push_back(ZeroRows(v1::K, b, 0, 10, 2 * 16 * 4));
+      requests.push_back(ZeroRows(v1::V, b, 0, 10, 2 * 16 * 4));
+    }
+    return requests;
+  }
+
+  void ExpectInvalid(const std::vector<v1::ExecuteRequest>& requests,
+                     const std::string& fragment) {
+    const ExecuteResult result = Execute(worker_.stub(), requests);
+    EXPECT_EQ(result.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << result.status.error_message();
+    EXPECT_NE(result.status.error_message().find(fragment), std::string::npos)
+        << result.status.error_message();
+  }
+
+  gloo::rendezvous::HashStore store_;
+  TestWorker worker_;
+  const AttentionSpec spec_ = Spec(10, false);
+};
+
+TEST_F(WorkerServiceErrors, CompleteOneRankRequestSucceeds) {
+  std::vector<v1::ExecuteRequest> requests = AllRows();
+  requests.push_back(RunMessage());
+  const ExecuteResult result = Execute(worker_.stub(), requests);
+  ASSERT_TRUE(result.status.ok()) << result.status.error_message();
+  ASSERT_FALSE(result.responses.empty());
+  EXPECT_TRUE(result.responses.back().has_done());
+}
+
+TEST_F(WorkerServiceErrors, WrongByteCount) {
+  std::vector<v1::ExecuteRequest> requests = AllRows();
+  requests[1].mutable_rows()->mutable_data()->resize(10);
+  ExpectInvalid(requests, "holds 10 bytes, but 10 rows of 4 x 16 fp32");
+}
+
+TEST_F(WorkerServiceErrors, DuplicateRows) {
+  std::vector<v1::ExecuteRequest> requests = AllRows();
+  requests.push_back(ZeroRows(v1::K, 1, 3, 1, 2 * 16 * 4));
+  ExpectInvalid(requests, "duplicate row: K batch 1 position 3");
+}
+
+TEST_F(WorkerServiceErrors, RowOutsideTheSequence) {
+  std::vector<v1::ExecuteRequest> requests = AllRows();
+  v1::ExecuteRequest listed = ZeroRows(v1::V, 0, 0, 1, 2 * 16 * 4);
+  listed.mutable_rows()->set_count(0);
+  listed.mutable_rows()->add_positions(12);
+  requests.insert(requests.begin() + 1, listed);
+  ExpectInvalid(requests, "position 12 is outside [0, 10)");
+}
+
+TEST_F(WorkerServiceErrors, RowOfAnotherRank) {
+  // Rank 0 of 2 holds positions [0, 5) of a contiguous layout.
+  ExpectInvalid({Header(spec_, DType::kFloat32, 0, 2, "other-rank"),
+                 ZeroRows(v1::Q, 0, 4, 2, 4 * 16 * 4)},
+                "position 5 belongs to rank 1, not to this worker (rank 0)");
+}
+
+TEST_F(WorkerServiceErrors, MissingRowsOnRun) {
+  std::vector<v1::ExecuteRequest> requests = AllRows();
+  requests.erase(requests.begin() + 5);  // K of batch 1
+  requests.push_back(RunMessage());
+  ExpectInvalid(requests, "missing rows: 10 rows");
+}
+
+TEST_F(WorkerServiceErrors, RowsBeforeHeaderAndRunWithoutIt) {
+  ExpectInvalid({ZeroRows(v1::Q, 0, 0, 1, 4 * 16 * 4)}, "before the header");
+  ExpectInvalid({RunMessage()}, "before the header");
+  ExpectInvalid({}, "the stream ended before 'run'");
+}
+
+TEST_F(WorkerServiceErrors, BadHeader) {
+  v1::ExecuteRequest bad_rank = Header(spec_, DType::kFloat32, 2, 2, "x");
+  ExpectInvalid({bad_rank}, "rank 2 is not a rank of world size 2");
+  v1::ExecuteRequest no_dtype = Header(spec_, DType::kFloat32, 0, 1, "x");
+  no_dtype.mutable_header()->mutable_spec()->set_wire_dtype(
+      v1::DTYPE_UNSPECIFIED);
+  ExpectInvalid({no_dtype}, "wire_dtype");
+  v1::ExecuteRequest bad_spec = Header(spec_, DType::kFloat32, 0, 1, "x");
+  bad_spec.mutable_header()->mutable_spec()->set_kv_heads(3);
+  ExpectInvalid({bad_spec}, "kv_heads");
+}
+
+TEST(WorkerServiceLimits, TooManyConcurrentStreams) {
+  gloo::rendezvous::HashStore store;
+  WorkerServiceOptions options;
+  options.max_concurrent_executions = 1;
+  TestWorker worker(store, options);
+  grpc::ClientContext first_context;
+  auto first = worker.stub().Execute(&first_context);
+  first->WaitForInitialMetadata();  // admitted
+  const ExecuteResult second = Execute(worker.stub(), {});
+  EXPECT_EQ(second.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << second.status.error_message();
+  first->WritesDone();
+  first->Finish();
+}
+
+TEST(WorkerServiceLimits, RequestLargerThanMemory) {
+  gloo::rendezvous::HashStore store;
+  WorkerServiceOptions options;
+  options.memory_bytes = 1000;
+  TestWorker worker(store, options);
+  const ExecuteResult result = Execute(
+      worker.stub(), {Header(Spec(100, false), DType::kFloat32, 0, 1, "big")});
+  EXPECT_EQ(result.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(result.status.error_message().find("only 1000 of its 1000"),
+            std::string::npos)
+      << result.status.error_message();
+}
+
+TEST(WorkerServiceLimits, RankThatNeverJoinsEndsTheStreamInTime) {
+  gloo::rendezvous::HashStore store;
+  TestWorker worker(store, WorkerServiceOptions());
+  const AttentionSpec spec = Spec(4, false);
+  // Rank 0 of 2 holds positions [0, 2).
+  std::vector<v1::ExecuteRequest> requests = {
+      Header(spec, DType::kFloat32, 0, 2, "lonely", 0.5)};
+  for (int64_t b = 0; b < 2; ++b) {
+    requests.push_back(ZeroRows(v1::Q, b, 0, 2, 4 * 16 * 4));
+    requests.push_back(ZeroRows(v1::K, b, 0, 2, 2 * 16 * 4));
+    requests.push_back(ZeroRows(v1::V, b, 0, 2, 2 * 16 * 4));
+  }
+  requests.push_back(RunMessage());
+  const absl::Time start = absl::Now();
+  const ExecuteResult result = Execute(worker.stub(), requests);
+  EXPECT_EQ(result.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_NE(result.status.error_message().find("rank 1 did not join"),
+            std::string::npos)
+      << result.status.error_message();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+// A two-rank ring whose transfers never complete until aborted: it reports
+// when a wait starts, when it is aborted and when it is destroyed.
+class HangingCommunicator final : public RingCommunicator {
+ public:
+  struct Events {
+    absl::Notification waiting, aborted, destroyed;
+  };
+  explicit HangingCommunicator(Events& events) : events_(events) {}
+  ~HangingCommunicator() override { events_.destroyed.Notify(); }
+
+  int rank() const override { return 0; }
+  int world_size() const override { return 2; }
+  absl::Status StartSend(const void*, int64_t, int) override {
+    return absl::OkStatus();
+  }
+  absl::Status StartReceive(void*, int64_t, int) override {
+    return absl::OkStatus();
+  }
+  absl::Status Wait(absl::Time) override {
+    events_.waiting.Notify();
+    events_.aborted.WaitForNotification();
+    return absl::CancelledError("aborted");
+  }
+  void Abort() override {
+    if (!events_.aborted.HasBeenNotified()) events_.aborted.Notify();
+  }
+
+ private:
+  Events& events_;
+};
+
+class HangingConnector final : public RingConnector {
+ public:
+  absl::StatusOr<std::unique_ptr<RingCommunicator>> Connect(
+      const std::string&, int, int, absl::Duration) override {
+    return std::make_unique<HangingCommunicator>(events);
+  }
+  HangingCommunicator::Events events;
+};
+
+TEST(WorkerServiceCancel, CancellingTheStreamAbortsTheRing) {
+  HangingConnector connector;
+  WorkerService service(connector, WorkerServiceOptions());
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  std::unique_ptr<v1::Worker::Stub> stub = v1::Worker::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                          grpc::InsecureChannelCredentials()));
+
+  const AttentionSpec spec = Spec(4, false);
+  grpc::ClientContext context;
+  auto stream = stub->Execute(&context);
+  ASSERT_TRUE(stream->Write(Header(spec, DType::kFloat32, 0, 2, "hang")));
+  for (int64_t b = 0; b < 2; ++b) {
+    ASSERT_TRUE(stream->Write(ZeroRows(v1::Q, b, 0, 2, 4 * 16 * 4)));
+    ASSERT_TRUE(stream->Write(ZeroRows(v1::K, b, 0, 2, 2 * 16 * 4)));
+    ASSERT_TRUE(stream->Write(ZeroRows(v1::V, b, 0, 2, 2 * 16 * 4)));
+  }
+  ASSERT_TRUE(stream->Write(RunMessage()));
+  ASSERT_TRUE(connector.events.waiting.WaitForNotificationWithTimeout(
+      absl::Seconds(10)));
+  context.TryCancel();
+  EXPECT_TRUE(connector.events.aborted.WaitForNotificationWithTimeout(
+      absl::Seconds(10)));
+  EXPECT_TRUE(connector.events.destroyed.WaitForNotificationWithTimeout(
+      absl::Seconds(10)));
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  server->Shutdown();
+  EXPECT_EQ(service.active_executions(), 0);
+}
+
+// Two workers compute one request; the rows go in the wire dtype, K as
+// explicit position lists in reverse order, Q and V as runs.
+TEST(WorkerServiceRing, TwoWorkersMatchTheReference) {
+  for (DType dtype : {DType::kFloat16, DType::kFloat32}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    AttentionSpec spec = Spec(37, true);
+    constexpr int kRanks = 2;
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    // The values as the wire dtype carries them.
+    auto make = [&](int64_t heads) {
+      Tensor<float> t({spec.batch, spec.q_len, heads, spec.head_dim});
+      for (float& x : t.values()) {
+        uint16_t half = 0;
+        const float value = uniform(rng);
+        x = value;
+        if (dtype == DType::kFloat16) {
+          ConvertFromFloat(dtype, &value, &half, 1);
+          ConvertToFloat(dtype, &half, &x, 1);
+        }
+      }
+      return t;
+    };
+    const Tensor<float> q = make(4), k = make(2), v = make(2);
+    Tensor<double> o_ref(q.shape());
+    Tensor<double> lse_ref({spec.batch, spec.q_len, spec.q_heads, 1});
+    ReferenceAttention(spec, q.view(), k.view(), v.view(), o_ref.view(),
+                       lse_ref.view());
+
+    gloo::rendezvous::HashStore store;
+    std::vector<std::unique_ptr<TestWorker>> workers;
+    for (int r = 0; r < kRanks; ++r) {
+      workers.push_back(
+          std::make_unique<TestWorker>(store, WorkerServiceOptions()));
+    }
+    const ShardLayout layout =
+        ShardLayout::Make(ChooseShardKind(spec), spec.q_len, kRanks);
+    const std::string prefix = std::string("ring-") + DTypeName(dtype);
+    std::vector<ExecuteResult> results(kRanks);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kRanks; ++r) {
+      std::vector<v1::ExecuteRequest> requests = {
+          Header(spec, dtype, r, kRanks, prefix)};
+      auto rows = [&](v1::TensorName name, const Tensor<float>& t,
+                      int64_t batch, const Range& chunk, bool listed) {
+        v1::ExecuteRequest request;
+        v1::ShardRows* out = request.mutable_rows();
+        out->set_tensor(name);
+        out->set_batch(batch);
+        const int64_t values = t.shape().heads * t.shape().dim;
+        std::string& data = *out->mutable_data();
+        data.resize(chunk.size() * values * DTypeSize(dtype));
+        for (int64_t i = 0; i < chunk.size(); ++i) {
+          const int64_t p = listed ? chunk.end - 1 - i : chunk.begin + i;
+          if (listed) out->add_positions(p);
+          ConvertFromFloat(dtype, t.view().Row(batch, p, 0),
+                           &data[i * values * DTypeSize(dtype)], values);
+        }
+        if (!listed) {
+          out->set_first_position(chunk.begin);
+          out->set_count(chunk.size());
+        }
+        return request;
+      };
+      for (int64_t b = 0; b < spec.batch; ++b) {
+        for (const Range& chunk : layout.Chunks(r)) {
+          requests.push_back(rows(v1::Q, q, b, chunk, false));
+          requests.push_back(rows(v1::K, k, b, chunk, true));
+          requests.push_back(rows(v1::V, v, b, chunk, false));
+        }
+      }
+      requests.push_back(RunMessage());
+      threads.emplace_back([&, r, requests] {
+        results[r] = Execute(workers[r]->stub(), requests);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+
+    Tensor<float> o(q.shape());
+    Tensor<float> lse({spec.batch, spec.q_len, spec.q_heads, 1});
+    std::vector<bool> seen(spec.batch * spec.q_len, false);
+    for (int r = 0; r < kRanks; ++r) {
+      ASSERT_TRUE(results[r].status.ok())
+          << "rank " << r << ": " << results[r].status.error_message();
+      ASSERT_TRUE(results[r].responses.back().has_done());
+      EXPECT_EQ(results[r].responses.back().done().ring_steps(), kRanks);
+      for (const v1::ExecuteResponse& response : results[r].responses) {
+        if (!response.has_output()) continue;
+        const v1::ShardOutput& out = response.output();
+        const int64_t row_values = spec.q_heads * spec.head_dim;
+        ASSERT_EQ(out.data().size(), out.count() * row_values * 4);
+        ASSERT_EQ(out.lse().size(), out.count() * spec.q_heads * 4);
+        for (int64_t i = 0; i < out.count(); ++i) {
+          const int64_t p = out.first_position() + i;
+          seen[out.batch() * spec.q_len + p] = true;
+          std::memcpy(o.view().Row(out.batch(), p, 0),
+                      out.data().data() + i * row_values * 4, row_values * 4);
+          std::memcpy(lse.view().Row(out.batch(), p, 0),
+                      out.lse().data() + i * spec.q_heads * 4,
+                      spec.q_heads * 4);
+        }
+      }
+    }
+    for (bool s : seen) ASSERT_TRUE(s) << "an output row is missing";
+    for (size_t i = 0; i < o.values().size(); ++i) {
+      const double want = o_ref.values()[i];
+      ASSERT_NEAR(o.values()[i], want, 2e-5 * (1 + std::fabs(want))) << i;
+    }
+    for (size_t i = 0; i < lse.values().size(); ++i) {
+      const double want = lse_ref.values()[i];
+      ASSERT_NEAR(lse.values()[i], want, 2e-5 * (1 + std::fabs(want))) << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ringattn
