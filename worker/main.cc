@@ -44,7 +44,7 @@ ABSL_FLAG(std::string, gloo_interface, "",
           "network interface for ring traffic instead of --host's address");
 ABSL_FLAG(int64_t, memory_bytes, 0,
           "memory requests may hold together; 0: half of physical memory");
-ABSL_FLAG(int32_t, max_concurrent, 2,
+ABSL_FLAG(int32_t, max_concurrent, 4,
           "requests executed at once; more get RESOURCE_EXHAUSTED");
 ABSL_FLAG(double, ring_timeout_seconds, 60,
           "how long a rank waits for its peers when a request sets no "

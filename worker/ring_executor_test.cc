@@ -459,10 +459,16 @@ TEST(RingExecutorFaults, CancelledRunStops) {
   RingOptions options = TestOptions();
   options.cancelled = &cancelled;
   const std::vector<RankRun> runs = RunRanks(in, 2, options, absl::Seconds(20));
+  // A rank that is still joining when its peer has already stopped sees the
+  // connection close instead.
+  int cancelled_ranks = 0;
   for (int r : {0, 1}) {
-    EXPECT_EQ(runs[r].status.code(), absl::StatusCode::kCancelled)
+    EXPECT_TRUE(runs[r].status.code() == absl::StatusCode::kCancelled ||
+                runs[r].status.code() == absl::StatusCode::kUnavailable)
         << runs[r].status;
+    cancelled_ranks += runs[r].status.code() == absl::StatusCode::kCancelled;
   }
+  EXPECT_GE(cancelled_ranks, 1);
 }
 
 }  // namespace
