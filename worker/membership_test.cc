@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 
@@ -24,9 +25,10 @@ namespace {
 constexpr absl::Duration kPatience = absl::Seconds(10);
 
 // An abstract unix socket address private to this test process.
+// Unique per run: parallel test runs may share the network namespace and even the pid.
 std::string SocketAddress(const std::string& name) {
-  return "unix-abstract:ringattn-membership-test-" + std::to_string(getpid()) +
-         "-" + name;
+  static const std::string run = std::to_string(std::random_device{}());
+  return "unix-abstract:ringattn-membership-test-" + run + "-" + name;
 }
 
 std::unique_ptr<grpc::Server> Serve(FakeCoordination& coordination,
