@@ -1,5 +1,9 @@
 #include "core/shard_layout.h"
 
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
 namespace ringattn {
 
 std::vector<Range> SplitEvenly(int64_t n, int64_t parts) {
@@ -32,6 +36,42 @@ ShardLayout ShardLayout::Make(ShardKind kind, int64_t seq_len,
     }
   }
   return layout;
+}
+
+ShardLayout ShardLayout::FromChunks(int64_t seq_len,
+                                    std::vector<std::vector<Range>> chunks) {
+  ShardLayout layout;
+  layout.kind_ = ShardKind::kExplicit;
+  layout.seq_len_ = seq_len;
+  layout.chunks_ = std::move(chunks);
+  return layout;
+}
+
+absl::Status ShardLayout::Validate() const {
+  std::vector<int64_t> owner(static_cast<size_t>(seq_len_), -1);
+  for (int64_t w = 0; w < num_workers(); ++w) {
+    for (const Range& chunk : chunks_[w]) {
+      if (chunk.begin < 0 || chunk.end > seq_len_ || chunk.begin > chunk.end) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("worker ", w, " holds [", chunk.begin, ", ", chunk.end,
+                         ") outside [0, ", seq_len_, ")"));
+      }
+      for (int64_t p = chunk.begin; p < chunk.end; ++p) {
+        if (owner[p] >= 0) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "position ", p, " is held by workers ", owner[p], " and ", w));
+        }
+        owner[p] = w;
+      }
+    }
+  }
+  for (int64_t p = 0; p < seq_len_; ++p) {
+    if (owner[p] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("position ", p, " is held by no worker"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 int64_t ShardLayout::ShardLength(int64_t worker) const {

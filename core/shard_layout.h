@@ -11,15 +11,29 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "core/range.h"
 
 namespace ringattn {
 
-enum class ShardKind { kContiguous, kZigzag };
+enum class ShardKind {
+  kContiguous,
+  kZigzag,
+  kExplicit,  // chunks given by the caller (a resident context's appended
+              // pieces)
+};
 
 class ShardLayout {
  public:
+  // kContiguous or kZigzag over `workers` workers.
   static ShardLayout Make(ShardKind kind, int64_t seq_len, int64_t workers);
+  // Worker i holds chunks[i], in that row order. The chunks must partition
+  // [0, seq_len) (see Validate).
+  static ShardLayout FromChunks(int64_t seq_len,
+                                std::vector<std::vector<Range>> chunks);
+  // OK if the chunks partition [0, seq_len); INVALID_ARGUMENT naming the first
+  // position held twice or not at all otherwise.
+  absl::Status Validate() const;
 
   ShardKind kind() const { return kind_; }
   int64_t seq_len() const { return seq_len_; }

@@ -59,5 +59,18 @@ TEST(ShardLayout, FewerPositionsThanWorkersLeavesSomeEmpty) {
   EXPECT_EQ(layout.ShardLength(7), 0);
 }
 
+TEST(ShardLayout, ExplicitChunksMustPartitionTheSequence) {
+  const ShardLayout good =
+      ShardLayout::FromChunks(10, {{{0, 3}, {7, 8}}, {{3, 7}, {8, 10}}});
+  EXPECT_TRUE(good.Validate().ok());
+  EXPECT_EQ(good.Locate(7).worker, 0);
+  EXPECT_EQ(good.Locate(7).row, 3);
+  const ShardLayout twice = ShardLayout::FromChunks(10, {{{0, 6}}, {{5, 10}}});
+  EXPECT_NE(twice.Validate().message().find("position 5"), std::string::npos);
+  const ShardLayout gap = ShardLayout::FromChunks(10, {{{0, 4}}, {{5, 10}}});
+  EXPECT_NE(gap.Validate().message().find("position 4 is held by no worker"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace ringattn

@@ -62,7 +62,7 @@ struct OutputRun {
 class Call {
  public:
   Call(const CoordinatorState& state, grpc::ServerContext* context,
-       AttendStream* stream, std::string request_id)
+       RequestStream* stream, std::string request_id)
       : state_(state),
         context_(context),
         stream_(stream),
@@ -79,6 +79,7 @@ class Call {
 
  private:
   absl::Status ReadHeader();
+  absl::Status UseResidentContext();
   absl::Status CheckSize();
   absl::Status OpenWorkers();
   absl::Status Upload();
@@ -94,13 +95,14 @@ class Call {
 
   const CoordinatorState& state_;
   grpc::ServerContext* const context_;
-  AttendStream* const stream_;
+  RequestStream* const stream_;
   const std::string request_id_;
   const std::string prefix_;
   const Clock::time_point start_ = Clock::now();
 
   v1::AttentionSpec spec_proto_;
   AttentionSpec spec_;
+  std::optional<ResidentContext> resident_;  // Query only
   DType dtype_ = DType::kFloat32;
   std::optional<RequestLayout> layout_;
   std::vector<std::unique_ptr<WorkerLink>> workers_;
@@ -133,6 +135,9 @@ absl::Status Call::ReadHeader() {
         "tensor chunk");
   }
   spec_proto_ = request.header();
+  if (!stream_->context_name().empty()) {
+    RINGATTN_RETURN_IF_ERROR(UseResidentContext());
+  }
   absl::StatusOr<AttentionSpec> spec = SpecFromProto(spec_proto_);
   if (!spec.ok()) return spec.status();
   spec_ = *spec;
@@ -148,13 +153,35 @@ absl::Status Call::ReadHeader() {
   return absl::OkStatus();
 }
 
+absl::Status Call::UseResidentContext() {
+  absl::StatusOr<ResidentContext> resident =
+      state_.contexts->Find(stream_->context_name());
+  if (!resident.ok()) return resident.status();
+  resident_ = std::move(*resident);
+  const auto check = [&](const char* field, int64_t got,
+                         int64_t want) -> absl::Status {
+    if (got == want) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat("field '", field, "' must match context '",
+                     resident_->name, "' (", want, "), got ", got));
+  };
+  RINGATTN_RETURN_IF_ERROR(
+      check("batch", spec_proto_.batch(), resident_->batch));
+  RINGATTN_RETURN_IF_ERROR(
+      check("kv_heads", spec_proto_.kv_heads(), resident_->kv_heads));
+  RINGATTN_RETURN_IF_ERROR(
+      check("head_dim", spec_proto_.head_dim(), resident_->head_dim));
+  spec_proto_.set_kv_len(resident_->length);
+  return absl::OkStatus();
+}
+
 absl::Status Call::CheckSize() {
   const int64_t element = DTypeSize(dtype_);
   const int64_t q_bytes =
       spec_.batch * spec_.q_len * spec_.q_heads * spec_.head_dim * element;
   const int64_t kv_bytes =
       spec_.batch * spec_.kv_len * spec_.kv_heads * spec_.head_dim * element;
-  const int64_t total = q_bytes + 2 * kv_bytes;
+  const int64_t total = q_bytes + (resident_.has_value() ? 0 : 2 * kv_bytes);
   if (total > state_.options.max_request_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the request uploads ", total, " bytes of Q, K and V but the limit is ",
@@ -189,6 +216,16 @@ absl::Status Call::OpenWorkers() {
           "; add workers or send a shorter sequence"));
     }
   }
+  if (resident_.has_value()) {
+    for (const Cluster::Member& member : *members) {
+      if (resident_->addresses[member.rank] != member.address) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "context '", resident_->name, "' lost its part on rank ",
+            member.rank, " when worker ", resident_->addresses[member.rank],
+            " left the cluster; delete the context and create it again"));
+      }
+    }
+  }
   layout_.emplace(spec_, p);
   done_.assign(static_cast<size_t>(p), v1::ExecuteDone());
   coverage_.clear();
@@ -207,6 +244,21 @@ absl::Status Call::OpenWorkers() {
       absl::FromChrono(context_->deadline()) - absl::Now();
   h->set_timeout_seconds(
       absl::ToDoubleSeconds(std::min(remaining, state_.options.ring_timeout)));
+  if (resident_.has_value()) {
+    h->set_context(resident_->name);
+    for (const std::vector<Range>& chunks : resident_->chunks) {
+      v1::KvChunks* held = h->add_kv_layout();
+      for (const Range& chunk : chunks) {
+        held->add_begin(chunk.begin);
+        held->add_end(chunk.end);
+      }
+    }
+    // K and V are already on the workers.
+    for (int64_t b = 0; b < spec_.batch; ++b) {
+      coverage_[spec_.batch + b].Mark(0, spec_.kv_len);
+      coverage_[2 * spec_.batch + b].Mark(0, spec_.kv_len);
+    }
+  }
   for (const Cluster::Member& member : *members) {
     auto link = std::make_unique<WorkerLink>();
     link->member = member;
@@ -284,6 +336,13 @@ absl::Status Call::RouteChunk(const v1::TensorChunk& chunk, int64_t index) {
   }
   const char* name = TensorLabel(tensor);
   const bool keys = tensor != v1::Q;
+  if (keys && resident_.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk ", index,
+                     ": a Query sends only Q chunks; K and V come from "
+                     "context '",
+                     resident_->name, "'"));
+  }
   const int64_t len = keys ? spec_.kv_len : spec_.q_len;
   const int64_t heads = keys ? spec_.kv_heads : spec_.q_heads;
   if (chunk.batch() < 0 || chunk.batch() >= spec_.batch) {
@@ -574,7 +633,7 @@ absl::Status Call::Run() {
 }  // namespace
 
 grpc::Status RunAttendCall(const CoordinatorState& state,
-                           grpc::ServerContext* context, AttendStream* stream,
+                           grpc::ServerContext* context, RequestStream* stream,
                            const std::string& request_id) {
   Call call(state, context, stream, request_id);
   const absl::Status status = call.Run();

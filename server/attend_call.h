@@ -1,10 +1,10 @@
 #ifndef RINGATTN_SERVER_ATTEND_CALL_H_
 #define RINGATTN_SERVER_ATTEND_CALL_H_
 
-// AttendCall: one Attend request from header to summary. It checks the header,
-// waits for admission, opens one Execute stream per worker, routes each
-// uploaded chunk's rows to the workers that own them (nothing is gathered on
-// the coordinator), starts the ring, and streams the output back in sequence
+// AttendCall: one Attend (or Query) request from header to summary. It checks
+// the header, waits for admission, opens one Execute stream per worker, routes
+// each uploaded chunk's rows to the workers that own them (nothing is gathered
+// on the coordinator), starts the ring, and streams the output back in sequence
 // order as the workers deliver it. Any worker failure cancels the others and
 // fails the request with UNAVAILABLE. One object per call; not thread-safe
 // itself.
@@ -16,6 +16,7 @@
 #include "ringattn/v1/attention.grpc.pb.h"
 #include "server/admission_control.h"
 #include "server/cluster.h"
+#include "server/context_registry.h"
 #include "server/coordinator_options.h"
 #include "server/metrics.h"
 #include "server/rendezvous_store.h"
@@ -30,14 +31,25 @@ struct CoordinatorState {
   RendezvousStore* store;
   Metrics* metrics;
   AdmissionControl* admission;
+  ContextRegistry* contexts;
 };
 
-using AttendStream =
-    grpc::ServerReaderWriter<v1::AttendResponse, v1::AttendRequest>;
+// The client's side of an attention call: Attend's stream, or Query's, whose
+// header also names the resident context that supplies K and V.
+class RequestStream {
+ public:
+  virtual ~RequestStream() = default;
+  // The next message as an Attend message; false at the end of the stream.
+  virtual bool Read(v1::AttendRequest* request) = 0;
+  virtual bool Write(const v1::AttendResponse& response) = 0;
+  // The context a Query's header named (known once the header was read); empty
+  // for Attend.
+  virtual const std::string& context_name() const = 0;
+};
 
 // Runs the whole call on `stream`; returns the status to end it with.
 grpc::Status RunAttendCall(const CoordinatorState& state,
-                           grpc::ServerContext* context, AttendStream* stream,
+                           grpc::ServerContext* context, RequestStream* stream,
                            const std::string& request_id);
 
 }  // namespace ringattn

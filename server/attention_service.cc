@@ -4,6 +4,8 @@
 #include <random>
 
 #include "absl/strings/str_format.h"
+#include "server/context_upload.h"
+#include "server/grpc_status.h"
 
 namespace ringattn {
 namespace {
@@ -73,18 +75,128 @@ grpc::Status AttentionService::Count(const char* method,
   return status;
 }
 
-grpc::Status AttentionService::Attend(grpc::ServerContext* context,
-                                      AttendStream* stream) {
+namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+// Attend's stream as it is.
+class AttendStream final : public RequestStream {
+ public:
+  explicit AttendStream(
+      grpc::ServerReaderWriter<v1::AttendResponse, v1::AttendRequest>* stream)
+      : stream_(stream) {}
+  bool Read(v1::AttendRequest* request) override {
+    return stream_->Read(request);
+  }
+  bool Write(const v1::AttendResponse& response) override {
+    return stream_->Write(response);
+  }
+  const std::string& context_name() const override { return none_; }
+
+ private:
+  grpc::ServerReaderWriter<v1::AttendResponse, v1::AttendRequest>* const
+      stream_;
+  const std::string none_;
+};
+
+// Query's stream, seen as Attend messages: the header's spec becomes the
+// header, and the context it names is remembered.
+class QueryStream final : public RequestStream {
+ public:
+  explicit QueryStream(
+      grpc::ServerReaderWriter<v1::AttendResponse, v1::QueryRequest>* stream)
+      : stream_(stream) {}
+  bool Read(v1::AttendRequest* request) override {
+    v1::QueryRequest query;
+    if (!stream_->Read(&query)) return false;
+    request->Clear();
+    if (query.has_header()) {
+      context_ = query.header().context();
+      if (context_.empty()) context_ = "(unnamed)";
+      *request->mutable_header() = query.header().spec();
+    } else if (query.has_chunk()) {
+      *request->mutable_chunk() = query.chunk();
+    }
+    return true;
+  }
+  bool Write(const v1::AttendResponse& response) override {
+    return stream_->Write(response);
+  }
+  const std::string& context_name() const override { return context_; }
+
+ private:
+  grpc::ServerReaderWriter<v1::AttendResponse, v1::QueryRequest>* const stream_;
+  std::string context_;
+};
+
+}  // namespace
+
+grpc::Status AttentionService::Serve(const char* method,
+                                     grpc::ServerContext* context,
+                                     RequestStream* stream) {
   const auto start = std::chrono::steady_clock::now();
   static thread_local std::mt19937_64 rng(std::random_device{}());
   const std::string request_id = absl::StrFormat(
       "%06x-%08x", next_request_++ & 0xFFFFFF, static_cast<uint32_t>(rng()));
   const grpc::Status status =
       RunAttendCall(state_, context, stream, request_id);
-  return Count(
-      "Attend", status,
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-          .count());
+  return Count(method, status, SecondsSince(start));
+}
+
+grpc::Status AttentionService::Attend(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<v1::AttendResponse, v1::AttendRequest>* stream) {
+  AttendStream adapter(stream);
+  return Serve("Attend", context, &adapter);
+}
+
+grpc::Status AttentionService::Query(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<v1::AttendResponse, v1::QueryRequest>* stream) {
+  QueryStream adapter(stream);
+  return Serve("Query", context, &adapter);
+}
+
+grpc::Status AttentionService::CreateContext(
+    grpc::ServerContext* context, grpc::ServerReader<v1::ContextUpload>* reader,
+    v1::ContextInfo* response) {
+  const auto start = std::chrono::steady_clock::now();
+  return Count("CreateContext",
+               RunContextUpload(state_, context, reader, true, response),
+               SecondsSince(start));
+}
+
+grpc::Status AttentionService::AppendContext(
+    grpc::ServerContext* context, grpc::ServerReader<v1::ContextUpload>* reader,
+    v1::ContextInfo* response) {
+  const auto start = std::chrono::steady_clock::now();
+  return Count("AppendContext",
+               RunContextUpload(state_, context, reader, false, response),
+               SecondsSince(start));
+}
+
+grpc::Status AttentionService::DeleteContext(
+    grpc::ServerContext*, const v1::DeleteContextRequest* request,
+    v1::DeleteContextResponse*) {
+  absl::StatusOr<ResidentContext> removed =
+      state_.contexts->Remove(request->name());
+  if (!removed.ok()) {
+    return Count("DeleteContext", ToGrpcStatus(removed.status()), 0);
+  }
+  DropOnWorkers(state_, request->name(), 0);
+  return Count("DeleteContext", grpc::Status::OK, 0);
+}
+
+grpc::Status AttentionService::ListContexts(
+    grpc::ServerContext*, const v1::ListContextsRequest*,
+    v1::ListContextsResponse* response) {
+  for (const ResidentContext& context : state_.contexts->List()) {
+    *response->add_contexts() = context.Info();
+  }
+  return Count("ListContexts", grpc::Status::OK, 0);
 }
 
 grpc::Status AttentionService::GetClusterInfo(grpc::ServerContext*,

@@ -19,8 +19,26 @@ class AttentionService final : public v1::Attention::Service {
   explicit AttentionService(CoordinatorState state)
       : state_(std::move(state)) {}
 
-  grpc::Status Attend(grpc::ServerContext* context,
-                      AttendStream* stream) override;
+  grpc::Status Attend(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<v1::AttendResponse, v1::AttendRequest>* stream)
+      override;
+  grpc::Status CreateContext(grpc::ServerContext* context,
+                             grpc::ServerReader<v1::ContextUpload>* reader,
+                             v1::ContextInfo* response) override;
+  grpc::Status AppendContext(grpc::ServerContext* context,
+                             grpc::ServerReader<v1::ContextUpload>* reader,
+                             v1::ContextInfo* response) override;
+  grpc::Status Query(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<v1::AttendResponse, v1::QueryRequest>* stream)
+      override;
+  grpc::Status DeleteContext(grpc::ServerContext* context,
+                             const v1::DeleteContextRequest* request,
+                             v1::DeleteContextResponse* response) override;
+  grpc::Status ListContexts(grpc::ServerContext* context,
+                            const v1::ListContextsRequest* request,
+                            v1::ListContextsResponse* response) override;
   grpc::Status GetClusterInfo(grpc::ServerContext* context,
                               const v1::GetClusterInfoRequest* request,
                               v1::ClusterInfo* response) override;
@@ -29,6 +47,9 @@ class AttentionService final : public v1::Attention::Service {
   // Counts a finished call and passes its status on.
   grpc::Status Count(const char* method, const grpc::Status& status,
                      double seconds);
+  // Runs an Attend or Query call and counts it.
+  grpc::Status Serve(const char* method, grpc::ServerContext* context,
+                     RequestStream* stream);
 
   const CoordinatorState state_;
   std::atomic<uint64_t> next_request_{1};

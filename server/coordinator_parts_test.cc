@@ -1,11 +1,13 @@
 // Unit tests of the coordinator's parts that need no network.
 
+#include <algorithm>
 #include <thread>
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "server/admission_control.h"
 #include "server/cluster.h"
+#include "server/context_registry.h"
 #include "server/metrics.h"
 #include "server/rendezvous_store.h"
 #include "server/request_layout.h"
@@ -152,6 +154,24 @@ TEST(RendezvousStore, GetWaitsForKeysAndNamesTheMissingOne) {
   store.Set("s/1", "x");
   store.EraseWithPrefix("r/");
   EXPECT_EQ(store.size(), 1u);
+}
+
+TEST(BalancedRuns, KeepsEveryWorkerWithinOneOfAnEvenShare) {
+  std::vector<int64_t> held = {0, 0, 0};
+  int64_t length = 0;
+  for (int64_t count : {100, 37, 1, 1, 1, 169, 5}) {
+    const std::vector<Range> runs = BalancedRuns(held, length, count);
+    int64_t next = length;
+    for (size_t w = 0; w < runs.size(); ++w) {
+      EXPECT_EQ(runs[w].begin, next) << "runs are consecutive";
+      next = runs[w].end;
+      held[w] += runs[w].size();
+    }
+    EXPECT_EQ(next, length + count);
+    length += count;
+    const auto [low, high] = std::minmax_element(held.begin(), held.end());
+    EXPECT_LE(*high - *low, 1) << "after appending " << count;
+  }
 }
 
 TEST(Metrics, RendersPrometheusText) {

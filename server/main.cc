@@ -68,8 +68,9 @@ int Main() {
       absl::Seconds(absl::GetFlag(FLAGS_ring_timeout_seconds));
   AdmissionControl admission(options.max_inflight_bytes,
                              absl::GetFlag(FLAGS_max_concurrent_requests));
-  AttentionService attention(
-      CoordinatorState{options, &cluster, &store, &metrics, &admission});
+  ContextRegistry contexts;
+  AttentionService attention(CoordinatorState{options, &cluster, &store,
+                                              &metrics, &admission, &contexts});
   CoordinationService coordination(&cluster, &store);
 
   grpc::EnableDefaultHealthCheckService(true);

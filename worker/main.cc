@@ -105,6 +105,8 @@ int Main() {
     return Usage("--memory_bytes must not be negative");
   }
   if (options.memory_bytes == 0) options.memory_bytes = HalfOfPhysicalMemory();
+  // Resident contexts may use as much again as requests in flight.
+  options.context_memory_bytes = options.memory_bytes;
 
   // SIGTERM and SIGINT are taken by sigwait() below, never by a handler:
   // block them before any thread starts, so that every thread inherits that.

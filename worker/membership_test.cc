@@ -25,7 +25,8 @@ namespace {
 constexpr absl::Duration kPatience = absl::Seconds(10);
 
 // An abstract unix socket address private to this test process.
-// Unique per run: parallel test runs may share the network namespace and even the pid.
+// Unique per run: parallel test runs may share the network namespace and even
+// the pid.
 std::string SocketAddress(const std::string& name) {
   static const std::string run = std::to_string(std::random_device{}());
   return "unix-abstract:ringattn-membership-test-" + run + "-" + name;

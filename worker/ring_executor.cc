@@ -41,14 +41,27 @@ double SecondsSince(absl::Time start) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<RingExecutor>> RingExecutor::Create(
-    const AttentionSpec& spec, int rank, int world_size) {
+    const AttentionSpec& spec, int rank, int world_size,
+    std::optional<ShardLayout> kv_layout) {
   RINGATTN_RETURN_IF_ERROR(spec.Validate());
   if (world_size < 1 || rank < 0 || rank >= world_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank, " is not a rank of a world of size ",
                      world_size, ": need 0 <= rank < world size"));
   }
-  const int64_t bytes = BytesNeeded(spec, rank, world_size);
+  if (kv_layout.has_value()) {
+    if (kv_layout->num_workers() != world_size ||
+        kv_layout->seq_len() != spec.kv_len) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the K/V layout covers ", kv_layout->seq_len(), " positions over ",
+          kv_layout->num_workers(), " workers; the request has kv_len ",
+          spec.kv_len, " and ", world_size, " workers"));
+    }
+    RINGATTN_RETURN_IF_ERROR(kv_layout->Validate());
+  } else {
+    kv_layout = MakeLayout(spec, spec.kv_len, world_size);
+  }
+  const int64_t bytes = BytesNeeded(spec, rank, world_size, &*kv_layout);
   if (bytes >= kMostBytes) {
     return absl::ResourceExhaustedError(
         absl::StrCat("rank ", rank, " of ", world_size,
@@ -56,7 +69,7 @@ absl::StatusOr<std::unique_ptr<RingExecutor>> RingExecutor::Create(
   }
   try {
     return std::unique_ptr<RingExecutor>(
-        new RingExecutor(spec, rank, world_size));
+        new RingExecutor(spec, rank, world_size, std::move(*kv_layout)));
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(
         absl::StrCat("cannot allocate the ", bytes, " bytes rank ", rank,
@@ -65,12 +78,14 @@ absl::StatusOr<std::unique_ptr<RingExecutor>> RingExecutor::Create(
 }
 
 int64_t RingExecutor::BytesNeeded(const AttentionSpec& spec, int rank,
-                                  int world_size) {
+                                  int world_size,
+                                  const ShardLayout* kv_layout) {
   // In double, so that absurd shapes saturate instead of overflowing.
   const double q_rows = static_cast<double>(
       MakeLayout(spec, spec.q_len, world_size).ShardLength(rank));
-  const double block_rows = static_cast<double>(
-      LargestShard(MakeLayout(spec, spec.kv_len, world_size)));
+  const double block_rows = static_cast<double>(LargestShard(
+      kv_layout != nullptr ? *kv_layout
+                           : MakeLayout(spec, spec.kv_len, world_size)));
   const double batch = static_cast<double>(spec.batch);
   const double q_values = batch * q_rows * spec.q_heads * spec.head_dim;
   const double lse_values = batch * q_rows * spec.q_heads;
@@ -83,12 +98,13 @@ int64_t RingExecutor::BytesNeeded(const AttentionSpec& spec, int rank,
   return static_cast<int64_t>(std::min(bytes, kMostBytes));
 }
 
-RingExecutor::RingExecutor(const AttentionSpec& spec, int rank, int world_size)
+RingExecutor::RingExecutor(const AttentionSpec& spec, int rank, int world_size,
+                           ShardLayout kv_layout)
     : spec_(spec),
       rank_(rank),
       world_size_(world_size),
       q_layout_(MakeLayout(spec, spec.q_len, world_size)),
-      kv_layout_(MakeLayout(spec, spec.kv_len, world_size)),
+      kv_layout_(std::move(kv_layout)),
       blocks_(MakeBlocks(spec)),
       plan_(RingPlan::Build(spec, q_layout_, kv_layout_,
                             blocks_.has_value() ? &*blocks_ : nullptr)) {

@@ -60,15 +60,19 @@ struct RingOutput {
 
 class RingExecutor {
  public:
-  // An executor for rank `rank` of `world_size`, its buffers allocated.
-  // INVALID_ARGUMENT for a bad spec, rank or world size.
+  // An executor for rank `rank` of `world_size`, its buffers allocated. K/V
+  // are sharded as the spec's usual layout, or as `kv_layout` when given (a
+  // resident context's pieces). INVALID_ARGUMENT for a bad spec, rank, world
+  // size or layout.
   static absl::StatusOr<std::unique_ptr<RingExecutor>> Create(
-      const AttentionSpec& spec, int rank, int world_size);
+      const AttentionSpec& spec, int rank, int world_size,
+      std::optional<ShardLayout> kv_layout = std::nullopt);
 
   // The bytes an executor for this rank holds (what Create allocates plus the
   // kernels' scratch). Requires a valid spec and 0 <= rank < world_size.
   static int64_t BytesNeeded(const AttentionSpec& spec, int rank,
-                             int world_size);
+                             int world_size,
+                             const ShardLayout* kv_layout = nullptr);
 
   RingExecutor(const RingExecutor&) = delete;
   RingExecutor& operator=(const RingExecutor&) = delete;
@@ -97,7 +101,8 @@ class RingExecutor {
                                  const RingOptions& options);
 
  private:
-  RingExecutor(const AttentionSpec& spec, int rank, int world_size);
+  RingExecutor(const AttentionSpec& spec, int rank, int world_size,
+               ShardLayout kv_layout);
 
   // Rows and bytes of the K/V block of `owner`.
   int64_t BlockRows(int64_t owner) const;

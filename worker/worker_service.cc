@@ -4,6 +4,7 @@
 #include <array>
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -21,6 +22,7 @@
 #include "proto/spec_conversion.h"
 #include "spdlog/spdlog.h"
 #include "worker/ring_executor.h"
+#include "worker/shard_rows.h"
 
 namespace ringattn {
 namespace {
@@ -35,14 +37,6 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
                       std::string(status.message()));
 }
 
-// Where the rows of one tensor of the shard go, and which have arrived.
-struct ShardTarget {
-  const char* name = "";
-  View<float> rows;  // [B, n, H, D]
-  const ShardLayout* layout = nullptr;
-  std::vector<bool> arrived;  // [B * n]
-};
-
 // One Execute stream: reads the header and the shard, runs the ring on a
 // thread of its own, then writes the output. gRPC serializes the reactions
 // that matter here: reads happen before the computation starts and writes
@@ -53,9 +47,10 @@ class ExecuteReactor final
     : public grpc::ServerBidiReactor<v1::ExecuteRequest, v1::ExecuteResponse> {
  public:
   ExecuteReactor(grpc::CallbackServerContext* context, RingConnector& connector,
-                 const WorkerServiceOptions& options,
+                 ContextStore& contexts, const WorkerServiceOptions& options,
                  absl::StatusOr<ExecutionBudget::Ticket> ticket)
       : connector_(connector),
+        contexts_(contexts),
         options_(options),
         deadline_(absl::FromChrono(context->deadline())) {
     if (!ticket.ok()) {
@@ -191,42 +186,56 @@ class ExecuteReactor final
     prefix_ = header.rendezvous_prefix();
     ring_timeout_ =
         timeout == 0 ? options_.default_ring_timeout : absl::Seconds(timeout);
-    RINGATTN_RETURN_IF_ERROR(
-        ticket_.Reserve(RingExecutor::BytesNeeded(spec_, rank_, world_size_)));
+    std::optional<ShardLayout> kv_layout;
+    if (!header.context().empty()) {
+      if (header.kv_layout_size() != world_size_) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("header: kv_layout has ", header.kv_layout_size(),
+                         " entries for a world of ", world_size_));
+      }
+      std::vector<std::vector<Range>> chunks;
+      for (const v1::KvChunks& worker : header.kv_layout()) {
+        if (worker.begin_size() != worker.end_size()) {
+          return absl::InvalidArgumentError(
+              "header: kv_layout entries need as many ends as begins");
+        }
+        chunks.emplace_back();
+        for (int i = 0; i < worker.begin_size(); ++i) {
+          chunks.back().push_back(Range{worker.begin(i), worker.end(i)});
+        }
+      }
+      kv_layout = ShardLayout::FromChunks(spec_.kv_len, std::move(chunks));
+    }
+    RINGATTN_RETURN_IF_ERROR(ticket_.Reserve(RingExecutor::BytesNeeded(
+        spec_, rank_, world_size_, kv_layout ? &*kv_layout : nullptr)));
     absl::StatusOr<std::unique_ptr<RingExecutor>> executor =
-        RingExecutor::Create(spec_, rank_, world_size_);
+        RingExecutor::Create(spec_, rank_, world_size_, std::move(kv_layout));
     if (!executor.ok()) return executor.status();
     executor_ = std::move(*executor);
     q_chunks_ = executor_->q_layout().Chunks(rank_);
-    targets_[0] = {"Q", executor_->q(), &executor_->q_layout(), {}};
-    targets_[1] = {"K", executor_->k(), &executor_->kv_layout(), {}};
-    targets_[2] = {"V", executor_->v(), &executor_->kv_layout(), {}};
-    for (ShardTarget& target : targets_) {
-      const int64_t rows = target.rows.shape().batch * target.rows.shape().seq;
-      target.arrived.assign(static_cast<size_t>(rows), false);
-      missing_ += rows;
+    targets_[0] =
+        ShardRowsTarget("Q", executor_->q(), &executor_->q_layout(), rank_);
+    targets_[1] =
+        ShardRowsTarget("K", executor_->k(), &executor_->kv_layout(), rank_);
+    targets_[2] =
+        ShardRowsTarget("V", executor_->v(), &executor_->kv_layout(), rank_);
+    if (!header.context().empty()) {
+      // K and V come from the resident context, not from the stream.
+      RINGATTN_RETURN_IF_ERROR(
+          contexts_.Copy(header.context(), executor_->kv_layout().Chunks(rank_),
+                         executor_->k(), executor_->v()));
+      targets_[1].MarkAllArrived();
+      targets_[2].MarkAllArrived();
     }
     Log(spdlog::level::info,
         absl::StrCat("header: batch ", spec_.batch, ", q_len ", spec_.q_len,
                      ", kv_len ", spec_.kv_len, ", heads ", spec_.q_heads, "/",
                      spec_.kv_heads, ", head_dim ", spec_.head_dim, ", ",
                      DTypeName(wire_dtype_), "; shard of ",
-                     targets_[0].rows.shape().seq, " query and ",
-                     targets_[1].rows.shape().seq, " key rows, ",
+                     targets_[0].rows().shape().seq, " query and ",
+                     targets_[1].rows().shape().seq, " key rows, ",
                      ticket_.reserved_bytes(), " bytes"));
     return absl::OkStatus();
-  }
-
-  // The row of `position` in this rank's shard of `layout`, or -1.
-  int64_t LocalRow(const ShardLayout& layout, int64_t position) const {
-    int64_t row = 0;
-    for (const Range& chunk : layout.Chunks(rank_)) {
-      if (position >= chunk.begin && position < chunk.end) {
-        return row + position - chunk.begin;
-      }
-      row += chunk.size();
-    }
-    return -1;
   }
 
   absl::Status AcceptRows(const v1::ShardRows& rows) {
@@ -250,86 +259,16 @@ class ExecuteReactor final
             absl::StrCat("ShardRows.tensor must be Q, K or V, got ",
                          static_cast<int>(rows.tensor())));
     }
-    ShardTarget& target = targets_[index];
-    const Shape& shape = target.rows.shape();
-    const int64_t seq_len = target.layout->seq_len();
-    if (rows.batch() < 0 || rows.batch() >= spec_.batch) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("ShardRows of ", target.name, ": batch ", rows.batch(),
-                       " is outside [0, ", spec_.batch, ")"));
-    }
-    const bool listed = rows.positions_size() > 0;
-    const int64_t count = listed ? rows.positions_size() : rows.count();
-    if (listed && rows.count() != 0 && rows.count() != count) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("ShardRows of ", target.name, ": count ", rows.count(),
-                       " disagrees with the ", count, " positions listed"));
-    }
-    if (!listed && (count < 0 || rows.first_position() < 0 ||
-                    rows.first_position() > seq_len - count)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "ShardRows of ", target.name, ": rows [", rows.first_position(), ", ",
-          rows.first_position() + count, ") are outside [0, ", seq_len, ")"));
-    }
-    const int64_t values_per_row = shape.heads * shape.dim;
-    const int64_t row_bytes = values_per_row * DTypeSize(wire_dtype_);
-    if (static_cast<int64_t>(rows.data().size()) != count * row_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "ShardRows of ", target.name, " batch ", rows.batch(), " holds ",
-          rows.data().size(), " bytes, but ", count, " rows of ", shape.heads,
-          " x ", shape.dim, " ", DTypeName(wire_dtype_), " values take ",
-          count * row_bytes, " bytes"));
-    }
-    for (int64_t i = 0; i < count; ++i) {
-      const int64_t position = listed ? rows.positions(static_cast<int>(i))
-                                      : rows.first_position() + i;
-      if (position < 0 || position >= seq_len) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("ShardRows of ", target.name, ": position ", position,
-                         " is outside [0, ", seq_len, ")"));
-      }
-      const int64_t row = LocalRow(*target.layout, position);
-      if (row < 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "ShardRows of ", target.name, ": position ", position,
-            " belongs to rank ", target.layout->Locate(position).worker,
-            ", not to this worker (rank ", rank_, ")"));
-      }
-      const size_t slot = static_cast<size_t>(rows.batch() * shape.seq + row);
-      if (target.arrived[slot]) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "duplicate row: ", target.name, " batch ", rows.batch(),
-            " position ", position, " arrived twice"));
-      }
-      ConvertToFloat(wire_dtype_, rows.data().data() + i * row_bytes,
-                     target.rows.Row(rows.batch(), row, 0), values_per_row);
-      target.arrived[slot] = true;
-      --missing_;
-    }
-    return absl::OkStatus();
+    return targets_[index].Place(rows, wire_dtype_);
   }
 
   // OK once every row of the shard arrived; INVALID_ARGUMENT naming the first
   // missing one otherwise.
   absl::Status CheckComplete() const {
-    if (missing_ == 0) return absl::OkStatus();
-    for (const ShardTarget& target : targets_) {
-      const int64_t n = target.rows.shape().seq;
-      for (int64_t b = 0; b < spec_.batch; ++b) {
-        int64_t row = 0;
-        for (const Range& chunk : target.layout->Chunks(rank_)) {
-          for (int64_t p = chunk.begin; p < chunk.end; ++p, ++row) {
-            if (target.arrived[static_cast<size_t>(b * n + row)]) continue;
-            return absl::InvalidArgumentError(absl::StrCat(
-                "missing rows: ", missing_,
-                " rows of this rank's shard never arrived (the first: ",
-                target.name, " batch ", b, " position ", p,
-                "); send every row of the shard before 'run'"));
-          }
-        }
-      }
+    for (const ShardRowsTarget& target : targets_) {
+      RINGATTN_RETURN_IF_ERROR(target.CheckComplete());
     }
-    return absl::InternalError("row accounting is inconsistent");
+    return absl::OkStatus();
   }
 
   // Runs on compute_: joins the ring, computes, starts writing the output.
@@ -452,6 +391,7 @@ class ExecuteReactor final
   }
 
   RingConnector& connector_;
+  ContextStore& contexts_;
   const WorkerServiceOptions& options_;
   const absl::Time deadline_;
   ExecutionBudget::Ticket ticket_;
@@ -470,8 +410,7 @@ class ExecuteReactor final
 
   // The shard as it arrives.
   std::unique_ptr<RingExecutor> executor_;
-  std::array<ShardTarget, 3> targets_;
-  int64_t missing_ = 0;
+  std::array<ShardRowsTarget, 3> targets_;
   bool run_requested_ = false;
 
   // The computation.
@@ -492,17 +431,134 @@ class ExecuteReactor final
   bool done_written_ = false;
 };
 
+// One StoreContext stream: the header, then the K and V rows of this worker's
+// new piece of a context. The piece joins the context only once every row has
+// arrived, so a failed upload leaves the context as it was. Deletes itself in
+// OnDone.
+class StoreContextReactor final
+    : public grpc::ServerReadReactor<v1::StoreContextRequest> {
+ public:
+  StoreContextReactor(ContextStore& contexts,
+                      v1::StoreContextResponse* response)
+      : contexts_(contexts), response_(response) {
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    const absl::Status status = ok ? Accept(request_) : Commit();
+    if (!ok || !status.ok()) {
+      Finish(ToGrpcStatus(status));
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  absl::Status Accept(const v1::StoreContextRequest& request) {
+    if (request.has_header()) return AcceptHeader(request.header());
+    if (!request.has_rows()) {
+      return absl::InvalidArgumentError(
+          "a StoreContextRequest must hold a header or rows");
+    }
+    if (!header_.has_value()) {
+      return absl::InvalidArgumentError(
+          "rows before the header: send the header first");
+    }
+    const v1::TensorName tensor = request.rows().tensor();
+    if (tensor != v1::K && tensor != v1::V) {
+      return absl::InvalidArgumentError(
+          "a context holds K and V only; got rows of another tensor");
+    }
+    return targets_[tensor == v1::K ? 0 : 1].Place(request.rows(), dtype_);
+  }
+
+  absl::Status AcceptHeader(const v1::StoreContextHeader& header) {
+    if (header_.has_value()) {
+      return absl::InvalidArgumentError("a second header arrived");
+    }
+    if (header.name().empty() || header.batch() < 1 || header.kv_heads() < 1 ||
+        header.head_dim() < 1 || header.head_dim() > kMaxHeadDim ||
+        header.first_position() < 0 || header.count() < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "context header needs a name, batch/kv_heads >= 1, head_dim in [1, ",
+          kMaxHeadDim, "] and a non-negative position range"));
+    }
+    absl::StatusOr<DType> dtype = DTypeFromProto(header.wire_dtype());
+    if (!dtype.ok()) return dtype.status();
+    dtype_ = *dtype;
+    header_ = header;
+    positions_ = Range{header.first_position(),
+                       header.first_position() + header.count()};
+    layout_ = ShardLayout::FromChunks(positions_.end, {{positions_}});
+    const Shape shape{header.batch(), header.count(), header.kv_heads(),
+                      header.head_dim()};
+    k_ = Tensor<float>(shape);
+    v_ = Tensor<float>(shape);
+    targets_[0] = ShardRowsTarget("K", k_.view(), &layout_, 0);
+    targets_[1] = ShardRowsTarget("V", v_.view(), &layout_, 0);
+    return absl::OkStatus();
+  }
+
+  absl::Status Commit() {
+    if (!header_.has_value()) {
+      return absl::InvalidArgumentError("the stream ended before the header");
+    }
+    for (const ShardRowsTarget& target : targets_) {
+      RINGATTN_RETURN_IF_ERROR(target.CheckComplete());
+    }
+    absl::StatusOr<int64_t> bytes = contexts_.Add(
+        header_->name(), header_->create(),
+        ContextStore::Layout{header_->batch(), header_->kv_heads(),
+                             header_->head_dim()},
+        positions_, std::move(k_), std::move(v_));
+    if (!bytes.ok()) return bytes.status();
+    response_->set_bytes(*bytes);
+    spdlog::info("context '{}': holds {} bytes after positions [{}, {})",
+                 header_->name(), *bytes, positions_.begin, positions_.end);
+    return absl::OkStatus();
+  }
+
+  ContextStore& contexts_;
+  v1::StoreContextResponse* const response_;
+  v1::StoreContextRequest request_;
+  std::optional<v1::StoreContextHeader> header_;
+  DType dtype_ = DType::kFloat32;
+  Range positions_;
+  ShardLayout layout_;
+  Tensor<float> k_;
+  Tensor<float> v_;
+  std::array<ShardRowsTarget, 2> targets_;
+};
+
 }  // namespace
 
 WorkerService::WorkerService(RingConnector& connector,
                              const WorkerServiceOptions& options)
     : connector_(connector),
       options_(options),
-      budget_(options.max_concurrent_executions, options.memory_bytes) {}
+      budget_(options.max_concurrent_executions, options.memory_bytes),
+      contexts_(options.context_memory_bytes) {}
 
 grpc::ServerBidiReactor<v1::ExecuteRequest, v1::ExecuteResponse>*
 WorkerService::Execute(grpc::CallbackServerContext* context) {
-  return new ExecuteReactor(context, connector_, options_, budget_.Admit());
+  return new ExecuteReactor(context, connector_, contexts_, options_,
+                            budget_.Admit());
+}
+
+grpc::ServerReadReactor<v1::StoreContextRequest>* WorkerService::StoreContext(
+    grpc::CallbackServerContext*, v1::StoreContextResponse* response) {
+  return new StoreContextReactor(contexts_, response);
+}
+
+grpc::ServerUnaryReactor* WorkerService::DropContext(
+    grpc::CallbackServerContext* context, const v1::DropContextRequest* request,
+    v1::DropContextResponse*) {
+  contexts_.Drop(request->name(), request->keep_length());
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
 }
 
 }  // namespace ringattn

@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "ringattn/v1/worker.grpc.pb.h"
 #include "worker/communicator.h"
+#include "worker/context_store.h"
 #include "worker/execution_budget.h"
 
 namespace ringattn {
@@ -29,6 +30,8 @@ struct WorkerServiceOptions {
   int64_t memory_bytes = int64_t{4} << 30;
   // The ring timeout of a header that leaves timeout_seconds at 0.
   absl::Duration default_ring_timeout = absl::Seconds(60);
+  // Memory resident contexts may hold on this worker.
+  int64_t context_memory_bytes = int64_t{4} << 30;
 };
 
 class WorkerService final : public v1::Worker::CallbackService {
@@ -42,6 +45,13 @@ class WorkerService final : public v1::Worker::CallbackService {
 
   grpc::ServerBidiReactor<v1::ExecuteRequest, v1::ExecuteResponse>* Execute(
       grpc::CallbackServerContext* context) override;
+  grpc::ServerReadReactor<v1::StoreContextRequest>* StoreContext(
+      grpc::CallbackServerContext* context,
+      v1::StoreContextResponse* response) override;
+  grpc::ServerUnaryReactor* DropContext(
+      grpc::CallbackServerContext* context,
+      const v1::DropContextRequest* request,
+      v1::DropContextResponse* response) override;
 
   // Executions admitted and not yet finished.
   int active_executions() const { return budget_.executions(); }
@@ -50,6 +60,7 @@ class WorkerService final : public v1::Worker::CallbackService {
   RingConnector& connector_;
   const WorkerServiceOptions options_;
   ExecutionBudget budget_;
+  ContextStore contexts_;
 };
 
 }  // namespace ringattn

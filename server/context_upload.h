@@ -1,0 +1,29 @@
+#ifndef RINGATTN_SERVER_CONTEXT_UPLOAD_H_
+#define RINGATTN_SERVER_CONTEXT_UPLOAD_H_
+
+// ContextUpload: one CreateContext or AppendContext call. The new tokens are
+// cut into one run per worker so every worker stays within one token of an even
+// share; each chunk's rows go straight to the worker that will hold them. The
+// context changes only if every worker stored its part: otherwise the parts
+// already stored are dropped again and the context is as it was before the
+// call.
+
+#include "grpcpp/grpcpp.h"
+#include "ringattn/v1/attention.grpc.pb.h"
+#include "server/attend_call.h"
+
+namespace ringattn {
+
+grpc::Status RunContextUpload(const CoordinatorState& state,
+                              grpc::ServerContext* context,
+                              grpc::ServerReader<v1::ContextUpload>* reader,
+                              bool create, v1::ContextInfo* response);
+
+// Drops context `name` (or, with keep_length > 0, its positions from
+// keep_length on) on every live worker, best effort.
+void DropOnWorkers(const CoordinatorState& state, const std::string& name,
+                   int64_t keep_length);
+
+}  // namespace ringattn
+
+#endif  // RINGATTN_SERVER_CONTEXT_UPLOAD_H_

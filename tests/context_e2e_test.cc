@@ -1,0 +1,144 @@
+// Resident contexts end to end: K/V uploaded once in uneven appends, queried
+// with new rows (causal continuation), listed, deleted; bad uses get precise
+// statuses.
+
+#include <memory>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "tests/attention_checks.h"
+#include "tests/test_cluster.h"
+
+namespace ringattn {
+namespace {
+
+class Contexts : public testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    absl::StatusOr<std::unique_ptr<TestCluster>> cluster =
+        TestCluster::Start({.workers = 3});
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = cluster->release();
+  }
+  static void TearDownTestSuite() { delete cluster_; }
+
+  // A context of `n` tokens uploaded as a create and appends of the given
+  // sizes.
+  static void Upload(Client& client, const std::string& name,
+                     const RandomInputs& in,
+                     const std::vector<int64_t>& pieces) {
+    int64_t at = 0;
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      const View<const float> k = in.k.view().Slice(at, at + pieces[i]);
+      const View<const float> v = in.v.view().Slice(at, at + pieces[i]);
+      absl::StatusOr<v1::ContextInfo> info =
+          i == 0 ? client.CreateContext(name, k, v)
+                 : client.AppendContext(name, k, v);
+      ASSERT_TRUE(info.ok()) << info.status();
+      at += pieces[i];
+      EXPECT_EQ(info->length(), at);
+    }
+  }
+
+  static TestCluster* cluster_;
+};
+
+TestCluster* Contexts::cluster_ = nullptr;
+
+AttentionSpec ContextSpec(int64_t nq, int64_t nk, bool causal) {
+  AttentionSpec spec;
+  spec.q_len = nq;
+  spec.kv_len = nk;
+  spec.q_heads = 8;
+  spec.kv_heads = 2;
+  spec.head_dim = 80;
+  spec.causal = causal;
+  return spec;
+}
+
+TEST_F(Contexts, QueriesAgainstUnevenAppendsMatchReference) {
+  const int64_t n = 307;  // prime
+  const RandomInputs context = MakeRandomInputs(ContextSpec(n, n, true), 21);
+  std::unique_ptr<Client> client = cluster_->NewClient();
+  Upload(*client, "book", context, {100, 37, 1, 169});
+  for (int64_t nq : {1, 3, 17, 300}) {
+    for (bool causal : {true, false}) {
+      SCOPED_TRACE("Nq=" + std::to_string(nq) +
+                   (causal ? " causal" : " dense"));
+      const AttentionSpec spec = ContextSpec(nq, n, causal);
+      RandomInputs in = MakeRandomInputs(spec, 30 + static_cast<uint32_t>(nq));
+      in.k = Tensor<float>(context.k.shape());
+      in.k.values() = context.k.values();
+      in.v = Tensor<float>(context.v.shape());
+      in.v.values() = context.v.values();
+      absl::StatusOr<AttendResult> result =
+          client->Query("book", RequestSpec(spec), in.q.view());
+      ASSERT_TRUE(result.ok()) << result.status();
+      ExpectMatchesReference(spec, in, *result);
+    }
+  }
+  absl::StatusOr<std::vector<v1::ContextInfo>> listed = client->ListContexts();
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].name(), "book");
+  EXPECT_EQ((*listed)[0].length(), n);
+  // fp32 K and V: 2 x 307 x 2 x 80 x 4 bytes over all workers.
+  EXPECT_EQ((*listed)[0].bytes(), 2 * n * 2 * 80 * 4);
+  ASSERT_TRUE(client->DeleteContext("book").ok());
+  absl::StatusOr<AttendResult> gone =
+      client->Query("book", RequestSpec(ContextSpec(1, n, true)),
+                    MakeRandomInputs(ContextSpec(1, n, true), 1).q.view());
+  EXPECT_EQ(gone.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(gone.status().message().find("book"), std::string::npos);
+}
+
+TEST_F(Contexts, FewerTokensThanWorkers) {
+  const RandomInputs context = MakeRandomInputs(ContextSpec(2, 2, true), 5);
+  std::unique_ptr<Client> client = cluster_->NewClient();
+  Upload(*client, "tiny", context, {1, 1});
+  const AttentionSpec spec = ContextSpec(2, 2, true);
+  RandomInputs in = MakeRandomInputs(spec, 6);
+  in.k.values() = context.k.values();
+  in.v.values() = context.v.values();
+  absl::StatusOr<AttendResult> result =
+      client->Query("tiny", RequestSpec(spec), in.q.view());
+  ASSERT_TRUE(result.ok()) << result.status();
+  ExpectMatchesReference(spec, in, *result);
+  EXPECT_TRUE(client->DeleteContext("tiny").ok());
+}
+
+TEST_F(Contexts, BadUsesGetPreciseStatuses) {
+  const RandomInputs context = MakeRandomInputs(ContextSpec(20, 20, true), 7);
+  std::unique_ptr<Client> client = cluster_->NewClient();
+  Upload(*client, "c", context, {20});
+  EXPECT_EQ(client->CreateContext("c", context.k.view(), context.v.view())
+                .status()
+                .code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(client->AppendContext("nope", context.k.view(), context.v.view())
+                .status()
+                .code(),
+            absl::StatusCode::kNotFound);
+  // Another number of heads than the context holds.
+  AttentionSpec spec = ContextSpec(4, 20, true);
+  spec.kv_heads = 4;
+  const RandomInputs wrong = MakeRandomInputs(spec, 8);
+  absl::StatusOr<AttendResult> result =
+      client->Query("c", RequestSpec(spec), wrong.q.view());
+  ASSERT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(result.status().message().find("kv_heads"), std::string::npos)
+      << result.status();
+  absl::StatusOr<v1::ContextInfo> other_heads =
+      client->AppendContext("c", wrong.k.view(), wrong.v.view());
+  EXPECT_EQ(other_heads.status().code(), absl::StatusCode::kInvalidArgument)
+      << other_heads.status();
+  // A failed append leaves the context as it was.
+  absl::StatusOr<std::vector<v1::ContextInfo>> listed = client->ListContexts();
+  ASSERT_TRUE(listed.ok());
+  EXPECT_EQ((*listed)[0].length(), 20);
+  EXPECT_TRUE(client->DeleteContext("c").ok());
+  EXPECT_EQ(client->DeleteContext("c").code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace ringattn

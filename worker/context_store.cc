@@ -1,0 +1,119 @@
+#include "worker/context_store.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace ringattn {
+
+absl::StatusOr<int64_t> ContextStore::Add(const std::string& name, bool create,
+                                          const Layout& layout, Range positions,
+                                          Tensor<float> k, Tensor<float> v) {
+  absl::MutexLock lock(&mutex_);
+  auto found = contexts_.find(name);
+  if (create && found != contexts_.end()) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("context '", name, "' already exists on this worker"));
+  }
+  if (!create && found == contexts_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("context '", name, "' is not held by this worker"));
+  }
+  if (!create) {
+    const Layout& have = found->second.layout;
+    if (have.batch != layout.batch || have.kv_heads != layout.kv_heads ||
+        have.head_dim != layout.head_dim) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("context '", name, "' holds batch ", have.batch, ", ",
+                       have.kv_heads, " heads of dim ", have.head_dim,
+                       "; the new rows have batch ", layout.batch, ", ",
+                       layout.kv_heads, " heads of dim ", layout.head_dim));
+    }
+    for (const auto& [first, piece] : found->second.pieces) {
+      if (!piece.positions.Intersect(positions).empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "context '", name, "' already holds positions [",
+            piece.positions.begin, ", ", piece.positions.end, ")"));
+      }
+    }
+  }
+  const int64_t added = static_cast<int64_t>(
+      (k.values().size() + v.values().size()) * sizeof(float));
+  if (bytes_ + added > capacity_) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("this worker's context memory is full: ", bytes_, " of ",
+                     capacity_, " bytes in use, ", added,
+                     " more needed; delete contexts or add workers"));
+  }
+  Context& context = contexts_[name];
+  context.layout = layout;
+  if (!positions.empty()) {
+    context.pieces[positions.begin] =
+        Piece{positions, std::move(k), std::move(v)};
+  }
+  context.bytes += added;
+  bytes_ += added;
+  return context.bytes;
+}
+
+void ContextStore::Drop(const std::string& name, int64_t keep_length) {
+  absl::MutexLock lock(&mutex_);
+  auto found = contexts_.find(name);
+  if (found == contexts_.end()) return;
+  Context& context = found->second;
+  if (keep_length <= 0) {
+    bytes_ -= context.bytes;
+    contexts_.erase(found);
+    return;
+  }
+  for (auto piece = context.pieces.lower_bound(keep_length);
+       piece != context.pieces.end();) {
+    const int64_t freed = static_cast<int64_t>(
+        (piece->second.k.values().size() + piece->second.v.values().size()) *
+        sizeof(float));
+    context.bytes -= freed;
+    bytes_ -= freed;
+    piece = context.pieces.erase(piece);
+  }
+}
+
+absl::Status ContextStore::Copy(const std::string& name,
+                                const std::vector<Range>& chunks, View<float> k,
+                                View<float> v) {
+  absl::MutexLock lock(&mutex_);
+  auto found = contexts_.find(name);
+  if (found == contexts_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("context '", name, "' is not held by this worker"));
+  }
+  const std::map<int64_t, Piece>& pieces = found->second.pieces;
+  int64_t row = 0;
+  for (const Range& chunk : chunks) {
+    for (int64_t p = chunk.begin; p < chunk.end;) {
+      auto piece = pieces.upper_bound(p);
+      if (piece == pieces.begin() || (--piece)->second.positions.end <= p) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("context '", name, "' position ", p,
+                         " is not held by this worker"));
+      }
+      const Piece& held = piece->second;
+      const int64_t end = std::min(chunk.end, held.positions.end);
+      const int64_t from = p - held.positions.begin;
+      const int64_t count = end - p;
+      CopyView(held.k.view().Slice(from, from + count),
+               k.Slice(row, row + count));
+      CopyView(held.v.view().Slice(from, from + count),
+               v.Slice(row, row + count));
+      row += count;
+      p = end;
+    }
+  }
+  return absl::OkStatus();
+}
+
+int64_t ContextStore::bytes_in_use() {
+  absl::MutexLock lock(&mutex_);
+  return bytes_;
+}
+
+}  // namespace ringattn

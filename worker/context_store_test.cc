@@ -1,0 +1,69 @@
+#include "worker/context_store.h"
+
+#include "gtest/gtest.h"
+
+namespace ringattn {
+namespace {
+
+// Rows [first, first + n) whose values are their positions.
+Tensor<float> Rows(int64_t first, int64_t n) {
+  Tensor<float> t({1, n, 1, 2});
+  for (int64_t i = 0; i < n; ++i) {
+    t.view().At(0, i, 0, 0) = static_cast<float>(first + i);
+    t.view().At(0, i, 0, 1) = -static_cast<float>(first + i);
+  }
+  return t;
+}
+
+const ContextStore::Layout kLayout{1, 1, 2};
+
+TEST(ContextStore, CopiesRowsAcrossAppendedPieces) {
+  ContextStore store(1 << 20);
+  ASSERT_TRUE(
+      store.Add("c", true, kLayout, {0, 3}, Rows(0, 3), Rows(0, 3)).ok());
+  ASSERT_TRUE(
+      store.Add("c", false, kLayout, {7, 9}, Rows(7, 2), Rows(7, 2)).ok());
+  Tensor<float> k({1, 4, 1, 2}), v({1, 4, 1, 2});
+  ASSERT_TRUE(store.Copy("c", {{1, 3}, {7, 9}}, k.view(), v.view()).ok());
+  EXPECT_EQ(k.view().At(0, 0, 0, 0), 1);
+  EXPECT_EQ(k.view().At(0, 2, 0, 0), 7);
+  EXPECT_EQ(v.view().At(0, 3, 0, 1), -8);
+  EXPECT_EQ(store.Copy("c", {{3, 5}}, k.view(), v.view()).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store.Copy("other", {{0, 1}}, k.view(), v.view()).code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(ContextStore, RefusesWrongCreateLayoutOverlapAndOverflow) {
+  ContextStore store(100);
+  EXPECT_EQ(store.Add("c", false, kLayout, {0, 1}, Rows(0, 1), Rows(0, 1))
+                .status()
+                .code(),
+            absl::StatusCode::kNotFound);
+  ASSERT_TRUE(
+      store.Add("c", true, kLayout, {0, 2}, Rows(0, 2), Rows(0, 2)).ok());
+  EXPECT_EQ(store.Add("c", true, kLayout, {2, 3}, Rows(2, 1), Rows(2, 1))
+                .status()
+                .code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(store.Add("c", false, {1, 2, 2}, {2, 3}, Rows(2, 1), Rows(2, 1))
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store.Add("c", false, kLayout, {1, 3}, Rows(1, 2), Rows(1, 2))
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<int64_t> full =
+      store.Add("c", false, kLayout, {2, 12}, Rows(2, 10), Rows(2, 10));
+  EXPECT_EQ(full.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(store.bytes_in_use(), 32);
+  ASSERT_TRUE(store.Add("c", false, kLayout, {2, 3}, Rows(2, 1), Rows(2, 1)).ok());
+  store.Drop("c", 2);  // undo the last append
+  EXPECT_EQ(store.bytes_in_use(), 32);
+  store.Drop("c");
+  EXPECT_EQ(store.bytes_in_use(), 0);
+}
+
+}  // namespace
+}  // namespace ringattn
