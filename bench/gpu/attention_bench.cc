@@ -1,0 +1,329 @@
+// Times one dense attention block on the GPU paths, cuDNN's fused SDPA and our
+// kernel, on the shapes of DESIGN.md's yardsticks (bf16, head_dim 128, 32
+// heads, batch 1, dense and causal) and prints a markdown table of TFLOP/s
+// (4 * N^2 * H * D per dense block, half of it causal), each the median of
+// several calls timed with CUDA events after warm-up. Both paths read the same
+// random inputs; the table also gives the largest difference between their
+// outputs over a sample of rows, as a sanity check.
+//
+//   gpu_attention_bench [--lengths=4096,16384,65536] [--seconds=2]
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/dtype.h"
+#include "kernels/cuda/attention_args.h"
+#include "kernels/cuda/attention_dispatch.h"
+#include "kernels/cuda/cudnn_attention.h"
+#include "kernels/cuda/device_buffer.h"
+
+ABSL_FLAG(std::vector<std::string>, lengths,
+          (std::vector<std::string>{"4096", "16384", "65536"}),
+          "sequence lengths N (queries = keys = N)");
+ABSL_FLAG(double, seconds, 2.0,
+          "timed calls per case: about this many seconds' worth, 3 to 20");
+
+namespace ringattn {
+namespace {
+
+constexpr int64_t kHeads = 32;
+constexpr int64_t kHeadDim = 128;
+constexpr int kWarmupCalls = 2;
+constexpr int64_t kSampleRows = 64;  // compared at each end of the sequence
+
+// A CUDA event, destroyed with its owner.
+class Event {
+ public:
+  Event() { created_ = cudaEventCreate(&event_) == cudaSuccess; }
+  ~Event() {
+    if (created_) cudaEventDestroy(event_);
+  }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  cudaEvent_t get() const { return event_; }
+  bool created() const { return created_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+  bool created_ = false;
+};
+
+// A CUDA stream, destroyed with its owner.
+class Stream {
+ public:
+  Stream() { created_ = cudaStreamCreate(&stream_) == cudaSuccess; }
+  ~Stream() {
+    if (created_) cudaStreamDestroy(stream_);
+  }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  cudaStream_t get() const { return stream_; }
+  bool created() const { return created_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  bool created_ = false;
+};
+
+// `count` bf16 values drawn uniformly from [-2, 2) by a xorshift generator.
+absl::StatusOr<DeviceBuffer> RandomBFloat16(int64_t count, uint64_t seed) {
+  std::vector<uint16_t> host(static_cast<size_t>(count));
+  uint64_t state = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (uint16_t& x : host) {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    const float uniform = static_cast<float>(state >> 40) * 0x1p-24f;
+    x = FloatToBFloat16(4.0f * uniform - 2.0f);
+  }
+  absl::StatusOr<DeviceBuffer> buffer =
+      DeviceBuffer::Allocate(host.size() * sizeof(uint16_t));
+  if (!buffer.ok()) return buffer;
+  if (absl::Status s = CudaStatus(
+          cudaMemcpy(buffer->as<void>(), host.data(),
+                     host.size() * sizeof(uint16_t), cudaMemcpyHostToDevice),
+          "uploading inputs");
+      !s.ok()) {
+    return s;
+  }
+  return buffer;
+}
+
+// Median milliseconds of `run` over enough calls for about `seconds`.
+absl::StatusOr<double> MedianMilliseconds(
+    const std::function<absl::Status()>& run, cudaStream_t stream,
+    double seconds) {
+  Event start, stop;
+  if (!start.created() || !stop.created()) {
+    return absl::InternalError("cudaEventCreate failed");
+  }
+  auto time_one = [&]() -> absl::StatusOr<double> {
+    if (absl::Status s =
+            CudaStatus(cudaEventRecord(start.get(), stream), "event record");
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = run(); !s.ok()) return s;
+    if (absl::Status s =
+            CudaStatus(cudaEventRecord(stop.get(), stream), "event record");
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s =
+            CudaStatus(cudaEventSynchronize(stop.get()), "event wait");
+        !s.ok()) {
+      return s;
+    }
+    float ms = 0;
+    if (absl::Status s = CudaStatus(
+            cudaEventElapsedTime(&ms, start.get(), stop.get()), "event time");
+        !s.ok()) {
+      return s;
+    }
+    return static_cast<double>(ms);
+  };
+  absl::StatusOr<double> last;
+  for (int i = 0; i < kWarmupCalls; ++i) {
+    last = time_one();
+    if (!last.ok()) return last.status();
+  }
+  const int calls = std::clamp(static_cast<int>(seconds * 1e3 / *last), 3, 20);
+  std::vector<double> times;
+  for (int i = 0; i < calls; ++i) {
+    absl::StatusOr<double> ms = time_one();
+    if (!ms.ok()) return ms.status();
+    times.push_back(*ms);
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+// Rows [first, first + count) of a [1, N, H, D] bf16 tensor, as floats.
+absl::StatusOr<std::vector<float>> DownloadRows(const DeviceBuffer& buffer,
+                                                int64_t first, int64_t count) {
+  const int64_t width = kHeads * kHeadDim;
+  std::vector<uint16_t> bits(static_cast<size_t>(count * width));
+  if (absl::Status s = CudaStatus(
+          cudaMemcpy(bits.data(), buffer.as<uint16_t>() + first * width,
+                     bits.size() * sizeof(uint16_t), cudaMemcpyDeviceToHost),
+          "downloading output rows");
+      !s.ok()) {
+    return s;
+  }
+  std::vector<float> values(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) values[i] = BFloat16ToFloat(bits[i]);
+  return values;
+}
+
+// The largest |a - b| over the first and last kSampleRows rows.
+absl::StatusOr<double> SampleDifference(const DeviceBuffer& a,
+                                        const DeviceBuffer& b, int64_t n) {
+  double worst = 0;
+  for (int64_t first : {int64_t{0}, std::max<int64_t>(0, n - kSampleRows)}) {
+    const int64_t count = std::min(kSampleRows, n);
+    absl::StatusOr<std::vector<float>> x = DownloadRows(a, first, count);
+    if (!x.ok()) return x.status();
+    absl::StatusOr<std::vector<float>> y = DownloadRows(b, first, count);
+    if (!y.ok()) return y.status();
+    for (size_t i = 0; i < x->size(); ++i) {
+      worst =
+          std::max(worst, std::fabs(static_cast<double>((*x)[i]) - (*y)[i]));
+    }
+  }
+  return worst;
+}
+
+struct Row {
+  int64_t n = 0;
+  bool causal = false;
+  double cudnn_tflops = 0;  // 0 where cuDNN refused the block
+  double flash_tflops = 0;
+  double difference = NAN;
+  std::string note;
+};
+
+absl::Status Measure(int64_t n, double seconds, CudnnAttention* cudnn,
+                     cudaStream_t stream, std::vector<Row>& rows) {
+  const int64_t elements = n * kHeads * kHeadDim;
+  absl::StatusOr<DeviceBuffer> q = RandomBFloat16(elements, 1);
+  absl::StatusOr<DeviceBuffer> k = RandomBFloat16(elements, 2);
+  absl::StatusOr<DeviceBuffer> v = RandomBFloat16(elements, 3);
+  absl::StatusOr<DeviceBuffer> o_cudnn = DeviceBuffer::Allocate(elements * 2);
+  absl::StatusOr<DeviceBuffer> o_flash = DeviceBuffer::Allocate(elements * 2);
+  absl::StatusOr<DeviceBuffer> lse =
+      DeviceBuffer::Allocate(n * kHeads * sizeof(float));
+  for (const auto* buffer : {&q, &k, &v, &o_cudnn, &o_flash, &lse}) {
+    if (!buffer->ok()) return buffer->status();
+  }
+  DeviceAttentionArgs args;
+  args.dtype = DeviceDType::kBFloat16;
+  args.batch = 1;
+  args.q_len = n;
+  args.kv_len = n;
+  args.q_heads = kHeads;
+  args.kv_heads = kHeads;
+  args.head_dim = kHeadDim;
+  const int64_t row = kHeads * kHeadDim;
+  args.q = {q->as<const void>(), n * row, row};
+  args.k = {k->as<const void>(), n * row, row};
+  args.v = {v->as<const void>(), n * row, row};
+  args.lse = lse->as<float>();
+  args.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+
+  for (bool causal : {false, true}) {
+    args.causal = causal;
+    Row result;
+    result.n = n;
+    result.causal = causal;
+    const double flops = 4.0 * n * n * kHeads * kHeadDim * (causal ? 0.5 : 1);
+
+    DeviceAttentionArgs flash_args = args;
+    flash_args.o = {o_flash->as<void>(), n * row, row};
+    absl::StatusOr<double> flash_ms = MedianMilliseconds(
+        [&] { return RunFlashAttention(flash_args, stream); }, stream, seconds);
+    if (!flash_ms.ok()) return flash_ms.status();
+    result.flash_tflops = flops / (*flash_ms * 1e-3) / 1e12;
+
+    if (cudnn != nullptr) {
+      DeviceAttentionArgs cudnn_args = args;
+      cudnn_args.o = {o_cudnn->as<void>(), n * row, row};
+      absl::StatusOr<double> cudnn_ms = MedianMilliseconds(
+          [&] { return cudnn->Forward(cudnn_args, stream); }, stream, seconds);
+      if (cudnn_ms.ok()) {
+        result.cudnn_tflops = flops / (*cudnn_ms * 1e-3) / 1e12;
+        absl::StatusOr<double> difference =
+            SampleDifference(*o_cudnn, *o_flash, n);
+        if (!difference.ok()) return difference.status();
+        result.difference = *difference;
+      } else if (absl::IsUnimplemented(cudnn_ms.status())) {
+        result.note = std::string(cudnn_ms.status().message());
+      } else {
+        return cudnn_ms.status();
+      }
+    }
+    rows.push_back(result);
+  }
+  return absl::OkStatus();
+}
+
+int Main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  std::vector<int64_t> lengths;
+  for (const std::string& text : absl::GetFlag(FLAGS_lengths)) {
+    lengths.push_back(std::stoll(text));
+  }
+  cudaDeviceProp properties;
+  if (absl::Status s =
+          CudaStatus(cudaGetDeviceProperties(&properties, 0), "no GPU");
+      !s.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  Stream stream;
+  if (!stream.created()) {
+    std::fprintf(stderr, "cudaStreamCreate failed\n");
+    return 1;
+  }
+  absl::StatusOr<std::unique_ptr<CudnnAttention>> cudnn =
+      CudnnAttention::Create();
+  std::string cudnn_name = "cuDNN unavailable";
+  if (cudnn.ok()) {
+    cudnn_name = absl::StrCat("cuDNN ", CudnnAttention::LibraryVersion());
+  } else {
+    std::fprintf(stderr, "%s\n", std::string(cudnn.status().message()).c_str());
+  }
+  std::vector<Row> rows;
+  for (int64_t n : lengths) {
+    absl::Status measured =
+        Measure(n, absl::GetFlag(FLAGS_seconds),
+                cudnn.ok() ? cudnn->get() : nullptr, stream.get(), rows);
+    if (!measured.ok()) {
+      std::fprintf(stderr, "N=%lld: %s\n", static_cast<long long>(n),
+                   std::string(measured.message()).c_str());
+      return 1;
+    }
+  }
+  std::printf(
+      "\nringattn GPU attention, %s, %s, bf16, D=%lld, Hq=Hkv=%lld, B=1 "
+      "(TFLOP/s, median)\n\n",
+      properties.name, cudnn_name.c_str(), static_cast<long long>(kHeadDim),
+      static_cast<long long>(kHeads));
+  std::printf(
+      "| N | mask | cuDNN path | our kernel | ours / cuDNN | max abs diff "
+      "(sampled rows) |\n| --- | --- | --- | --- | --- | --- |\n");
+  for (const Row& r : rows) {
+    const std::string cudnn_cell = r.cudnn_tflops > 0
+                                       ? absl::StrFormat("%.0f", r.cudnn_tflops)
+                                       : absl::StrCat("refused: ", r.note);
+    const std::string ratio =
+        r.cudnn_tflops > 0
+            ? absl::StrFormat("%.2f", r.flash_tflops / r.cudnn_tflops)
+            : "-";
+    const std::string difference =
+        std::isnan(r.difference) ? "-" : absl::StrFormat("%.3g", r.difference);
+    std::printf("| %lld | %s | %s | %.0f | %s | %s |\n",
+                static_cast<long long>(r.n), r.causal ? "causal" : "dense",
+                cudnn_cell.c_str(), r.flash_tflops, ratio.c_str(),
+                difference.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace ringattn
+
+int main(int argc, char** argv) { return ringattn::Main(argc, argv); }

@@ -1,0 +1,61 @@
+#ifndef RINGATTN_KERNELS_CUDA_ATTENTION_DISPATCH_H_
+#define RINGATTN_KERNELS_CUDA_ATTENTION_DISPATCH_H_
+
+// Picks the GPU attention path for each dense block: cuDNN's fused kernel
+// where cuDNN takes the shape, our own kernel (flash_attention.h) where it does
+// not, and says which one ran. AttentionDispatcher is thread-compatible (it
+// owns a CudnnAttention); RunFlashAttention is thread-safe.
+
+#include <cuda_runtime.h>
+
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/cuda/attention_args.h"
+#include "kernels/cuda/cudnn_attention.h"
+
+namespace ringattn {
+
+// The GPU attention paths.
+enum class AttentionPath {
+  kCudnn,  // cuDNN's fused SDPA forward
+  kFlash,  // our kernel, kernels/cuda/flash_attention.cu
+};
+
+// "cudnn" or "flash".
+const char* AttentionPathName(AttentionPath path);
+
+// Enqueues our kernel on `stream`. OK once enqueued; INVALID_ARGUMENT for
+// malformed args (FindAttentionArgsProblem's sentence) or a batch * q_heads
+// above 65535; INTERNAL for a failed launch.
+absl::Status RunFlashAttention(const DeviceAttentionArgs& args,
+                               cudaStream_t stream);
+
+class AttentionDispatcher {
+ public:
+  // Starts cuDNN on the current device. If it cannot start, every block runs
+  // on our kernel and cudnn_status() says why.
+  AttentionDispatcher();
+
+  AttentionDispatcher(const AttentionDispatcher&) = delete;
+  AttentionDispatcher& operator=(const AttentionDispatcher&) = delete;
+
+  // Enqueues attention of `args` on `stream` and returns the path that took
+  // it: cuDNN, or our kernel where cuDNN answered UNIMPLEMENTED for the shape.
+  // Malformed args (INVALID_ARGUMENT) and failures of a path that accepted the
+  // block come back as errors, never masked by a second attempt.
+  absl::StatusOr<AttentionPath> Forward(const DeviceAttentionArgs& args,
+                                        cudaStream_t stream);
+
+  // OK when cuDNN is in use; otherwise why it is not.
+  const absl::Status& cudnn_status() const { return cudnn_status_; }
+
+ private:
+  std::unique_ptr<CudnnAttention> cudnn_;
+  absl::Status cudnn_status_;
+};
+
+}  // namespace ringattn
+
+#endif  // RINGATTN_KERNELS_CUDA_ATTENTION_DISPATCH_H_

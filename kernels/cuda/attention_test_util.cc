@@ -1,0 +1,312 @@
+#include "kernels/cuda/attention_test_util.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/attention_spec.h"
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "kernels/cpu/reference_attention.h"
+
+namespace ringattn {
+namespace {
+
+// Every bit set: a NaN in fp16, bf16 and fp32 alike.
+constexpr uint16_t kNaN16 = 0xffff;
+
+uint16_t Narrow(DeviceDType dtype, float x) {
+  return dtype == DeviceDType::kBFloat16 ? FloatToBFloat16(x) : FloatToHalf(x);
+}
+
+float Widen(DeviceDType dtype, uint16_t bits) {
+  return dtype == DeviceDType::kBFloat16 ? BFloat16ToFloat(bits)
+                                         : HalfToFloat(bits);
+}
+
+// Elements from one row of a padded [B, N, H*D + padding] buffer to the next.
+int64_t RowStride(const AttentionCase& c, int64_t heads) {
+  return heads * c.head_dim + c.row_padding;
+}
+
+// Random values rounded to the case's dtype: `exact` gets what the GPU reads
+// (contiguous fp32, for the reference), `device` the padded 16-bit layout.
+struct Operand {
+  std::vector<float> exact;
+  std::vector<uint16_t> device;
+};
+
+Operand MakeOperand(const AttentionCase& c, int64_t seq, int64_t heads,
+                    std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t width = heads * c.head_dim;
+  const int64_t stride = RowStride(c, heads);
+  Operand operand;
+  operand.exact.resize(static_cast<size_t>(c.batch * seq * width));
+  operand.device.assign(static_cast<size_t>(c.batch * seq * stride), kNaN16);
+  for (int64_t row = 0; row < c.batch * seq; ++row) {
+    for (int64_t i = 0; i < width; ++i) {
+      const uint16_t bits = Narrow(c.dtype, normal(rng));
+      operand.device[row * stride + i] = bits;
+      operand.exact[row * width + i] = Widen(c.dtype, bits);
+    }
+  }
+  return operand;
+}
+
+absl::StatusOr<DeviceBuffer> Upload(const std::vector<uint16_t>& host) {
+  if (host.empty()) return DeviceBuffer();
+  absl::StatusOr<DeviceBuffer> buffer =
+      DeviceBuffer::Allocate(host.size() * sizeof(uint16_t));
+  if (!buffer.ok()) return buffer;
+  absl::Status copied = CudaStatus(
+      cudaMemcpy(buffer->as<void>(), host.data(),
+                 host.size() * sizeof(uint16_t), cudaMemcpyHostToDevice),
+      "uploading an operand");
+  if (!copied.ok()) return copied;
+  return buffer;
+}
+
+template <typename T>
+DeviceTensor<T> MakeDeviceTensor(const DeviceBuffer& buffer,
+                                 const AttentionCase& c, int64_t seq,
+                                 int64_t heads) {
+  DeviceTensor<T> tensor;
+  tensor.data = buffer.as<void>();
+  tensor.seq_stride = RowStride(c, heads);
+  tensor.batch_stride = seq * tensor.seq_stride;
+  return tensor;
+}
+
+AttentionCase Case(std::string name, int64_t batch, int64_t q_len,
+                   int64_t kv_len, int64_t q_heads, int64_t kv_heads,
+                   int64_t head_dim, bool causal) {
+  AttentionCase c;
+  c.name = std::move(name);
+  c.batch = batch;
+  c.q_len = q_len;
+  c.kv_len = kv_len;
+  c.q_heads = q_heads;
+  c.kv_heads = kv_heads;
+  c.head_dim = head_dim;
+  c.causal = causal;
+  return c;
+}
+
+// Each case once per 16-bit dtype.
+std::vector<AttentionCase> InBothDTypes(const std::vector<AttentionCase>& in) {
+  std::vector<AttentionCase> out;
+  for (DeviceDType dtype : {DeviceDType::kBFloat16, DeviceDType::kFloat16}) {
+    for (AttentionCase c : in) {
+      c.dtype = dtype;
+      out.push_back(std::move(c));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void SkipWithoutGpu() {
+  int count = 0;
+  const cudaError_t error = cudaGetDeviceCount(&count);
+  if (error != cudaSuccess || count == 0) {
+    GTEST_SKIP() << "no CUDA device here (" << cudaGetErrorName(error)
+                 << "); runs on the GPU machine";
+  }
+}
+
+std::vector<AttentionCase> StandardAttentionCases() {
+  std::vector<AttentionCase> cases = {
+      Case("DenseSquare", 2, 257, 257, 4, 4, 64, false),
+      Case("CausalSquare", 2, 257, 257, 4, 4, 128, true),
+      Case("CausalFewerQueriesThanKeys", 2, 7, 1000, 8, 2, 128, true),
+      Case("CausalMoreQueriesThanKeys", 2, 1000, 257, 4, 4, 64, true),
+      Case("CausalOneKeySevenQueries", 1, 7, 1, 2, 2, 64, true),
+      Case("OneQueryOneKey", 1, 1, 1, 2, 1, 64, false),
+      Case("CausalOneQueryManyKeys", 2, 1, 1000, 8, 2, 128, true),
+      Case("NoKeys", 2, 7, 0, 2, 2, 64, false),
+      Case("GroupedQueryDense", 2, 257, 1000, 8, 2, 128, false),
+      Case("MultiQueryCausalMoreQueries", 2, 1000, 257, 8, 1, 64, true),
+      Case("HeadDim80Causal", 2, 257, 257, 4, 2, 80, true),
+      Case("HeadDim256Dense", 1, 257, 1000, 4, 1, 256, false),
+      Case("HeadDim256CausalMoreQueries", 1, 1000, 257, 2, 2, 256, true),
+      Case("LongCausal", 1, 1000, 1000, 2, 2, 128, true),
+      Case("SharpScoresUnitScale", 2, 257, 257, 2, 2, 64, true),
+      Case("StridedSlices", 2, 257, 1000, 4, 2, 64, true),
+  };
+  for (AttentionCase& c : cases) {
+    if (c.name == "SharpScoresUnitScale") c.scale = 1.0f;
+    if (c.name == "StridedSlices") c.row_padding = 24;
+  }
+  return InBothDTypes(cases);
+}
+
+std::vector<AttentionCase> UnalignedAttentionCases() {
+  std::vector<AttentionCase> cases = {
+      Case("HeadDim100Causal", 2, 257, 257, 4, 2, 100, true),
+      Case("HeadDim36Dense", 1, 257, 1000, 2, 1, 36, false),
+      Case("HeadDim1Causal", 1, 7, 7, 1, 1, 1, true),
+      Case("RowsThreeElementsApart", 2, 257, 257, 2, 1, 64, true),
+  };
+  cases.back().row_padding = 3;
+  return InBothDTypes(cases);
+}
+
+std::string AttentionCaseName(
+    const ::testing::TestParamInfo<AttentionCase>& info) {
+  return absl::StrCat(info.param.name, "_", DeviceDTypeName(info.param.dtype));
+}
+
+absl::StatusOr<AttentionProblem> AttentionProblem::Create(
+    const AttentionCase& c, uint32_t seed) {
+  AttentionProblem problem;
+  problem.case_ = c;
+  std::mt19937 rng(seed);
+  const Operand q = MakeOperand(c, c.q_len, c.q_heads, rng);
+  const Operand k = MakeOperand(c, c.kv_len, c.kv_heads, rng);
+  const Operand v = MakeOperand(c, c.kv_len, c.kv_heads, rng);
+  const std::vector<uint16_t> o(
+      static_cast<size_t>(c.batch * c.q_len * RowStride(c, c.q_heads)), kNaN16);
+  for (auto [buffer, host] :
+       {std::pair{&problem.q_, &q.device}, std::pair{&problem.k_, &k.device},
+        std::pair{&problem.v_, &v.device}, std::pair{&problem.o_, &o}}) {
+    absl::StatusOr<DeviceBuffer> uploaded = Upload(*host);
+    if (!uploaded.ok()) return uploaded.status();
+    *buffer = *std::move(uploaded);
+  }
+  absl::StatusOr<DeviceBuffer> lse = DeviceBuffer::Allocate(
+      static_cast<size_t>(c.batch * c.q_len * c.q_heads) * sizeof(float));
+  if (!lse.ok()) return lse.status();
+  problem.lse_ = *std::move(lse);
+
+  DeviceAttentionArgs& args = problem.args_;
+  args.dtype = c.dtype;
+  args.batch = c.batch;
+  args.q_len = c.q_len;
+  args.kv_len = c.kv_len;
+  args.q_heads = c.q_heads;
+  args.kv_heads = c.kv_heads;
+  args.head_dim = c.head_dim;
+  args.q = MakeDeviceTensor<const void>(problem.q_, c, c.q_len, c.q_heads);
+  args.k = MakeDeviceTensor<const void>(problem.k_, c, c.kv_len, c.kv_heads);
+  args.v = MakeDeviceTensor<const void>(problem.v_, c, c.kv_len, c.kv_heads);
+  args.o = MakeDeviceTensor<void>(problem.o_, c, c.q_len, c.q_heads);
+  args.lse = problem.lse_.as<float>();
+  args.scale = c.scale > 0.0f
+                   ? c.scale
+                   : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  args.causal = c.causal;
+
+  const int64_t rows = c.batch * c.q_len * c.q_heads;
+  problem.reference_o_.assign(static_cast<size_t>(rows * c.head_dim), 0.0);
+  problem.reference_lse_.assign(static_cast<size_t>(rows),
+                                -std::numeric_limits<double>::infinity());
+  if (c.kv_len > 0) {
+    AttentionSpec spec;
+    spec.batch = c.batch;
+    spec.q_len = c.q_len;
+    spec.kv_len = c.kv_len;
+    spec.q_heads = c.q_heads;
+    spec.kv_heads = c.kv_heads;
+    spec.head_dim = c.head_dim;
+    spec.scale = args.scale;
+    spec.causal = c.causal;
+    if (absl::Status valid = spec.Validate(); !valid.ok()) return valid;
+    const Shape q_shape{c.batch, c.q_len, c.q_heads, c.head_dim};
+    const Shape kv_shape{c.batch, c.kv_len, c.kv_heads, c.head_dim};
+    ReferenceAttention(spec, View<const float>(q.exact.data(), q_shape),
+                       View<const float>(k.exact.data(), kv_shape),
+                       View<const float>(v.exact.data(), kv_shape),
+                       View<double>(problem.reference_o_.data(), q_shape),
+                       View<double>(problem.reference_lse_.data(),
+                                    {c.batch, c.q_len, c.q_heads, 1}));
+  }
+  return problem;
+}
+
+absl::Status AttentionProblem::PoisonOutputs() {
+  if (absl::Status s = CudaStatus(cudaMemset(o_.as<void>(), 0xff, o_.bytes()),
+                                  "poisoning O");
+      !s.ok()) {
+    return s;
+  }
+  return CudaStatus(cudaMemset(lse_.as<void>(), 0xff, lse_.bytes()),
+                    "poisoning LSE");
+}
+
+::testing::AssertionResult AttentionProblem::OutputsMatchReference() const {
+  const AttentionCase& c = case_;
+  if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) {
+    return ::testing::AssertionFailure()
+           << "the device reported " << cudaGetErrorName(e) << ": "
+           << cudaGetErrorString(e);
+  }
+  std::vector<uint16_t> o(o_.bytes() / sizeof(uint16_t));
+  std::vector<float> lse(lse_.bytes() / sizeof(float));
+  if (cudaMemcpy(o.data(), o_.as<void>(), o_.bytes(), cudaMemcpyDeviceToHost) !=
+          cudaSuccess ||
+      cudaMemcpy(lse.data(), lse_.as<void>(), lse_.bytes(),
+                 cudaMemcpyDeviceToHost) != cudaSuccess) {
+    return ::testing::AssertionFailure() << "downloading O and LSE failed";
+  }
+  const double tolerance = c.dtype == DeviceDType::kBFloat16 ? 2e-2 : 5e-3;
+  constexpr double kLseTolerance = 1e-2;
+  constexpr int kExamples = 5;
+  int64_t mismatches = 0;
+  double worst = 0.0;
+  std::string examples;
+  auto mismatch = [&](const std::string& what) {
+    if (++mismatches <= kExamples) absl::StrAppend(&examples, "\n  ", what);
+  };
+  const int64_t stride = RowStride(c, c.q_heads);
+  const int64_t width = c.q_heads * c.head_dim;
+  for (int64_t b = 0; b < c.batch; ++b) {
+    for (int64_t i = 0; i < c.q_len; ++i) {
+      const int64_t row = b * c.q_len + i;
+      for (int64_t h = 0; h < c.q_heads; ++h) {
+        const int64_t entry = row * c.q_heads + h;
+        const double ref_lse = reference_lse_[entry];
+        const bool empty = std::isinf(ref_lse);
+        const std::string where =
+            absl::StrCat("(b=", b, ", i=", i, ", h=", h, ")");
+        if (empty ? lse[entry] != -std::numeric_limits<float>::infinity()
+                  : !(std::fabs(lse[entry] - ref_lse) <= kLseTolerance)) {
+          mismatch(absl::StrCat("lse", where, " = ", lse[entry], ", reference ",
+                                ref_lse));
+        }
+        for (int64_t d = 0; d < c.head_dim; ++d) {
+          const double got =
+              Widen(c.dtype, o[row * stride + h * c.head_dim + d]);
+          const double ref = reference_o_[entry * c.head_dim + d];
+          const double error = std::fabs(got - ref);
+          if (!empty) worst = std::max(worst, error / (1 + std::fabs(ref)));
+          if (empty ? got != 0.0
+                    : !(error <= tolerance * (1 + std::fabs(ref)))) {
+            mismatch(absl::StrCat("o", where, "[d=", d, "] = ", got,
+                                  ", reference ", ref));
+          }
+        }
+      }
+      for (int64_t p = width; p < stride; ++p) {
+        if (o[row * stride + p] != kNaN16) {
+          mismatch(absl::StrCat("padding of O row ", row, " at ", p,
+                                " was overwritten"));
+        }
+      }
+    }
+  }
+  if (mismatches == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << mismatches << " mismatches (worst relative O error of rows "
+         << "that see keys " << worst << ", tolerance " << tolerance
+         << "); first ones:" << examples;
+}
+
+}  // namespace ringattn

@@ -1,0 +1,92 @@
+#ifndef RINGATTN_KERNELS_CUDA_ATTENTION_TEST_UTIL_H_
+#define RINGATTN_KERNELS_CUDA_ATTENTION_TEST_UTIL_H_
+
+// Test support for the GPU attention paths: the shapes they are held to, random
+// inputs on the device, and the comparison of their outputs with the float64
+// reference (kernels/cpu/reference_attention.h) computed from the same
+// 16-bit-rounded inputs. Thread-compatible.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "gtest/gtest.h"
+#include "kernels/cuda/attention_args.h"
+#include "kernels/cuda/device_buffer.h"
+
+namespace ringattn {
+
+// Skips the calling test, with the reason, where there is no CUDA device.
+// Use as: SkipWithoutGpu(); if (IsSkipped()) return;
+void SkipWithoutGpu();
+
+// One attention block to test.
+struct AttentionCase {
+  std::string name;  // letters, digits and underscores
+  int64_t batch = 1;
+  int64_t q_len = 0;
+  int64_t kv_len = 0;
+  int64_t q_heads = 1;
+  int64_t kv_heads = 1;
+  int64_t head_dim = 64;
+  bool causal = false;
+  float scale = 0.0f;  // 0: the default 1 / sqrt(head_dim)
+  DeviceDType dtype = DeviceDType::kBFloat16;
+  // Extra elements between consecutive rows of Q, K, V and O, so that the
+  // tensors are strided slices of wider buffers (filled with NaN, which must
+  // never be read, and checked to be left alone in O).
+  int64_t row_padding = 0;
+};
+
+// The shapes every path is held to (dense and causal; q_len below, equal to
+// and above kv_len; GQA and MQA; head dims 64, 80, 128 and 256; lengths 1, 7,
+// 257 and 1000; batch 2; strided slices), each in bf16 and fp16.
+std::vector<AttentionCase> StandardAttentionCases();
+
+// Shapes only our kernel takes: head dims that are not multiples of 8 and rows
+// that are not 16 bytes apart.
+std::vector<AttentionCase> UnalignedAttentionCases();
+
+// "<name>_<dtype>", for gtest parameter names.
+std::string AttentionCaseName(
+    const ::testing::TestParamInfo<AttentionCase>& info);
+
+// Random inputs of one case in device memory, with room for the outputs, and
+// the reference result of those inputs.
+class AttentionProblem {
+ public:
+  // Draws inputs from `seed` and computes the reference.
+  static absl::StatusOr<AttentionProblem> Create(const AttentionCase& c,
+                                                 uint32_t seed);
+
+  AttentionProblem(AttentionProblem&&) = default;
+  AttentionProblem& operator=(AttentionProblem&&) = default;
+
+  // Pointers and strides of this problem's buffers.
+  const DeviceAttentionArgs& args() const { return args_; }
+
+  // Fills O (rows and padding) and LSE with NaN, so that whatever a path does
+  // not write fails the comparison.
+  absl::Status PoisonOutputs();
+
+  // Waits for the device, downloads O and LSE and compares them with the
+  // reference: |o - ref| <= tol * (1 + |ref|) with tol 2e-2 for bf16 and 5e-3
+  // for fp16; |lse - ref| <= 1e-2; rows that see no key exactly O = 0 and
+  // LSE = -inf; O's padding untouched.
+  ::testing::AssertionResult OutputsMatchReference() const;
+
+ private:
+  AttentionProblem() = default;
+
+  AttentionCase case_;
+  DeviceAttentionArgs args_;
+  DeviceBuffer q_, k_, v_, o_, lse_;
+  std::vector<double> reference_o_;    // [B, Nq, Hq, D]
+  std::vector<double> reference_lse_;  // [B, Nq, Hq]
+};
+
+}  // namespace ringattn
+
+#endif  // RINGATTN_KERNELS_CUDA_ATTENTION_TEST_UTIL_H_

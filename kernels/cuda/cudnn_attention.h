@@ -1,0 +1,58 @@
+#ifndef RINGATTN_KERNELS_CUDA_CUDNN_ATTENTION_H_
+#define RINGATTN_KERNELS_CUDA_CUDNN_ATTENTION_H_
+
+// CudnnAttention: dense attention blocks through cuDNN's fused SDPA forward
+// (its graph API, via the cuDNN frontend, which only cudnn_attention.cc sees).
+// It owns a cuDNN handle bound to the device that was current at Create(), a
+// cache of built execution plans (one per shape, stride, scale and mask key;
+// no rebuild when only the pointers change) and a workspace that grows when a
+// plan needs more. Thread-compatible: one thread at a time, with that device
+// current.
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/cuda/attention_args.h"
+
+namespace ringattn {
+
+class CudnnAttention {
+ public:
+  // A handle on the current device, or UNAVAILABLE with cuDNN's reason (no
+  // device, no library).
+  static absl::StatusOr<std::unique_ptr<CudnnAttention>> Create();
+
+  ~CudnnAttention();
+  CudnnAttention(const CudnnAttention&) = delete;
+  CudnnAttention& operator=(const CudnnAttention&) = delete;
+
+  // Enqueues attention of `args` on `stream` (see DeviceAttentionArgs for the
+  // layouts and masking). Rows that see no key get O = 0 and LSE = -inf, which
+  // cuDNN itself is never asked to compute. Returns OK once enqueued;
+  // INVALID_ARGUMENT for malformed args; UNIMPLEMENTED, with cuDNN's words,
+  // where cuDNN does not take the shape (head_dim not a multiple of 8, rows not
+  // 16-byte aligned, a GPU or cuDNN version without a kernel for it) so that
+  // the caller can run another path; INTERNAL when an accepted plan fails to
+  // run. A refusal is cached like a plan and answered at once next time.
+  absl::Status Forward(const DeviceAttentionArgs& args, cudaStream_t stream);
+
+  // How many plans (built or refused) the cache holds.
+  int64_t cached_plans() const;
+
+  // The cuDNN library version running, e.g. 91900 for 9.19.0.
+  static int64_t LibraryVersion();
+
+ private:
+  class Impl;
+  explicit CudnnAttention(std::unique_ptr<Impl> impl);
+
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ringattn
+
+#endif  // RINGATTN_KERNELS_CUDA_CUDNN_ATTENTION_H_

@@ -1,0 +1,94 @@
+// cuDNN's path against the float64 reference on fresh random inputs, its
+// refusals of shapes it does not take, and its plan cache. Needs a CUDA device
+// and cuDNN; skips with the reason where there is none.
+
+#include "kernels/cuda/cudnn_attention.h"
+
+#include <memory>
+#include <random>
+
+#include "gtest/gtest.h"
+#include "kernels/cuda/attention_test_util.h"
+
+namespace ringattn {
+namespace {
+
+class CudnnAttentionTest : public ::testing::TestWithParam<AttentionCase> {
+ protected:
+  void SetUp() override {
+    SkipWithoutGpu();
+    if (IsSkipped()) return;
+    absl::StatusOr<std::unique_ptr<CudnnAttention>> created =
+        CudnnAttention::Create();
+    ASSERT_TRUE(created.ok()) << created.status();
+    cudnn_ = *std::move(created);
+  }
+
+  std::unique_ptr<CudnnAttention> cudnn_;
+};
+
+// Every standard shape: the cuDNN path either computes it to tolerance or
+// refuses it with UNIMPLEMENTED (named in the skip) so the caller falls back.
+TEST_P(CudnnAttentionTest, MatchesFloat64ReferenceOrRefusesTheShape) {
+  const uint32_t seed = std::random_device()();
+  absl::StatusOr<AttentionProblem> problem =
+      AttentionProblem::Create(GetParam(), seed);
+  ASSERT_TRUE(problem.ok()) << problem.status();
+  ASSERT_TRUE(problem->PoisonOutputs().ok());
+  const absl::Status status = cudnn_->Forward(problem->args(), nullptr);
+  if (absl::IsUnimplemented(status)) {
+    GTEST_SKIP() << "cuDNN " << CudnnAttention::LibraryVersion()
+                 << " refuses this shape: " << status.message();
+  }
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_TRUE(problem->OutputsMatchReference()) << "seed " << seed;
+}
+
+INSTANTIATE_TEST_SUITE_P(Standard, CudnnAttentionTest,
+                         ::testing::ValuesIn(StandardAttentionCases()),
+                         AttentionCaseName);
+
+class CudnnAttentionRefusalTest : public CudnnAttentionTest {};
+
+TEST_P(CudnnAttentionRefusalTest, RefusesUnalignedShapesAsUnimplemented) {
+  absl::StatusOr<AttentionProblem> problem =
+      AttentionProblem::Create(GetParam(), 1);
+  ASSERT_TRUE(problem.ok()) << problem.status();
+  const absl::Status status = cudnn_->Forward(problem->args(), nullptr);
+  EXPECT_TRUE(absl::IsUnimplemented(status)) << status;
+}
+
+INSTANTIATE_TEST_SUITE_P(Unaligned, CudnnAttentionRefusalTest,
+                         ::testing::ValuesIn(UnalignedAttentionCases()),
+                         AttentionCaseName);
+
+class CudnnAttentionPlanTest : public CudnnAttentionTest {};
+
+TEST_F(CudnnAttentionPlanTest, ReusesThePlanWhenOnlyPointersChange) {
+  AttentionCase c = StandardAttentionCases()[1];
+  absl::StatusOr<AttentionProblem> first = AttentionProblem::Create(c, 2);
+  absl::StatusOr<AttentionProblem> second = AttentionProblem::Create(c, 3);
+  ASSERT_TRUE(first.ok() && second.ok());
+  ASSERT_TRUE(cudnn_->Forward(first->args(), nullptr).ok());
+  ASSERT_TRUE(cudnn_->Forward(second->args(), nullptr).ok());
+  EXPECT_EQ(cudnn_->cached_plans(), 1);
+  EXPECT_TRUE(second->OutputsMatchReference());
+  c.causal = !c.causal;
+  absl::StatusOr<AttentionProblem> other_mask = AttentionProblem::Create(c, 4);
+  ASSERT_TRUE(other_mask.ok());
+  ASSERT_TRUE(cudnn_->Forward(other_mask->args(), nullptr).ok());
+  EXPECT_EQ(cudnn_->cached_plans(), 2);
+}
+
+TEST_F(CudnnAttentionPlanTest, RejectsMalformedArgsAsInvalidArgument) {
+  absl::StatusOr<AttentionProblem> problem =
+      AttentionProblem::Create(StandardAttentionCases()[0], 5);
+  ASSERT_TRUE(problem.ok());
+  DeviceAttentionArgs args = problem->args();
+  args.kv_heads = 3;
+  EXPECT_TRUE(absl::IsInvalidArgument(cudnn_->Forward(args, nullptr)));
+  EXPECT_EQ(cudnn_->cached_plans(), 0);
+}
+
+}  // namespace
+}  // namespace ringattn

@@ -1,0 +1,497 @@
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/flash_attention.h"
+
+namespace ringattn {
+namespace {
+
+// A block of kWarps warps takes kBlockM query rows of one (batch, head), each
+// warp kMTiles * 16 of them, and walks the visible keys kBlockN at a time.
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// Tile shape for one compiled head dim. Two 16-row tiles per warp let each K
+// and V fragment read from shared memory feed two products (half the shared
+// traffic per flop); at head dim 256 the accumulators leave room for one.
+// Shared-memory rows are padded by 16 bytes so that the eight rows one
+// ldmatrix phase reads fall in distinct banks.
+template <int kHeadDim>
+struct Tile {
+  static constexpr int kMTiles = kHeadDim <= 128 ? 2 : 1;
+  static constexpr int kBlockM = kWarps * 16 * kMTiles;
+  static constexpr int kBlockN = kHeadDim <= 128 ? 64 : 32;
+  static constexpr int kStride = kHeadDim + 8;  // elements per shared row
+  static constexpr int kSharedBytes = (kBlockM + 2 * kBlockN) * kStride * 2;
+};
+
+// Everything the kernel reads, with strides in elements.
+struct Params {
+  const void* q;
+  const void* k;
+  const void* v;
+  void* o;
+  float* lse;
+  int64_t q_batch_stride, q_seq_stride;
+  int64_t k_batch_stride, k_seq_stride;
+  int64_t v_batch_stride, v_seq_stride;
+  int64_t o_batch_stride, o_seq_stride;
+  int q_len;
+  int kv_len;
+  int q_heads;
+  int group;  // q_heads / kv_heads
+  int head_dim;
+  int causal_shift;  // kv_len - q_len: query i sees key j iff j <= i + shift
+  bool causal;
+  float scale_log2;  // scale * log2(e)
+  bool aligned;      // 16-byte rows: cp.async tiles and paired stores
+};
+
+// The element types' tensor-core product and packing.
+template <typename T>
+struct Element;
+
+template <>
+struct Element<__nv_bfloat16> {
+  // c += a * b for one m16n8k16 tile.
+  static __device__ __forceinline__ void Mma(float c[4], const uint32_t a[4],
+                                             uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  // Two values in one register, `low` in the low half.
+  static __device__ __forceinline__ uint32_t Pack(float low, float high) {
+    __nv_bfloat162 pair = __floats2bfloat162_rn(low, high);
+    return *reinterpret_cast<uint32_t*>(&pair);
+  }
+  static __device__ __forceinline__ __nv_bfloat16 From(float x) {
+    return __float2bfloat16_rn(x);
+  }
+};
+
+template <>
+struct Element<__half> {
+  static __device__ __forceinline__ void Mma(float c[4], const uint32_t a[4],
+                                             uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  static __device__ __forceinline__ uint32_t Pack(float low, float high) {
+    __half2 pair = __floats2half2_rn(low, high);
+    return *reinterpret_cast<uint32_t*>(&pair);
+  }
+  static __device__ __forceinline__ __half From(float x) {
+    return __float2half_rn(x);
+  }
+};
+
+// 2^x by the special-function unit (relative error below 2^-22; -inf -> 0).
+__device__ __forceinline__ float Exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ uint32_t SharedAddress(const void* pointer) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(pointer));
+}
+
+// Copies 16 bytes global -> shared without the registers; only `bytes` (0 or
+// 16) are read and the rest is zero-filled.
+__device__ __forceinline__ void CopyAsync16(void* shared, const void* global,
+                                            int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
+                   SharedAddress(shared)),
+               "l"(global), "r"(bytes));
+}
+
+__device__ __forceinline__ void CommitCopies() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+
+// Waits until at most `kPending` committed copy groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void WaitCopies() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+// Four 8x8 b16 matrices from shared memory; lanes 8i..8i+7 address the rows
+// of matrix i.
+__device__ __forceinline__ void LoadMatrices(uint32_t r[4], const void* row) {
+  asm volatile(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+      : "r"(SharedAddress(row)));
+}
+
+// The same, each matrix transposed.
+__device__ __forceinline__ void LoadMatricesTransposed(uint32_t r[4],
+                                                       const void* row) {
+  asm volatile(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, "
+      "[%4];\n"
+      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+      : "r"(SharedAddress(row)));
+}
+
+// Loads rows [first, first + kRows) of one head into a shared tile of kHeadDim
+// columns. Rows at or past `rows` and columns at or past `head_dim` become
+// zero. Aligned tensors go through cp.async (the caller commits and waits);
+// others are copied element by element.
+template <typename T, int kHeadDim, int kRows>
+__device__ __forceinline__ void LoadTile(T* tile, const T* head,
+                                         int64_t seq_stride, int first,
+                                         int rows, int head_dim, bool aligned) {
+  constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
+  constexpr int kStride = Tile<kHeadDim>::kStride;
+  for (int i = threadIdx.x; i < kRows * kChunks; i += kThreads) {
+    const int r = i / kChunks;
+    const int d = (i % kChunks) * 8;
+    const int row = first + r;
+    T* to = tile + r * kStride + d;
+    const bool row_in = row < rows;
+    if (aligned) {
+      const bool in = row_in && d < head_dim;
+      const T* from = in ? head + row * seq_stride + d : head;
+      CopyAsync16(to, from, in ? 16 : 0);
+    } else {
+      const T* from = head + (row_in ? row : 0) * seq_stride;
+      for (int e = 0; e < 8; ++e) {
+        to[e] = row_in && d + e < head_dim ? from[d + e] : T(0.0f);
+      }
+    }
+  }
+}
+
+template <typename T, int kHeadDim>
+__global__ void __launch_bounds__(kThreads)
+    FlashAttentionKernel(const Params p) {
+  using E = Element<T>;
+  constexpr int kMTiles = Tile<kHeadDim>::kMTiles;
+  constexpr int kBlockM = Tile<kHeadDim>::kBlockM;
+  constexpr int kBlockN = Tile<kHeadDim>::kBlockN;
+  constexpr int kStride = Tile<kHeadDim>::kStride;
+  constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of O
+  constexpr int kKeyTiles = kBlockN / 8;   // n-tiles of S
+
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  T* q_tile = reinterpret_cast<T*>(shared_bytes);
+  T* k_tile = q_tile + kBlockM * kStride;
+  T* v_tile = k_tile + kBlockN * kStride;
+
+  // Later query tiles see more keys under causal masking: start them first.
+  const int m0 = (gridDim.x - 1 - blockIdx.x) * kBlockM;
+  const int b = blockIdx.y / p.q_heads;
+  const int h = blockIdx.y % p.q_heads;
+  const int kv_h = h / p.group;
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int quad_row = lane / 4;  // fragment row within 8
+  const int quad_col = lane % 4;  // fragment column pair
+
+  const T* q = static_cast<const T*>(p.q) + b * p.q_batch_stride +
+               static_cast<int64_t>(h) * p.head_dim;
+  const T* k = static_cast<const T*>(p.k) + b * p.k_batch_stride +
+               static_cast<int64_t>(kv_h) * p.head_dim;
+  const T* v = static_cast<const T*>(p.v) + b * p.v_batch_stride +
+               static_cast<int64_t>(kv_h) * p.head_dim;
+  T* o = static_cast<T*>(p.o) + b * p.o_batch_stride +
+         static_cast<int64_t>(h) * p.head_dim;
+
+  // Keys past key_end are invisible to every row of this block.
+  int key_end = p.kv_len;
+  if (p.causal) key_end = min(key_end, max(0, m0 + kBlockM + p.causal_shift));
+  const int key_tiles = (key_end + kBlockN - 1) / kBlockN;
+
+  // This warp's rows start at warp_row0; in m-tile m, this thread holds rows
+  // warp_row0 + 16 m + quad_row and 8 below it (r = 0, 1).
+  const int warp_row0 = m0 + warp * 16 * kMTiles;
+  const int thread_row0 = warp_row0 + quad_row;
+
+  float o_acc[kMTiles][kDimTiles][4];
+#pragma unroll
+  for (int m = 0; m < kMTiles; ++m) {
+#pragma unroll
+    for (int t = 0; t < kDimTiles; ++t) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o_acc[m][t][e] = 0.0f;
+    }
+  }
+  // Per row: the running max of the scaled log2 scores, and this thread's
+  // share of the softmax denominator.
+  float row_max[kMTiles][2];
+  float row_sum[kMTiles][2];
+#pragma unroll
+  for (int m = 0; m < kMTiles; ++m) {
+    row_max[m][0] = row_max[m][1] = -INFINITY;
+    row_sum[m][0] = row_sum[m][1] = 0.0f;
+  }
+
+  if (key_tiles > 0) {
+    LoadTile<T, kHeadDim, kBlockM>(q_tile, q, p.q_seq_stride, m0, p.q_len,
+                                   p.head_dim, p.aligned);
+    LoadTile<T, kHeadDim, kBlockN>(k_tile, k, p.k_seq_stride, 0, p.kv_len,
+                                   p.head_dim, p.aligned);
+    CommitCopies();
+  }
+
+  for (int tile = 0; tile < key_tiles; ++tile) {
+    const int n0 = tile * kBlockN;
+    LoadTile<T, kHeadDim, kBlockN>(v_tile, v, p.v_seq_stride, n0, p.kv_len,
+                                   p.head_dim, p.aligned);
+    CommitCopies();
+    WaitCopies<1>();  // Q and this K tile have landed
+    __syncthreads();
+
+    // S = Q K^T for this warp's rows.
+    float s[kMTiles][kKeyTiles][4];
+#pragma unroll
+    for (int m = 0; m < kMTiles; ++m) {
+#pragma unroll
+      for (int j = 0; j < kKeyTiles; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[m][j][e] = 0.0f;
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+      uint32_t a[kMTiles][4];
+#pragma unroll
+      for (int m = 0; m < kMTiles; ++m) {
+        LoadMatrices(a[m], q_tile +
+                               (warp_row0 - m0 + m * 16 + (lane % 8) +
+                                (lane / 8 % 2) * 8) *
+                                   kStride +
+                               kk * 16 + (lane / 16) * 8);
+      }
+#pragma unroll
+      for (int j = 0; j < kKeyTiles; j += 2) {
+        uint32_t bk[4];
+        LoadMatrices(bk, k_tile +
+                             (j * 8 + (lane % 8) + (lane / 16) * 8) * kStride +
+                             kk * 16 + (lane / 8 % 2) * 8);
+#pragma unroll
+        for (int m = 0; m < kMTiles; ++m) {
+          E::Mma(s[m][j], a[m], bk[0], bk[1]);
+          E::Mma(s[m][j + 1], a[m], bk[2], bk[3]);
+        }
+      }
+    }
+
+    // Hide keys past the end and, under causal masking, above the diagonal.
+    const bool past_end = n0 + kBlockN > p.kv_len;
+    const bool crosses_diagonal =
+        p.causal && n0 + kBlockN - 1 > warp_row0 + p.causal_shift;
+    if (past_end || crosses_diagonal) {
+#pragma unroll
+      for (int m = 0; m < kMTiles; ++m) {
+#pragma unroll
+        for (int j = 0; j < kKeyTiles; ++j) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = n0 + j * 8 + quad_col * 2 + (e & 1);
+            const int row = thread_row0 + m * 16 + (e >= 2 ? 8 : 0);
+            if (key >= p.kv_len || (p.causal && key > row + p.causal_shift)) {
+              s[m][j][e] = -INFINITY;
+            }
+          }
+        }
+      }
+    }
+
+    // Online softmax: new running max, rescale what came before, P = 2^(S -
+    // max) in place of S.
+#pragma unroll
+    for (int m = 0; m < kMTiles; ++m) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float tile_max = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < kKeyTiles; ++j) {
+          tile_max = fmaxf(tile_max, fmaxf(s[m][j][2 * r], s[m][j][2 * r + 1]));
+        }
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+        const float new_max = fmaxf(row_max[m][r], tile_max * p.scale_log2);
+        // A row that has seen only hidden keys keeps max -inf; subtracting 0
+        // then leaves every exp2 at 0 instead of NaN.
+        const float offset = new_max == -INFINITY ? 0.0f : new_max;
+        const float rescale = Exp2(row_max[m][r] - offset);
+        row_max[m][r] = new_max;
+        float sum = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kKeyTiles; ++j) {
+#pragma unroll
+          for (int c = 2 * r; c < 2 * r + 2; ++c) {
+            s[m][j][c] = Exp2(fmaf(s[m][j][c], p.scale_log2, -offset));
+            sum += s[m][j][c];
+          }
+        }
+        row_sum[m][r] = row_sum[m][r] * rescale + sum;
+#pragma unroll
+        for (int t = 0; t < kDimTiles; ++t) {
+          o_acc[m][t][2 * r] *= rescale;
+          o_acc[m][t][2 * r + 1] *= rescale;
+        }
+      }
+    }
+
+    WaitCopies<0>();  // this V tile has landed
+    __syncthreads();  // and every warp is done with the K tile
+    if (tile + 1 < key_tiles) {
+      LoadTile<T, kHeadDim, kBlockN>(k_tile, k, p.k_seq_stride, n0 + kBlockN,
+                                     p.kv_len, p.head_dim, p.aligned);
+      CommitCopies();
+    }
+
+    // O += P V; the S accumulator layout is the A operand layout.
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      uint32_t a[kMTiles][4];
+#pragma unroll
+      for (int m = 0; m < kMTiles; ++m) {
+        a[m][0] = E::Pack(s[m][2 * kk][0], s[m][2 * kk][1]);
+        a[m][1] = E::Pack(s[m][2 * kk][2], s[m][2 * kk][3]);
+        a[m][2] = E::Pack(s[m][2 * kk + 1][0], s[m][2 * kk + 1][1]);
+        a[m][3] = E::Pack(s[m][2 * kk + 1][2], s[m][2 * kk + 1][3]);
+      }
+#pragma unroll
+      for (int t = 0; t < kDimTiles; t += 2) {
+        uint32_t bv[4];
+        LoadMatricesTransposed(
+            bv, v_tile + (kk * 16 + (lane % 8) + (lane / 8 % 2) * 8) * kStride +
+                    t * 8 + (lane / 16) * 8);
+#pragma unroll
+        for (int m = 0; m < kMTiles; ++m) {
+          E::Mma(o_acc[m][t], a[m], bv[0], bv[1]);
+          E::Mma(o_acc[m][t + 1], a[m], bv[2], bv[3]);
+        }
+      }
+    }
+    __syncthreads();  // every warp is done with the V tile
+  }
+
+  // Normalize and store. A row that saw no key has sum 0: O = 0, LSE = -inf.
+#pragma unroll
+  for (int m = 0; m < kMTiles; ++m) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float sum = row_sum[m][r];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const int row = thread_row0 + m * 16 + r * 8;
+      if (row >= p.q_len) continue;
+      const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
+      T* out = o + row * p.o_seq_stride;
+#pragma unroll
+      for (int t = 0; t < kDimTiles; ++t) {
+        const int d = t * 8 + quad_col * 2;
+        const float x0 = o_acc[m][t][2 * r] * inverse;
+        const float x1 = o_acc[m][t][2 * r + 1] * inverse;
+        if (p.aligned) {
+          if (d < p.head_dim) {
+            *reinterpret_cast<uint32_t*>(out + d) = E::Pack(x0, x1);
+          }
+        } else {
+          if (d < p.head_dim) out[d] = E::From(x0);
+          if (d + 1 < p.head_dim) out[d + 1] = E::From(x1);
+        }
+      }
+      if (p.lse != nullptr && quad_col == 0) {
+        p.lse[(static_cast<int64_t>(b) * p.q_len + row) * p.q_heads + h] =
+            sum > 0.0f ? (row_max[m][r] + __log2f(sum)) * kLn2 : -INFINITY;
+      }
+    }
+  }
+}
+
+bool Aligned16(const void* pointer) {
+  return reinterpret_cast<uintptr_t>(pointer) % 16 == 0;
+}
+
+template <typename T, int kHeadDim>
+cudaError_t Launch(const Params& params, int64_t batch_heads,
+                   cudaStream_t stream) {
+  constexpr int kBytes = Tile<kHeadDim>::kSharedBytes;
+  constexpr int kBlockM = Tile<kHeadDim>::kBlockM;
+  const dim3 grid(static_cast<unsigned>((params.q_len + kBlockM - 1) / kBlockM),
+                  static_cast<unsigned>(batch_heads));
+  const cudaError_t error =
+      cudaFuncSetAttribute(FlashAttentionKernel<T, kHeadDim>,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
+  if (error != cudaSuccess) return error;
+  FlashAttentionKernel<T, kHeadDim><<<grid, kThreads, kBytes, stream>>>(params);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t LaunchForHeadDim(const Params& params, int64_t batch_heads,
+                             cudaStream_t stream) {
+  if (params.head_dim <= 64) return Launch<T, 64>(params, batch_heads, stream);
+  if (params.head_dim <= 128) {
+    return Launch<T, 128>(params, batch_heads, stream);
+  }
+  return Launch<T, 256>(params, batch_heads, stream);
+}
+
+}  // namespace
+
+cudaError_t LaunchFlashAttention(const DeviceAttentionArgs& args,
+                                 cudaStream_t stream) {
+  if (FindAttentionArgsProblem(args) != nullptr) return cudaErrorInvalidValue;
+  if (args.batch == 0 || args.q_len == 0) return cudaSuccess;
+  constexpr int64_t kMaxGridY = 65535;
+  constexpr int64_t kMaxLength = int64_t{1} << 30;
+  if (args.batch * args.q_heads > kMaxGridY || args.q_len > kMaxLength ||
+      args.kv_len > kMaxLength) {
+    return cudaErrorInvalidValue;
+  }
+  Params params;
+  params.q = args.q.data;
+  params.k = args.k.data;
+  params.v = args.v.data;
+  params.o = args.o.data;
+  params.lse = args.lse;
+  params.q_batch_stride = args.q.batch_stride;
+  params.q_seq_stride = args.q.seq_stride;
+  params.k_batch_stride = args.k.batch_stride;
+  params.k_seq_stride = args.k.seq_stride;
+  params.v_batch_stride = args.v.batch_stride;
+  params.v_seq_stride = args.v.seq_stride;
+  params.o_batch_stride = args.o.batch_stride;
+  params.o_seq_stride = args.o.seq_stride;
+  params.q_len = static_cast<int>(args.q_len);
+  params.kv_len = static_cast<int>(args.kv_len);
+  params.q_heads = static_cast<int>(args.q_heads);
+  params.group = static_cast<int>(args.q_heads / args.kv_heads);
+  params.head_dim = static_cast<int>(args.head_dim);
+  params.causal_shift = static_cast<int>(args.kv_len - args.q_len);
+  params.causal = args.causal;
+  params.scale_log2 = args.scale * kLog2e;
+  const bool strides_aligned =
+      args.head_dim % 8 == 0 && args.q.batch_stride % 8 == 0 &&
+      args.q.seq_stride % 8 == 0 && args.k.batch_stride % 8 == 0 &&
+      args.k.seq_stride % 8 == 0 && args.v.batch_stride % 8 == 0 &&
+      args.v.seq_stride % 8 == 0 && args.o.batch_stride % 8 == 0 &&
+      args.o.seq_stride % 8 == 0;
+  params.aligned = strides_aligned && Aligned16(args.q.data) &&
+                   Aligned16(args.k.data) && Aligned16(args.v.data) &&
+                   Aligned16(args.o.data);
+  const int64_t batch_heads = args.batch * args.q_heads;
+  return args.dtype == DeviceDType::kBFloat16
+             ? LaunchForHeadDim<__nv_bfloat16>(params, batch_heads, stream)
+             : LaunchForHeadDim<__half>(params, batch_heads, stream);
+}
+
+}  // namespace ringattn
