@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/chunking.h"
 #include "core/status_macros.h"
+#include "proto/grpc_status.h"
 #include "proto/spec_conversion.h"
 
 namespace ringattn {
@@ -17,11 +18,6 @@ namespace {
 // Output chunks are ~1 MiB; the limit leaves room for larger ones while
 // bounding what a single message can make the client allocate.
 constexpr int kMaxReceiveMessageBytes = 64 << 20;
-
-absl::Status FromGrpc(const grpc::Status& status) {
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      status.error_message());
-}
 
 std::string ShapeString(const Shape& shape) {
   return absl::StrCat("[", shape.batch, ", ", shape.seq, ", ", shape.heads,
@@ -149,7 +145,7 @@ class OutputCall final
     this->StartCall();
     const grpc::Status status = completion_.Wait();
     RINGATTN_RETURN_IF_ERROR(response_error_);
-    RINGATTN_RETURN_IF_ERROR(FromGrpc(status));
+    RINGATTN_RETURN_IF_ERROR(FromGrpcStatus(status));
     if (!has_summary_) {
       return absl::DataLossError("the server ended the call without a summary");
     }
@@ -237,7 +233,7 @@ class ContextUploadCall final
   absl::Status Run() {
     StartWrite(requests_.First());
     StartCall();
-    return FromGrpc(completion_.Wait());
+    return FromGrpcStatus(completion_.Wait());
   }
 
  private:
@@ -423,7 +419,7 @@ absl::StatusOr<v1::ClusterInfo> Client::GetClusterInfo() {
   grpc::ClientContext context;
   Prepare(&context);
   v1::ClusterInfo info;
-  RINGATTN_RETURN_IF_ERROR(FromGrpc(
+  RINGATTN_RETURN_IF_ERROR(FromGrpcStatus(
       stub_->GetClusterInfo(&context, v1::GetClusterInfoRequest(), &info)));
   return info;
 }
@@ -434,14 +430,14 @@ absl::Status Client::DeleteContext(const std::string& name) {
   v1::DeleteContextRequest request;
   request.set_name(name);
   v1::DeleteContextResponse response;
-  return FromGrpc(stub_->DeleteContext(&context, request, &response));
+  return FromGrpcStatus(stub_->DeleteContext(&context, request, &response));
 }
 
 absl::StatusOr<std::vector<v1::ContextInfo>> Client::ListContexts() {
   grpc::ClientContext context;
   Prepare(&context);
   v1::ListContextsResponse response;
-  RINGATTN_RETURN_IF_ERROR(FromGrpc(
+  RINGATTN_RETURN_IF_ERROR(FromGrpcStatus(
       stub_->ListContexts(&context, v1::ListContextsRequest(), &response)));
   return std::vector<v1::ContextInfo>(response.contexts().begin(),
                                       response.contexts().end());

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_format.h"
 #include "server/context_upload.h"
-#include "server/grpc_status.h"
+#include "proto/grpc_status.h"
 
 namespace ringattn {
 namespace {

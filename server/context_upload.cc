@@ -11,7 +11,7 @@
 #include "core/status_macros.h"
 #include "proto/spec_conversion.h"
 #include "ringattn/v1/worker.grpc.pb.h"
-#include "server/grpc_status.h"
+#include "proto/grpc_status.h"
 #include "server/row_coverage.h"
 #include "spdlog/spdlog.h"
 

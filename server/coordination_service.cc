@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
-#include "server/grpc_status.h"
+#include "proto/grpc_status.h"
 #include "spdlog/spdlog.h"
 
 namespace ringattn {

@@ -19,6 +19,7 @@
 #include "core/shard_layout.h"
 #include "core/status_macros.h"
 #include "core/tensor.h"
+#include "proto/grpc_status.h"
 #include "proto/spec_conversion.h"
 #include "spdlog/spdlog.h"
 #include "worker/ring_executor.h"
@@ -31,11 +32,6 @@ namespace {
 constexpr int64_t kOutputMessageBytes = int64_t{1} << 20;
 // The longest ring timeout a header may ask for.
 constexpr double kMostTimeoutSeconds = 24 * 3600;
-
-grpc::Status ToGrpcStatus(const absl::Status& status) {
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
-}
 
 // One Execute stream: reads the header and the shard, runs the ring on a
 // thread of its own, then writes the output. gRPC serializes the reactions

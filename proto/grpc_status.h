@@ -1,5 +1,5 @@
-#ifndef RINGATTN_SERVER_GRPC_STATUS_H_
-#define RINGATTN_SERVER_GRPC_STATUS_H_
+#ifndef RINGATTN_PROTO_GRPC_STATUS_H_
+#define RINGATTN_PROTO_GRPC_STATUS_H_
 
 // Conversions between absl::Status (inside the code) and grpc::Status (on the
 // wire); the code and the message carry over unchanged.
@@ -21,4 +21,4 @@ inline absl::Status FromGrpcStatus(const grpc::Status& status) {
 
 }  // namespace ringattn
 
-#endif  // RINGATTN_SERVER_GRPC_STATUS_H_
+#endif  // RINGATTN_PROTO_GRPC_STATUS_H_
