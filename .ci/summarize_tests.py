@@ -1,9 +1,11 @@
 """Prints the closing line of `./dev test` from Bazel's test summary and GoogleTest XML.
 
-Argument: a file holding Bazel's console output of `bazel test`. For every test target
-Bazel reported, counts GoogleTest cases as passed, failed or skipped (printing each skip
-with its reason); a target that failed without saying which case (it did not build,
-crashed, or timed out) counts as one failure. Exits 1 if anything failed.
+Arguments: a file holding Bazel's console output of `bazel test`, then any number of
+LABEL=PATH pairs naming further JUnit XML files (the Python tests). For every test
+target Bazel reported, and every extra file, counts test cases as passed, failed or
+skipped (printing each distinct skip reason once); a target that failed without saying
+which case (it did not build, crashed, or timed out), or an extra file that is missing,
+counts as one failure. Exits 1 if anything failed.
 """
 import glob
 import os
@@ -11,10 +13,13 @@ import re
 import sys
 import xml.etree.ElementTree as ElementTree
 
+EXTRA_XML = {}
 SUMMARY = re.compile(r"^(//\S+)\s+(?:\(cached\)\s+)?([A-Z][A-Z ]*[A-Z])\b")
 
 
 def xml_files(target):
+    if target in EXTRA_XML:
+        return [EXTRA_XML[target]] if os.path.exists(EXTRA_XML[target]) else []
     package, name = target[2:].split(":")
     root = os.path.join("bazel-testlogs", package, name)
     return glob.glob(os.path.join(root, "test.xml")) + glob.glob(
@@ -50,10 +55,14 @@ def count_cases(target):
     return passed, failed, skipped
 
 
-def main(log_path):
+def main(log_path, extras):
     passed = failed = skipped = 0
     with open(log_path, encoding="utf-8", errors="replace") as log:
         statuses = [m.groups() for m in map(SUMMARY.match, log) if m]
+    for extra in extras:
+        label, path = extra.split("=", 1)
+        EXTRA_XML[label] = path
+        statuses.append((label, "PASSED" if os.path.exists(path) else "NO RESULTS"))
     for target, status in statuses:
         p, f, s = count_cases(target) if status in ("PASSED", "FAILED", "FLAKY") else (0, 0, 0)
         if status not in ("PASSED", "FLAKY") and f == 0:
@@ -68,4 +77,4 @@ def main(log_path):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(sys.argv[1], sys.argv[2:]))

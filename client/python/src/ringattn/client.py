@@ -1,0 +1,448 @@
+"""ringattn.Client: the Python client of the ringattn attention service."""
+
+import dataclasses
+import os
+import sys
+import threading
+from typing import Optional, Union
+
+import grpc
+import numpy as np
+
+from . import _chunking, _spec, _tensors
+from .errors import InvalidArgumentError, RingattnError, from_rpc_error
+from .v1 import attention_pb2 as pb
+from .v1 import attention_pb2_grpc as pb_grpc
+
+# Output chunks are ~1 MiB; the limit leaves room for larger ones while bounding
+# what a single message can make the client allocate (as the C++ client does).
+_MAX_RECEIVE_MESSAGE_BYTES = 64 << 20
+# Requests moving more than this many bytes show a progress bar (when stderr
+# is a terminal, or with progress=True).
+PROGRESS_THRESHOLD_BYTES = 8 << 20
+
+_WIRE_TO_PROTO = {_tensors.FP32: pb.FP32, _tensors.FP16: pb.FP16,
+                  _tensors.BF16: pb.BF16}
+
+
+@dataclasses.dataclass(frozen=True)
+class TLSConfig:
+    """TLS settings of a Client: PEM bytes, or paths to PEM files.
+
+    root_certificates: CA bundle to verify the server (None: system roots).
+    private_key / certificate_chain: the client's key and certificate, for
+    mutual TLS (both or neither).
+    """
+
+    root_certificates: Optional[Union[bytes, str]] = None
+    private_key: Optional[Union[bytes, str]] = None
+    certificate_chain: Optional[Union[bytes, str]] = None
+
+
+def _pem(value):
+    if value is None or isinstance(value, bytes):
+        return value
+    with open(os.fspath(value), "rb") as f:
+        return f.read()
+
+
+def _credentials(tls):
+    """grpc.ChannelCredentials for `tls`, or None for a plaintext channel."""
+    if tls is None or tls is False:
+        return None
+    if tls is True:
+        return grpc.ssl_channel_credentials()
+    if isinstance(tls, grpc.ChannelCredentials):
+        return tls
+    if isinstance(tls, dict):
+        tls = TLSConfig(**tls)
+    if isinstance(tls, TLSConfig):
+        if (tls.private_key is None) != (tls.certificate_chain is None):
+            raise ValueError("TLS private_key and certificate_chain go together")
+        return grpc.ssl_channel_credentials(
+            root_certificates=_pem(tls.root_certificates),
+            private_key=_pem(tls.private_key),
+            certificate_chain=_pem(tls.certificate_chain))
+    raise TypeError("tls must be None, True, a ringattn.TLSConfig, a dict of "
+                    "its fields or grpc.ChannelCredentials, got "
+                    f"{type(tls).__name__}")
+
+
+class _Progress:
+    """A tqdm byte counter over a request's upload and download, or nothing."""
+
+    def __init__(self, enabled, total_bytes):
+        self._bar = None
+        if not enabled:
+            return
+        from tqdm import tqdm
+        self._bar = tqdm(total=total_bytes, unit="B", unit_scale=True,
+                         unit_divisor=1024, desc="upload", leave=False,
+                         file=sys.stderr)
+        self._lock = threading.Lock()
+
+    def update(self, n):
+        if self._bar is not None:
+            with self._lock:
+                self._bar.update(n)
+
+    def phase(self, name):
+        if self._bar is not None:
+            with self._lock:
+                self._bar.set_description(name, refresh=True)
+
+    def close(self):
+        if self._bar is not None:
+            self._bar.close()
+
+
+def _show_progress(progress, total_bytes):
+    if progress is not None:
+        return bool(progress)
+    try:
+        tty = sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    return tty and total_bytes > PROGRESS_THRESHOLD_BYTES
+
+
+class Client:
+    """A connection to a ringattn coordinator.
+
+    Client("host:port") opens a gRPC channel (plaintext unless `tls` is given;
+    `token` is sent as "authorization: Bearer TOKEN" on every call). Calls may
+    come from several threads at once; `last_summary` is per thread. Close it
+    with close() or use it as a context manager.
+
+    Errors: every call raises a ringattn.RingattnError subclass carrying the
+    gRPC status `.code` and `.message` (InvalidArgumentError, also a
+    ValueError, for bad input noticed by the client or the server).
+    """
+
+    def __init__(self, target, token=None, tls=None, *, timeout=None,
+                 chunk_bytes=_chunking.DEFAULT_CHUNK_BYTES,
+                 channel_options=()):
+        """target: "host:port"; token: bearer token or None; tls: None/False
+        (plaintext), True (system roots), a TLSConfig (or a dict of its
+        fields) or grpc.ChannelCredentials; timeout: seconds per call (None:
+        no deadline); chunk_bytes: largest tensor chunk sent (default 1 MiB).
+        """
+        if chunk_bytes < 1:
+            raise ValueError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
+        self.target = target
+        self.timeout = timeout
+        self.chunk_bytes = int(chunk_bytes)
+        self._metadata = (
+            (("authorization", f"Bearer {token}"),) if token is not None
+            else ())
+        options = [("grpc.max_receive_message_length",
+                    _MAX_RECEIVE_MESSAGE_BYTES)] + list(channel_options)
+        credentials = _credentials(tls)
+        if credentials is None:
+            self._channel = grpc.insecure_channel(target, options=options)
+        else:
+            self._channel = grpc.secure_channel(target, credentials,
+                                                options=options)
+        self._stub = pb_grpc.AttentionStub(self._channel)
+        self._local = threading.local()
+
+    # -- lifetime -----------------------------------------------------------
+
+    def close(self):
+        """Closes the channel; calls in flight fail with CANCELLED."""
+        self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @property
+    def last_summary(self):
+        """The Summary message of this thread's last attend/query, or None."""
+        return getattr(self._local, "summary", None)
+
+    # -- unary calls --------------------------------------------------------
+
+    def _unary(self, method, request, timeout):
+        try:
+            return method(request, timeout=self._timeout(timeout),
+                          metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+
+    def _timeout(self, timeout):
+        return self.timeout if timeout is None else timeout
+
+    def info(self, timeout=None):
+        """The cluster's ClusterInfo message (world_size, ready, workers, ...)."""
+        return self._unary(self._stub.GetClusterInfo,
+                           pb.GetClusterInfoRequest(), timeout)
+
+    def delete_context(self, name, timeout=None):
+        """Deletes resident context `name`."""
+        self._unary(self._stub.DeleteContext,
+                    pb.DeleteContextRequest(name=name), timeout)
+
+    def list_contexts(self, timeout=None):
+        """The ContextInfo messages of every resident context."""
+        return list(self._unary(self._stub.ListContexts,
+                                pb.ListContextsRequest(), timeout).contexts)
+
+    # -- attention ----------------------------------------------------------
+
+    def attend(self, q, k, v, causal=False, scale=None, dilated=None,
+               dilated_combine="lse", block_sparse=None, hilbert=None,
+               return_lse=False, wire_dtype=None, *, progress=None,
+               strategy=None, timeout=None):
+        """Exact attention of q over k, v on the cluster.
+
+        q [B, Nq, Hq, D] or [Nq, Hq, D]; k, v [B, Nk, Hkv, D] or [Nk, Hkv, D]
+        (same rank as q); Hq % Hkv == 0 (GQA/MQA). numpy arrays or CPU torch
+        tensors of float32, float16, bfloat16 (torch, or ml_dtypes with numpy)
+        or float64 (sent as float32); q, k and v share one dtype.
+
+        causal: bottom-right aligned (query i sees key j iff j <= i + Nk - Nq).
+        scale: default 1/sqrt(D). dilated: [(segment_length, dilation), ...]
+        combined by dilated_combine "lse" or "head_groups". block_sparse: a
+        ringattn.BlockSparse or a dict of its fields (`global_` or `global`).
+        hilbert: (height, width) with height * width == N. wire_dtype: "fp32",
+        "fp16" or "bf16" (default: the inputs' dtype; float64 goes as fp32).
+        progress: True/False forces the tqdm bar on/off; None shows it for
+        requests over 8 MiB when stderr is a terminal. strategy: None/"auto",
+        "pass_kv", "pass_q" or "broadcast_q".
+
+        Returns O of q's shape, the same kind as q (numpy or torch, on q's
+        device): float16/bfloat16 if q is, float32 otherwise (the service
+        computes and returns fp32; the client casts). With return_lse, returns
+        (O, LSE) with LSE float32 [B, Hq, Nq] ([Hq, Nq] for 3-D q), natural
+        log, -inf where a row sees no key. The Summary is then in
+        last_summary. Raises RingattnError (InvalidArgumentError for bad
+        input) on failure.
+        """
+        q4, k4, v4, wire = self._check_qkv(q, k, v, wire_dtype)
+        batch, nq, hq, dim = _tensors.shape_of(q4)
+        _, nk, hkv, _ = _tensors.shape_of(k4)
+        spec = self._spec(batch, nq, nk, hq, hkv, dim, causal, scale, dilated,
+                          dilated_combine, block_sparse, hilbert, return_lse,
+                          wire, strategy)
+        tensors = [(pb.Q, q4), (pb.K, k4), (pb.V, v4)]
+        return self._stream_attention(
+            self._stub.Attend, pb.AttendRequest(header=spec),
+            pb.AttendRequest, tensors, wire, q, return_lse, progress, timeout)
+
+    def query(self, name, q, causal=False, scale=None, dilated=None,
+              dilated_combine="lse", block_sparse=None, hilbert=None,
+              return_lse=False, wire_dtype=None, *, kv_heads=None,
+              progress=None, strategy=None, timeout=None):
+        """Attention of q over resident context `name` (its K/V).
+
+        Arguments and result as attend(); causal is a continuation of the
+        context (bottom-right aligned). kv_heads: the context's K/V heads if
+        the caller knows them (None: left to the server).
+        """
+        q4, wire = self._check_q(q, wire_dtype)
+        batch, nq, hq, dim = _tensors.shape_of(q4)
+        spec = self._spec(batch, nq, 0, hq, kv_heads or 0, dim, causal, scale,
+                          dilated, dilated_combine, block_sparse, hilbert,
+                          return_lse, wire, strategy)
+        header = pb.QueryRequest(header=pb.QueryHeader(context=name, spec=spec))
+        return self._stream_attention(
+            self._stub.Query, header, pb.QueryRequest, [(pb.Q, q4)], wire, q,
+            return_lse, progress, timeout)
+
+    # -- resident contexts --------------------------------------------------
+
+    def create_context(self, name, k, v, wire_dtype=None, *, progress=None,
+                       timeout=None):
+        """Uploads k, v [B, N, Hkv, D] (or [N, Hkv, D]) as context `name`.
+
+        Returns the server's ContextInfo message.
+        """
+        return self._upload_context(self._stub.CreateContext, name, k, v,
+                                    wire_dtype, progress, timeout)
+
+    def append_context(self, name, k, v, wire_dtype=None, *, progress=None,
+                       timeout=None):
+        """Appends k, v tokens to context `name`; returns its ContextInfo."""
+        return self._upload_context(self._stub.AppendContext, name, k, v,
+                                    wire_dtype, progress, timeout)
+
+    # -- internals ----------------------------------------------------------
+
+    @staticmethod
+    def _check_q(q, wire_dtype):
+        name = _tensors.dtype_name(q, "q")
+        shape = _tensors.shape_of(q)
+        if len(shape) not in (3, 4):
+            raise InvalidArgumentError(
+                f"q must be [B, N, H, D] or [N, H, D], got shape {shape}")
+        return _tensors.as_4d(q), _tensors.parse_wire_dtype(wire_dtype, name)
+
+    @staticmethod
+    def _check_kv(k, v, wire_dtype):
+        names = [_tensors.dtype_name(k, "k"), _tensors.dtype_name(v, "v")]
+        k_shape, v_shape = _tensors.shape_of(k), _tensors.shape_of(v)
+        if len(k_shape) not in (3, 4):
+            raise InvalidArgumentError(
+                f"k must be [B, N, H, D] or [N, H, D], got shape {k_shape}")
+        if k_shape != v_shape:
+            raise InvalidArgumentError(
+                f"k and v must have the same shape, got {k_shape} and "
+                f"{v_shape}")
+        if names[0] != names[1]:
+            raise InvalidArgumentError(
+                f"k and v must have the same dtype, got {k.dtype} and "
+                f"{v.dtype}")
+        return (_tensors.as_4d(k), _tensors.as_4d(v),
+                _tensors.parse_wire_dtype(wire_dtype, names[0]))
+
+    def _check_qkv(self, q, k, v, wire_dtype):
+        q4, wire = self._check_q(q, wire_dtype)
+        k4, v4, _ = self._check_kv(k, v, wire_dtype)
+        q_shape, k_shape = _tensors.shape_of(q), _tensors.shape_of(k)
+        if len(q_shape) != len(k_shape):
+            raise InvalidArgumentError(
+                f"q, k and v must all have a batch dimension or none, got "
+                f"shapes {q_shape} and {k_shape}")
+        if _tensors.dtype_name(q, "q") != _tensors.dtype_name(k, "k"):
+            raise InvalidArgumentError(
+                f"q, k and v must have the same dtype, got {q.dtype} and "
+                f"{k.dtype}")
+        qs, ks = _tensors.shape_of(q4), _tensors.shape_of(k4)
+        if qs[0] != ks[0]:
+            raise InvalidArgumentError(
+                f"q and k must have the same batch size, got shapes {q_shape} "
+                f"and {k_shape}")
+        if qs[3] != ks[3]:
+            raise InvalidArgumentError(
+                f"q and k must have the same head_dim, got shapes {q_shape} "
+                f"and {k_shape}")
+        return q4, k4, v4, wire
+
+    @staticmethod
+    def _spec(batch, nq, nk, hq, hkv, dim, causal, scale, dilated, combine,
+              block_sparse, hilbert, return_lse, wire, strategy):
+        spec = pb.AttentionSpec(
+            batch=batch, q_len=nq, kv_len=nk, q_heads=hq, kv_heads=hkv,
+            head_dim=dim, causal=bool(causal), return_lse=bool(return_lse),
+            wire_dtype=_WIRE_TO_PROTO[wire])
+        if scale is not None:
+            spec.scale = float(scale)
+        for w, r in _spec.parse_dilated(dilated):
+            spec.dilated.add(segment_length=w, dilation=r)
+        if _spec.parse_combine(combine) == _spec.HEAD_GROUPS:
+            spec.dilated_combine = pb.COMBINE_HEAD_GROUPS
+        bs = _spec.parse_block_sparse(block_sparse)
+        if bs is not None:
+            spec.block_sparse.block_size = bs.block_size
+            if bs.local is not None:
+                spec.block_sparse.local_blocks = bs.local
+            spec.block_sparse.global_blocks = bs.global_
+            spec.block_sparse.dilated_blocks = bs.dilated
+            spec.block_sparse.random_blocks = bs.random
+            spec.block_sparse.seed = bs.seed
+            spec.block_sparse.return_mask = bs.return_mask
+            for i, j in bs.pairs:
+                spec.block_sparse.pairs.add(query_block=i, key_block=j)
+        grid = _spec.parse_hilbert(hilbert)
+        if grid is not None:
+            spec.hilbert.height, spec.hilbert.width = grid
+        if strategy is not None:
+            name = str(strategy).upper()
+            names = {"AUTO": pb.STRATEGY_AUTO, "STRATEGY_AUTO": pb.STRATEGY_AUTO,
+                     "PASS_KV": pb.PASS_KV, "PASS_Q": pb.PASS_Q,
+                     "BROADCAST_Q": pb.BROADCAST_Q}
+            if name not in names:
+                raise InvalidArgumentError(
+                    "strategy must be auto, pass_kv, pass_q or broadcast_q, "
+                    f"got {strategy!r}")
+            spec.strategy = names[name]
+        return spec
+
+    def _requests(self, header, message_type, tensors, wire, bar, errors):
+        """The request stream: the header, then every chunk of every tensor."""
+        try:
+            yield header
+            for name, x in tensors:
+                for chunk in _chunking.tensor_chunks(
+                        pb, name, x, wire, self.chunk_bytes, bar.update):
+                    yield message_type(chunk=chunk)
+            bar.phase("compute")
+        except Exception as e:  # surfaces in the caller, not in gRPC's thread
+            errors.append(e)
+            raise
+
+    def _stream_attention(self, method, header, message_type, tensors, wire,
+                          q, return_lse, progress, timeout):
+        batch, nq, hq, dim = _tensors.shape_of(tensors[0][1])
+        assembler = _chunking.OutputAssembler(batch, nq, hq, dim, return_lse)
+        upload = sum(int(np.prod(_tensors.shape_of(x))) for _, x in tensors
+                     ) * _tensors.WIRE_ITEMSIZE[wire]
+        bar = _Progress(_show_progress(progress, upload + assembler.total_bytes),
+                        upload + assembler.total_bytes)
+        errors = []
+        summary = None
+        self._local.summary = None
+        responses = method(
+            self._requests(header, message_type, tensors, wire, bar, errors),
+            timeout=self._timeout(timeout), metadata=self._metadata)
+        try:
+            for response in responses:
+                kind = response.WhichOneof("kind")
+                if kind == "output":
+                    if summary is not None:
+                        raise RingattnError(
+                            "server sent output after the summary",
+                            grpc.StatusCode.INTERNAL)
+                    bar.phase("download")
+                    before = assembler.bytes_received
+                    assembler.add(response.output)
+                    bar.update(assembler.bytes_received - before)
+                elif kind == "summary":
+                    summary = response.summary
+            assembler.check_complete()
+            if summary is None:
+                raise RingattnError("the response ended without a summary",
+                                    grpc.StatusCode.DATA_LOSS)
+        except grpc.RpcError as e:
+            if errors:
+                raise errors[0] from None
+            raise from_rpc_error(e) from None
+        finally:
+            responses.cancel()  # no-op once the call has finished
+            bar.close()
+        self._local.summary = summary
+        out = _tensors.like(assembler.output, q, keep_low_precision=True)
+        if len(_tensors.shape_of(q)) == 3:
+            out = out[0]
+        if not return_lse:
+            return out
+        lse = _tensors.like(assembler.lse, q, keep_low_precision=False)
+        if len(_tensors.shape_of(q)) == 3:
+            lse = lse[0]
+        return out, lse
+
+    def _upload_context(self, method, name, k, v, wire_dtype, progress,
+                        timeout):
+        k4, v4, wire = self._check_kv(k, v, wire_dtype)
+        batch, length, heads, dim = _tensors.shape_of(k4)
+        header = pb.ContextUpload(header=pb.ContextHeader(
+            name=name, batch=batch, kv_heads=heads, head_dim=dim,
+            length=length, wire_dtype=_WIRE_TO_PROTO[wire]))
+        upload = 2 * batch * length * heads * dim * _tensors.WIRE_ITEMSIZE[wire]
+        bar = _Progress(_show_progress(progress, upload), upload)
+        errors = []
+        try:
+            return method(
+                self._requests(header, pb.ContextUpload, [(pb.K, k4),
+                                                          (pb.V, v4)],
+                               wire, bar, errors),
+                timeout=self._timeout(timeout), metadata=self._metadata)
+        except grpc.RpcError as e:
+            if errors:
+                raise errors[0] from None
+            raise from_rpc_error(e) from None
+        finally:
+            bar.close()

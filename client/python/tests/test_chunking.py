@@ -1,0 +1,155 @@
+"""Unit tests of chunking, wire conversion and output assembly (no server)."""
+
+import io
+
+import numpy as np
+import pytest
+
+import ringattn
+from ringattn import _chunking, _tensors
+from ringattn import client as client_module
+from ringattn.v1 import attention_pb2 as pb
+
+MIB = 1 << 20
+
+
+def test_chunks_are_whole_rows_under_one_mib_covering_every_token_once():
+    batch, tokens, heads, dim = 3, 5000, 8, 64
+    row_bytes = heads * dim * 4
+    seen = np.zeros((batch, tokens), dtype=int)
+    count = 0
+    for b, begin, n in _chunking.chunk_ranges(batch, tokens, row_bytes):
+        assert n >= 1 and n * row_bytes <= MIB
+        seen[b, begin:begin + n] += 1
+        count += 1
+    assert (seen == 1).all()
+    # 512 rows of 2 KiB per chunk: ceil(5000 / 512) = 10 chunks per entry.
+    assert count == 3 * 10
+
+
+def test_a_row_larger_than_a_chunk_goes_alone():
+    ranges = list(_chunking.chunk_ranges(1, 3, row_bytes=5000,
+                                         chunk_bytes=4096))
+    assert ranges == [(0, 0, 1), (0, 1, 1), (0, 2, 1)]
+    with pytest.raises(ValueError):
+        list(_chunking.chunk_ranges(1, 3, 10, chunk_bytes=0))
+
+
+@pytest.mark.parametrize("wire", ["fp32", "fp16", "bf16"])
+def test_tensor_chunks_reassemble_to_the_wire_rounded_tensor(wire):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 37, 3, 5)).astype(np.float32)
+    sent = []
+    chunks = list(_chunking.tensor_chunks(pb, pb.K, x, wire, chunk_bytes=100,
+                                          on_bytes=sent.append))
+    itemsize = _tensors.WIRE_ITEMSIZE[wire]
+    rebuilt = np.full(x.shape, np.nan, dtype=np.float32)
+    for chunk in chunks:
+        assert chunk.tensor == pb.K
+        assert len(chunk.data) == chunk.token_count * 3 * 5 * itemsize
+        assert len(chunk.data) <= 100 or chunk.token_count == 1
+        raw = np.frombuffer(chunk.data, dtype={"fp32": "<f4", "fp16": "<f2",
+                                               "bf16": "<u2"}[wire])
+        values = (_tensors.bf16_bits_to_float32(raw) if wire == "bf16"
+                  else raw.astype(np.float32))
+        rebuilt[chunk.batch, chunk.token_offset:
+                chunk.token_offset + chunk.token_count] = values.reshape(
+                    chunk.token_count, 3, 5)
+    np.testing.assert_array_equal(rebuilt, _tensors.round_to_wire(x, wire))
+    assert sum(sent) == x.size * itemsize
+
+
+def test_bf16_rounding_is_round_to_nearest_even():
+    values = np.array([1.0, 1.0 + 2**-8, 1.0 + 3 * 2**-8, 1.0 + 2**-8 + 2**-20,
+                       -2.5, np.inf, -np.inf, 3.4028235e38, 1e-40],
+                      dtype=np.float32)
+    bits = _tensors.float32_to_bf16_bits(values)
+    back = _tensors.bf16_bits_to_float32(bits)
+    # Ties go to the even mantissa; above the tie rounds up; fp32 max overflows
+    # to infinity as the C++ core's conversion does.
+    expected = np.array([1.0, 1.0, 1.0 + 4 * 2**-8, 1.0 + 2 * 2**-8, -2.5,
+                         np.inf, -np.inf, np.inf, 0.0], dtype=np.float32)
+    np.testing.assert_array_equal(back[:-1], expected[:-1])
+    assert abs(back[-1]) < 2e-40
+    nan_bits = _tensors.float32_to_bf16_bits(np.array([np.nan], np.float32))
+    assert np.isnan(_tensors.bf16_bits_to_float32(nan_bits)).all()
+
+
+def _output_chunk(b, begin, count, heads=2, dim=3, lse=True, value=1.0):
+    return pb.OutputChunk(
+        batch=b, token_offset=begin, token_count=count,
+        data=np.full(count * heads * dim, value, "<f4").tobytes(),
+        lse=np.full(count * heads, value, "<f4").tobytes() if lse else b"")
+
+
+def test_output_assembler_places_rows_and_lse():
+    assembler = _chunking.OutputAssembler(2, 5, 2, 3, with_lse=True)
+    assembler.add(_output_chunk(1, 2, 3, value=7.0))
+    assembler.add(_output_chunk(0, 0, 5, value=1.0))
+    with pytest.raises(ringattn.DataLossError, match="missing"):
+        assembler.check_complete()
+    assembler.add(_output_chunk(1, 0, 2, value=3.0))
+    assembler.check_complete()
+    assert (assembler.output[1, 2:] == 7).all()
+    assert (assembler.output[1, :2] == 3).all()
+    assert (assembler.lse[1, :, 2:] == 7).all()
+    assert assembler.bytes_received == assembler.total_bytes
+
+
+@pytest.mark.parametrize("chunk, message", [
+    (_output_chunk(0, 4, 2), "outside"),
+    (_output_chunk(2, 0, 1), "outside"),
+    (_output_chunk(0, 0, 1, lse=False), "LSE bytes"),
+    (pb.OutputChunk(batch=0, token_offset=0, token_count=1, data=b"x"),
+     "bytes"),
+])
+def test_output_assembler_rejects_bad_chunks(chunk, message):
+    assembler = _chunking.OutputAssembler(2, 5, 2, 3, with_lse=True)
+    with pytest.raises(ringattn.InternalError, match=message) as info:
+        assembler.add(chunk)
+    assert info.value.code.name == "INTERNAL"
+
+
+def test_output_assembler_rejects_repeated_rows():
+    assembler = _chunking.OutputAssembler(1, 5, 2, 3, with_lse=False)
+    assembler.add(_output_chunk(0, 0, 3, lse=False))
+    with pytest.raises(ringattn.InternalError, match="twice"):
+        assembler.add(_output_chunk(0, 2, 1, lse=False))
+
+
+def test_progress_bar_only_for_big_requests_on_a_terminal(monkeypatch):
+    big, small = 9 * MIB, 1 * MIB
+    assert client_module._show_progress(True, small)
+    assert not client_module._show_progress(False, big)
+    monkeypatch.setattr("sys.stderr", io.StringIO())  # not a tty
+    assert not client_module._show_progress(None, big)
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr("sys.stderr", Tty())
+    assert client_module._show_progress(None, big)
+    assert not client_module._show_progress(None, small)
+
+
+def test_wire_dtype_names():
+    assert _tensors.parse_wire_dtype(None, "fp16") == "fp16"
+    assert _tensors.parse_wire_dtype(None, "fp64") == "fp32"
+    assert _tensors.parse_wire_dtype("BFloat16", "fp32") == "bf16"
+    assert _tensors.parse_wire_dtype(np.float16, "fp32") == "fp16"
+    with pytest.raises(ValueError, match="wire_dtype"):
+        _tensors.parse_wire_dtype("int8", "fp32")
+
+
+def test_block_sparse_forms_are_equivalent():
+    from ringattn import _spec
+    a = _spec.parse_block_sparse({"block_size": 4, "global": 1,
+                                  "pairs": [[0, 2]]})
+    b = _spec.parse_block_sparse(ringattn.BlockSparse(block_size=4, global_=1,
+                                                      pairs=[(0, 2)]))
+    assert a == b
+    with pytest.raises(ValueError, match="seed"):
+        _spec.parse_block_sparse({"block_size": 4, "random": 1, "seed": -1})
+    with pytest.raises(ValueError, match="block_size"):
+        _spec.parse_block_sparse({"local": 1})
