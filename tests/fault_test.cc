@@ -68,6 +68,27 @@ TEST(Faults, KilledWorkerFailsTheRequestAndTheClusterHeals) {
   ExpectMatchesReference(small, again, *healed);
 }
 
+TEST(Faults, DeadlineReachesTheWorkersAndTheClusterServesOn) {
+  absl::StatusOr<std::unique_ptr<TestCluster>> cluster =
+      TestCluster::Start({.workers = 2});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const AttentionSpec spec = Spec(8000, false);
+  const RandomInputs in = MakeRandomInputs(spec, 9);
+  ClientOptions options;
+  options.deadline = absl::Milliseconds(300);
+  absl::StatusOr<AttendResult> late = (*cluster)->NewClient(options)->Attend(
+      RequestSpec(spec), in.q.view(), in.k.view(), in.v.view());
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kDeadlineExceeded)
+      << late.status();
+  // The cluster serves the next request.
+  const AttentionSpec small = Spec(300, true);
+  const RandomInputs next = MakeRandomInputs(small, 10);
+  absl::StatusOr<AttendResult> result = (*cluster)->NewClient()->Attend(
+      RequestSpec(small), next.q.view(), next.k.view(), next.v.view());
+  ASSERT_TRUE(result.ok()) << result.status();
+  ExpectMatchesReference(small, next, *result);
+}
+
 TEST(Load, SixteenConcurrentClientsWithMixedSizesAllGetExactResults) {
   // A small in-flight budget so that admission control must queue requests.
   absl::StatusOr<std::unique_ptr<TestCluster>> cluster = TestCluster::Start(
