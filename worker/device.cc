@@ -35,8 +35,8 @@ absl::StatusOr<DeviceChoice> ParseDevice(absl::string_view text) {
   if (!absl::StartsWith(text, "cuda:")) return BadDevice(text);
   const absl::string_view digits = text.substr(kCudaPrefix.size() + 1);
   int index = -1;
-  if (digits.empty() || digits.find_first_not_of("0123456789") !=
-                            absl::string_view::npos ||
+  if (digits.empty() ||
+      digits.find_first_not_of("0123456789") != absl::string_view::npos ||
       !absl::SimpleAtoi(digits, &index) || index < 0) {
     return BadDevice(text);
   }
@@ -65,9 +65,9 @@ absl::StatusOr<CudaDeviceInfo> OpenCudaDevice(int index) {
   if (index < 0 || index >= count) {
     return absl::NotFoundError(absl::StrCat(
         "no CUDA device ", index, ": this machine has ", count,
-        count == 1 ? " CUDA device (cuda:0)"
-                   : absl::StrCat(" CUDA devices (cuda:0 to cuda:", count - 1,
-                                  ")")));
+        count == 1
+            ? " CUDA device (cuda:0)"
+            : absl::StrCat(" CUDA devices (cuda:0 to cuda:", count - 1, ")")));
   }
   if (absl::Status s = UseCudaDevice(index); !s.ok()) return s;
   // Creates the context now, so that a broken device fails here.
@@ -83,8 +83,8 @@ absl::StatusOr<CudaDeviceInfo> OpenCudaDevice(int index) {
   }
   size_t free_bytes = 0;
   size_t total_bytes = 0;
-  if (absl::Status s =
-          CudaStatus(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+  if (absl::Status s = CudaStatus(cudaMemGetInfo(&free_bytes, &total_bytes),
+                                  "cudaMemGetInfo");
       !s.ok()) {
     return s;
   }
@@ -127,10 +127,10 @@ absl::StatusOr<CudaStream> CudaStream::Create(bool high_priority) {
     }
   }
   CudaStream stream;
-  if (absl::Status s = CudaStatus(
-          cudaStreamCreateWithPriority(&stream.stream_, cudaStreamNonBlocking,
-                                       priority),
-          "cudaStreamCreateWithPriority");
+  if (absl::Status s =
+          CudaStatus(cudaStreamCreateWithPriority(
+                         &stream.stream_, cudaStreamNonBlocking, priority),
+                     "cudaStreamCreateWithPriority");
       !s.ok()) {
     return s;
   }
@@ -151,9 +151,11 @@ CudaEvent& CudaEvent::operator=(CudaEvent&& other) noexcept {
 
 absl::StatusOr<CudaEvent> CudaEvent::Create(bool timing) {
   CudaEvent event;
-  const unsigned flags = timing ? cudaEventBlockingSync : cudaEventDisableTiming;
-  if (absl::Status s = CudaStatus(cudaEventCreateWithFlags(&event.event_, flags),
-                                  "cudaEventCreateWithFlags");
+  const unsigned flags =
+      timing ? cudaEventBlockingSync : cudaEventDisableTiming;
+  if (absl::Status s =
+          CudaStatus(cudaEventCreateWithFlags(&event.event_, flags),
+                     "cudaEventCreateWithFlags");
       !s.ok()) {
     return s;
   }

@@ -37,10 +37,10 @@ int CudaDeviceCount();
 // One CUDA device as the runtime describes it.
 struct CudaDeviceInfo {
   int index = 0;
-  std::string name;          // e.g. "NVIDIA H100 80GB HBM3"
-  int64_t total_bytes = 0;   // device memory
-  int64_t free_bytes = 0;    // free when it was opened
-  int compute_major = 0;     // compute capability, e.g. 9.0
+  std::string name;         // e.g. "NVIDIA H100 80GB HBM3"
+  int64_t total_bytes = 0;  // device memory
+  int64_t free_bytes = 0;   // free when it was opened
+  int compute_major = 0;    // compute capability, e.g. 9.0
   int compute_minor = 0;
 };
 

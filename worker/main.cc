@@ -1,7 +1,8 @@
-// ringattn-worker: a CPU worker of the ringattn service. It serves the Worker
-// gRPC service, registers with the coordinator (and keeps registered through
-// heartbeats), and passes K/V blocks to the other workers over Gloo/TCP. It
-// exits cleanly on SIGTERM or SIGINT.
+// ringattn-worker: a worker of the ringattn service, on the CPU or on one CUDA
+// device (--device cuda:N). It serves the Worker gRPC service, registers with
+// the coordinator (and keeps registered through heartbeats), and passes K/V
+// blocks to the other workers over Gloo/TCP (CPU) or NCCL (CUDA). It exits
+// cleanly on SIGTERM or SIGINT.
 
 #include <signal.h>
 #include <unistd.h>
@@ -26,14 +27,17 @@
 #include "grpcpp/server_builder.h"
 #include "ringattn/v1/worker.grpc.pb.h"
 #include "spdlog/spdlog.h"
+#include "worker/device.h"
 #include "worker/gloo_communicator.h"
 #include "worker/grpc_store.h"
 #include "worker/membership.h"
+#include "worker/nccl_communicator.h"
 #include "worker/worker_service.h"
 
 ABSL_FLAG(std::string, coordinator, "",
           "HOST:PORT of the coordinator's Coordination service (required)");
-ABSL_FLAG(std::string, device, "cpu", "compute device; this build: cpu only");
+ABSL_FLAG(std::string, device, "cpu",
+          "compute device: cpu, or cuda:N for CUDA device N");
 ABSL_FLAG(std::string, host, "127.0.0.1",
           "address of this machine that the coordinator and the other workers "
           "reach it by; advertised with the port, and used for ring traffic");
@@ -43,7 +47,9 @@ ABSL_FLAG(std::string, listen, "0.0.0.0",
 ABSL_FLAG(std::string, gloo_interface, "",
           "network interface for ring traffic instead of --host's address");
 ABSL_FLAG(int64_t, memory_bytes, 0,
-          "memory requests may hold together; 0: half of physical memory");
+          "memory requests may hold together (device memory with --device "
+          "cuda:N); 0: half of physical memory, or 90% of the device's free "
+          "memory");
 ABSL_FLAG(int32_t, max_concurrent, 4,
           "requests executed at once; more get RESOURCE_EXHAUSTED");
 ABSL_FLAG(double, ring_timeout_seconds, 60,
@@ -79,11 +85,22 @@ int Main() {
   if (coordinator.empty()) {
     return Usage("--coordinator HOST:PORT is required");
   }
-  const std::string device = absl::GetFlag(FLAGS_device);
-  if (device != "cpu") {
-    return Usage(absl::StrCat("--device=", device,
-                              ": only cpu is supported by this build (it was "
-                              "built without CUDA)"));
+  const absl::StatusOr<DeviceChoice> device =
+      ParseDevice(absl::GetFlag(FLAGS_device));
+  if (!device.ok()) return Usage(std::string(device.status().message()));
+  std::string device_description = "cpu";
+  int64_t device_memory_bytes = 0;
+  if (device->is_cuda()) {
+    // NCCL reads its environment once, at its first communicator; set it
+    // before any thread starts.
+    DisableNcclMulticast();
+    const absl::StatusOr<CudaDeviceInfo> info =
+        OpenCudaDevice(device->cuda_index);
+    if (!info.ok()) return Usage(std::string(info.status().message()));
+    device_memory_bytes = info->free_bytes / 10 * 9;
+    device_description = absl::StrCat(device->Name(), " (", info->name, ", ",
+                                      info->total_bytes >> 20, " MiB, ",
+                                      info->free_bytes >> 20, " MiB free)");
   }
   const int32_t port = absl::GetFlag(FLAGS_port);
   if (port < 0 || port > 65535) {
@@ -104,7 +121,11 @@ int Main() {
   if (options.memory_bytes < 0) {
     return Usage("--memory_bytes must not be negative");
   }
-  if (options.memory_bytes == 0) options.memory_bytes = HalfOfPhysicalMemory();
+  if (options.memory_bytes == 0) {
+    options.memory_bytes =
+        device->is_cuda() ? device_memory_bytes : HalfOfPhysicalMemory();
+  }
+  options.cuda_device = device->cuda_index;
   // Resident contexts may use as much again as requests in flight.
   options.context_memory_bytes = options.memory_bytes;
 
@@ -127,8 +148,13 @@ int Main() {
       v1::Coordination::NewStub(
           grpc::CreateChannel(coordinator, grpc::InsecureChannelCredentials()));
   GrpcStore store(coordination, options.default_ring_timeout);
-  GlooConnector connector(store, *gloo_device);
-  WorkerService service(connector, options);
+  std::unique_ptr<RingConnector> connector;
+  if (device->is_cuda()) {
+    connector = std::make_unique<NcclConnector>(store, device->cuda_index);
+  } else {
+    connector = std::make_unique<GlooConnector>(store, *gloo_device);
+  }
+  WorkerService service(*connector, options);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
@@ -145,14 +171,14 @@ int Main() {
   }
   const std::string address = absl::StrCat(host, ":", bound_port);
   spdlog::info(
-      "serving the Worker service on port {} (advertised as {}); device cpu, "
+      "serving the Worker service on port {} (advertised as {}); device {}, "
       "{} bytes and {} concurrent requests at most; coordinator {}",
-      bound_port, address, options.memory_bytes,
+      bound_port, address, device_description, options.memory_bytes,
       options.max_concurrent_executions, coordinator);
 
   v1::RegisterRequest self;
   self.set_address(address);
-  self.set_device(device);
+  self.set_device(device->Name());
   self.set_memory_bytes(options.memory_bytes);
   self.set_hostname(Hostname());
   Membership membership(coordination, self, MembershipOptions());
@@ -175,8 +201,8 @@ int Main() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "ringattn-worker --coordinator HOST:PORT [--device cpu] [--host ADDR] "
-      "[--port N] [--memory_bytes N]");
+      "ringattn-worker --coordinator HOST:PORT [--device cpu|cuda:N] "
+      "[--host ADDR] [--port N] [--memory_bytes N]");
   absl::ParseCommandLine(argc, argv);
   return ringattn::Main();
 }

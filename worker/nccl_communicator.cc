@@ -1,5 +1,6 @@
 #include "worker/nccl_communicator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -77,12 +78,12 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
     const ncclUniqueId& id, int rank, int world_size, int device,
     absl::Duration timeout) {
   if (world_size < 1 || rank < 0 || rank >= world_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", rank, " is not a rank of a world of size ",
-                     world_size));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", rank, " is not a rank of a world of size ", world_size));
   }
   RINGATTN_RETURN_IF_ERROR(UseCudaDevice(device));
-  absl::StatusOr<CudaStream> stream = CudaStream::Create(/*high_priority=*/true);
+  absl::StatusOr<CudaStream> stream =
+      CudaStream::Create(/*high_priority=*/true);
   if (!stream.ok()) return stream.status();
   absl::StatusOr<CudaEvent> done = CudaEvent::Create(/*timing=*/false);
   if (!done.ok()) return done.status();
@@ -94,13 +95,13 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
   ncclUniqueId id_copy = id;
   const ncclResult_t started =
       ncclCommInitRankConfig(&comm, world_size, id_copy, rank, &config);
-  const std::string who = absl::StrCat("rank ", rank, " of ", world_size,
-                                       " on cuda:", device);
+  const std::string who =
+      absl::StrCat("rank ", rank, " of ", world_size, " on cuda:", device);
   if (started != ncclSuccess && started != ncclInProgress) {
     const std::string words = NcclWords(started, comm);
     if (comm != nullptr) ncclCommAbort(comm);
-    return absl::UnavailableError(absl::StrCat(
-        who, ": cannot start the NCCL communicator: ", words));
+    return absl::UnavailableError(
+        absl::StrCat(who, ": cannot start the NCCL communicator: ", words));
   }
   const ncclResult_t state = PollAsyncState(comm, deadline);
   if (state == ncclInProgress) {
@@ -113,8 +114,8 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
   if (state != ncclSuccess) {
     const std::string words = NcclWords(state, comm);
     ncclCommAbort(comm);
-    return absl::UnavailableError(
-        absl::StrCat(who, ": the NCCL communicator failed to come up: ", words));
+    return absl::UnavailableError(absl::StrCat(
+        who, ": the NCCL communicator failed to come up: ", words));
   }
   return std::unique_ptr<NcclCommunicator>(new NcclCommunicator(
       rank, world_size, device, comm, *std::move(stream), *std::move(done)));
@@ -132,24 +133,20 @@ NcclCommunicator::NcclCommunicator(int rank, int world_size, int device,
 
 NcclCommunicator::~NcclCommunicator() {
   if (comm_ == nullptr) return;
-  if (cudaSetDevice(device_) != cudaSuccess) {
-    ncclCommAbort(comm_);
-    return;
-  }
   const bool idle = send_data_ == nullptr && receive_data_ == nullptr;
-  if (broken_ || abort_requested_ || !idle ||
-      ncclCommFinalize(comm_) != ncclInProgress &&
-          PollAsyncState(comm_, absl::InfiniteFuture()) != ncclSuccess) {
-    ncclCommAbort(comm_);
-    cudaStreamSynchronize(stream_.get());
+  if (cudaSetDevice(device_) == cudaSuccess && !broken_ && !abort_requested_ &&
+      idle && Finalize()) {
+    ncclCommDestroy(comm_);
     return;
   }
-  if (PollAsyncState(comm_, absl::Now() + kFinalizeTimeout) != ncclSuccess) {
-    ncclCommAbort(comm_);
-    cudaStreamSynchronize(stream_.get());
-    return;
-  }
-  ncclCommDestroy(comm_);
+  ncclCommAbort(comm_);
+  cudaStreamSynchronize(stream_.get());
+}
+
+bool NcclCommunicator::Finalize() {
+  const ncclResult_t started = ncclCommFinalize(comm_);
+  if (started != ncclSuccess && started != ncclInProgress) return false;
+  return PollAsyncState(comm_, absl::Now() + kFinalizeTimeout) == ncclSuccess;
 }
 
 std::string NcclCommunicator::Describe() const {
@@ -168,23 +165,25 @@ std::string NcclCommunicator::Describe() const {
 absl::Status NcclCommunicator::CheckTransfer(int64_t bytes, int peer,
                                              bool in_flight) const {
   if (broken_ || comm_ == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "rank ", rank_, ": the NCCL communicator is broken by an earlier "
-        "failure"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank ", rank_,
+                     ": the NCCL communicator is broken by an earlier "
+                     "failure"));
   }
   if (abort_requested_) {
     return absl::CancelledError(
         absl::StrCat("rank ", rank_, ": the NCCL communicator was aborted"));
   }
   if (bytes <= 0 || peer < 0 || peer >= world_size_ || peer == rank_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rank ", rank_, " of ", world_size_, ": a transfer of ", bytes,
-        " bytes with rank ", peer, " is malformed"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank_, " of ", world_size_, ": a transfer of ",
+                     bytes, " bytes with rank ", peer, " is malformed"));
   }
   if (in_flight || issued_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "rank ", rank_, ": a transfer of this kind is already in flight; "
-        "Wait first"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank ", rank_,
+                     ": a transfer of this kind is already in flight; "
+                     "Wait first"));
   }
   return absl::OkStatus();
 }
@@ -240,15 +239,27 @@ absl::Status NcclCommunicator::Issue() {
 }
 
 absl::Status NcclCommunicator::WaitUntilIssued(absl::Time deadline) {
-  const ncclResult_t state = PollAsyncState(comm_, deadline);
-  if (state == ncclInProgress) {
-    return Break(absl::DeadlineExceededError(
-        "NCCL did not finish issuing the transfers by the deadline (the peer "
-        "never joined them)"));
-  }
-  if (state != ncclSuccess) {
-    return Break(absl::UnavailableError(
-        absl::StrCat("NCCL failed: ", NcclWords(state, comm_))));
+  Poller poller;
+  while (true) {
+    if (abort_requested_) {
+      return Break(
+          absl::CancelledError("aborted while the transfers were "
+                               "being issued"));
+    }
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t queried = ncclCommGetAsyncError(comm_, &state);
+    if (queried != ncclSuccess) state = queried;
+    if (state == ncclSuccess) break;
+    if (state != ncclInProgress) {
+      return Break(absl::UnavailableError(
+          absl::StrCat("NCCL failed: ", NcclWords(state, comm_))));
+    }
+    if (absl::Now() >= deadline) {
+      return Break(absl::DeadlineExceededError(
+          "NCCL did not finish issuing the transfers by the deadline (the "
+          "peer never joined them)"));
+    }
+    poller.Pause();
   }
   return CudaStatus(cudaEventRecord(done_.get(), stream_.get()),
                     "recording the transfers' completion");
@@ -256,9 +267,10 @@ absl::Status NcclCommunicator::WaitUntilIssued(absl::Time deadline) {
 
 absl::Status NcclCommunicator::Wait(absl::Time deadline) {
   if (broken_ || comm_ == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "rank ", rank_, ": the NCCL communicator is broken by an earlier "
-        "failure"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank ", rank_,
+                     ": the NCCL communicator is broken by an earlier "
+                     "failure"));
   }
   if (send_data_ == nullptr && receive_data_ == nullptr) {
     return abort_requested_ ? Break(absl::CancelledError("aborted"))
@@ -271,8 +283,9 @@ absl::Status NcclCommunicator::Wait(absl::Time deadline) {
   Poller poller;
   while (true) {
     if (abort_requested_) {
-      return Break(absl::CancelledError("aborted while transfers were in "
-                                        "flight"));
+      return Break(
+          absl::CancelledError("aborted while transfers were in "
+                               "flight"));
     }
     const cudaError_t done = cudaEventQuery(done_.get());
     if (done == cudaSuccess) break;
@@ -281,12 +294,12 @@ absl::Status NcclCommunicator::Wait(absl::Time deadline) {
     }
     ncclResult_t state = ncclSuccess;
     const ncclResult_t queried = ncclCommGetAsyncError(comm_, &state);
-    if (queried != ncclSuccess || (state != ncclSuccess &&
-                                   state != ncclInProgress)) {
+    if (queried != ncclSuccess ||
+        (state != ncclSuccess && state != ncclInProgress)) {
       const ncclResult_t failure = queried != ncclSuccess ? queried : state;
-      return Break(absl::UnavailableError(absl::StrCat(
-          "NCCL reported a failure (a peer failed or went away): ",
-          NcclWords(failure, comm_))));
+      return Break(absl::UnavailableError(
+          absl::StrCat("NCCL reported a failure (a peer failed or went away): ",
+                       NcclWords(failure, comm_))));
     }
     if (absl::Now() >= deadline) {
       return Break(absl::DeadlineExceededError(
@@ -316,8 +329,7 @@ absl::Status NcclCommunicator::Break(absl::Status status) {
   send_data_ = nullptr;
   receive_data_ = nullptr;
   issued_ = false;
-  return absl::Status(status.code(),
-                      absl::StrCat(who, ": ", status.message()));
+  return absl::Status(status.code(), absl::StrCat(who, ": ", status.message()));
 }
 
 NcclConnector::NcclConnector(gloo::rendezvous::Store& store, int device)
@@ -327,9 +339,8 @@ absl::StatusOr<std::unique_ptr<RingCommunicator>> NcclConnector::Connect(
     const std::string& group, int rank, int world_size,
     absl::Duration timeout) {
   if (world_size < 1 || rank < 0 || rank >= world_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", rank, " is not a rank of a world of size ",
-                     world_size));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", rank, " is not a rank of a world of size ", world_size));
   }
   const absl::Time deadline = absl::Now() + timeout;
   const std::string key = absl::StrCat(group, "/nccl-unique-id");
@@ -342,9 +353,9 @@ absl::StatusOr<std::unique_ptr<RingCommunicator>> NcclConnector::Connect(
     try {
       store_.set(key, std::vector<char>(bytes, bytes + sizeof(id)));
     } catch (const std::exception& e) {
-      return absl::UnavailableError(absl::StrCat(
-          "rank 0 could not publish the NCCL unique id under ", key, ": ",
-          e.what()));
+      return absl::UnavailableError(
+          absl::StrCat("rank 0 could not publish the NCCL unique id under ",
+                       key, ": ", e.what()));
     }
   } else {
     std::vector<char> bytes;
@@ -353,21 +364,22 @@ absl::StatusOr<std::unique_ptr<RingCommunicator>> NcclConnector::Connect(
       bytes = store_.get(key);
     } catch (const std::exception& e) {
       return absl::DeadlineExceededError(absl::StrCat(
-          "rank ", rank, " of ", world_size, " got no NCCL unique id from rank "
-          "0 under ", key, " within ", absl::FormatDuration(timeout), ": ",
-          e.what()));
+          "rank ", rank, " of ", world_size,
+          " got no NCCL unique id from rank "
+          "0 under ",
+          key, " within ", absl::FormatDuration(timeout), ": ", e.what()));
     }
     if (bytes.size() != sizeof(id)) {
-      return absl::UnavailableError(absl::StrCat(
-          "the NCCL unique id under ", key, " has ", bytes.size(),
-          " bytes, not ", sizeof(id)));
+      return absl::UnavailableError(absl::StrCat("the NCCL unique id under ",
+                                                 key, " has ", bytes.size(),
+                                                 " bytes, not ", sizeof(id)));
     }
     std::memcpy(&id, bytes.data(), sizeof(id));
   }
   absl::StatusOr<std::unique_ptr<NcclCommunicator>> communicator =
-      NcclCommunicator::Create(id, rank, world_size, device_,
-                               std::max(deadline - absl::Now(),
-                                        absl::ZeroDuration()));
+      NcclCommunicator::Create(
+          id, rank, world_size, device_,
+          std::max(deadline - absl::Now(), absl::ZeroDuration()));
   if (!communicator.ok()) return communicator.status();
   return std::unique_ptr<RingCommunicator>(*std::move(communicator));
 }

@@ -91,6 +91,9 @@ class NcclCommunicator final : public RingCommunicator {
   // INVALID_ARGUMENT unless a transfer of `bytes` with `peer` is well formed;
   // CANCELLED or FAILED_PRECONDITION if none can start now.
   absl::Status CheckTransfer(int64_t bytes, int peer, bool in_flight) const;
+  // Flushes and releases NCCL's resources in order; false if that fails or
+  // takes too long.
+  bool Finalize();
   // Issues the started transfers as one NCCL group, unless already issued.
   absl::Status Issue();
   // Polls until NCCL has finished issuing the group onto the stream.

@@ -22,6 +22,7 @@
 #include "proto/grpc_status.h"
 #include "proto/spec_conversion.h"
 #include "spdlog/spdlog.h"
+#include "worker/gpu_ring_executor.h"
 #include "worker/ring_executor.h"
 #include "worker/shard_rows.h"
 
@@ -125,7 +126,7 @@ class ExecuteReactor final
       case v1::ExecuteRequest::kRows:
         return AcceptRows(request.rows());
       case v1::ExecuteRequest::kRun:
-        if (executor_ == nullptr) {
+        if (!has_executor()) {
           return absl::InvalidArgumentError(
               "'run' before the header: send the header first");
         }
@@ -143,7 +144,7 @@ class ExecuteReactor final
   }
 
   absl::Status AcceptHeader(const v1::ExecuteHeader& header) {
-    if (executor_ != nullptr) {
+    if (has_executor()) {
       return absl::InvalidArgumentError(
           "a second header arrived; a stream has exactly one, first");
     }
@@ -202,6 +203,9 @@ class ExecuteReactor final
       }
       kv_layout = ShardLayout::FromChunks(spec_.kv_len, std::move(chunks));
     }
+    if (options_.cuda_device >= 0) {
+      return AcceptGpuHeader(header, std::move(kv_layout));
+    }
     RINGATTN_RETURN_IF_ERROR(ticket_.Reserve(RingExecutor::BytesNeeded(
         spec_, rank_, world_size_, kv_layout ? &*kv_layout : nullptr)));
     absl::StatusOr<std::unique_ptr<RingExecutor>> executor =
@@ -234,8 +238,50 @@ class ExecuteReactor final
     return absl::OkStatus();
   }
 
+  // The rest of AcceptHeader on a CUDA worker: the shard is staged in host
+  // fp32 as on the CPU, then computed by a GpuRingExecutor.
+  absl::Status AcceptGpuHeader(const v1::ExecuteHeader& header,
+                               std::optional<ShardLayout> kv_layout) {
+    GpuRingConfig config;
+    config.device = options_.cuda_device;
+    config.dtype = ComputeDTypeFor(wire_dtype_);
+    config.host_staging = true;
+    RINGATTN_RETURN_IF_ERROR(ticket_.Reserve(GpuRingExecutor::DeviceBytesNeeded(
+        spec_, rank_, world_size_, config, kv_layout ? &*kv_layout : nullptr)));
+    absl::StatusOr<std::unique_ptr<GpuRingExecutor>> executor =
+        GpuRingExecutor::Create(spec_, rank_, world_size_, config,
+                                std::move(kv_layout));
+    if (!executor.ok()) return executor.status();
+    gpu_executor_ = std::move(*executor);
+    GpuRingExecutor& e = *gpu_executor_;
+    q_chunks_ = e.q_layout().Chunks(rank_);
+    targets_[0] = ShardRowsTarget("Q", e.host_q(), &e.q_layout(), rank_);
+    targets_[1] = ShardRowsTarget("K", e.host_k(), &e.kv_layout(), rank_);
+    targets_[2] = ShardRowsTarget("V", e.host_v(), &e.kv_layout(), rank_);
+    if (!header.context().empty()) {
+      RINGATTN_RETURN_IF_ERROR(contexts_.Copy(header.context(),
+                                              e.kv_layout().Chunks(rank_),
+                                              e.host_k(), e.host_v()));
+      targets_[1].MarkAllArrived();
+      targets_[2].MarkAllArrived();
+    }
+    Log(spdlog::level::info,
+        absl::StrCat("header: batch ", spec_.batch, ", q_len ", spec_.q_len,
+                     ", kv_len ", spec_.kv_len, ", heads ", spec_.q_heads, "/",
+                     spec_.kv_heads, ", head_dim ", spec_.head_dim, ", ",
+                     DTypeName(wire_dtype_), "; shard of ", e.q_shape().seq,
+                     " query and ", e.kv_shape().seq, " key rows on cuda:",
+                     config.device, " in ", DeviceDTypeName(config.dtype), ", ",
+                     ticket_.reserved_bytes(), " device bytes"));
+    return absl::OkStatus();
+  }
+
+  bool has_executor() const {
+    return executor_ != nullptr || gpu_executor_ != nullptr;
+  }
+
   absl::Status AcceptRows(const v1::ShardRows& rows) {
-    if (executor_ == nullptr) {
+    if (!has_executor()) {
       return absl::InvalidArgumentError(
           "ShardRows before the header: send the header first");
     }
@@ -296,13 +342,17 @@ class ExecuteReactor final
     options.step_timeout = ring_timeout_;
     options.deadline = deadline_;
     options.cancelled = &cancelled_;
-    absl::StatusOr<RingOutput> output = executor_->Run(**communicator, options);
+    absl::StatusOr<RingOutput> output =
+        gpu_executor_ != nullptr
+            ? gpu_executor_->RunStaged(**communicator, options)
+            : executor_->Run(**communicator, options);
     {
       absl::MutexLock lock(&mutex_);
       communicator_ = nullptr;
     }
     communicator->reset();
     executor_.reset();
+    gpu_executor_.reset();
     if (!output.ok()) {
       FinishWith(output.status());
       return;
@@ -406,6 +456,8 @@ class ExecuteReactor final
 
   // The shard as it arrives.
   std::unique_ptr<RingExecutor> executor_;
+  // Instead of executor_ on a CUDA worker.
+  std::unique_ptr<GpuRingExecutor> gpu_executor_;
   std::array<ShardRowsTarget, 3> targets_;
   bool run_requested_ = false;
 

@@ -32,6 +32,10 @@ struct WorkerServiceOptions {
   absl::Duration default_ring_timeout = absl::Seconds(60);
   // Memory resident contexts may hold on this worker.
   int64_t context_memory_bytes = int64_t{4} << 30;
+  // The CUDA device requests run on (GpuRingExecutor; the connector must then
+  // move device memory: an NcclConnector, and memory_bytes counts device
+  // memory); -1: the CPU (RingExecutor).
+  int cuda_device = -1;
 };
 
 class WorkerService final : public v1::Worker::CallbackService {

@@ -1,0 +1,502 @@
+// Ring attention on 1..G GPUs of this machine in one process: a thread per
+// GPU, each rank a GpuRingExecutor, the ring over NCCL. bf16, batch 1, Hq =
+// Hkv = 32 heads, head_dim 128, dense and causal, the lengths asked for.
+// Prints a markdown table: time of one attention (the slowest rank, median
+// over the timed runs), TFLOP/s per GPU (4 * N^2 * H * D per dense attention,
+// half of it causal, divided by the GPUs), the executor's device pool per GPU
+// and the device memory in use per GPU (pool, cuDNN workspace, NCCL buffers
+// and the CUDA context), the share of tiles cuDNN computed, and the step time
+// not spent computing (transfers not hidden behind compute, launch gaps).
+// With --skip_transfers every multi-GPU case runs a second time with the
+// transfers left out (each rank computes the same tiles on whatever its
+// buffers hold): the difference is the communication the ring failed to hide.
+//
+//   ring_bench [--gpus=1,2] [--lengths=65536,262144] [--masks=dense,causal]
+//              [--long_lengths=1M] [--skip_transfers] [--iterations=3]
+//              [--seconds=20]
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "core/attention_spec.h"
+#include "core/dtype.h"
+#include "kernels/cuda/device_buffer.h"
+#include "worker/communicator.h"
+#include "worker/device.h"
+#include "worker/gpu_ring_executor.h"
+#include "worker/nccl_communicator.h"
+
+ABSL_FLAG(std::vector<std::string>, gpus, (std::vector<std::string>{"1", "2"}),
+          "GPU counts to run the ring on; counts above this machine's are "
+          "reported and skipped");
+ABSL_FLAG(std::vector<std::string>, lengths,
+          (std::vector<std::string>{"65536", "262144"}),
+          "sequence lengths N (queries = keys = N); suffixes K and M allowed");
+ABSL_FLAG(std::vector<std::string>, masks,
+          (std::vector<std::string>{"dense", "causal"}), "dense and/or causal");
+ABSL_FLAG(int32_t, heads, 32, "query heads = key/value heads");
+ABSL_FLAG(int32_t, head_dim, 128, "head dimension");
+ABSL_FLAG(int64_t, tile_q, 16384, "query rows per tile");
+ABSL_FLAG(int64_t, tile_kv, 16384, "key rows per tile");
+ABSL_FLAG(bool, skip_transfers, false,
+          "also run every multi-GPU case without its transfers");
+ABSL_FLAG(std::vector<std::string>, long_lengths, {},
+          "lengths run causal only, timed once each, after the others");
+ABSL_FLAG(int32_t, iterations, 3, "timed runs per case, at most");
+ABSL_FLAG(double, seconds, 20,
+          "stop timing a case after this many seconds (at least one run)");
+ABSL_FLAG(double, step_timeout_seconds, 300,
+          "the longest one ring step may wait for its transfers");
+
+namespace ringattn {
+namespace {
+
+constexpr int64_t kPatternValues = int64_t{16} << 20;  // 32 MiB of bf16
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// A communicator that moves nothing: each rank computes the tiles of its
+// ring steps on whatever its buffers hold.
+class NoTransfers final : public RingCommunicator {
+ public:
+  NoTransfers(int rank, int world_size)
+      : rank_(rank), world_size_(world_size) {}
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
+  absl::Status StartSend(const void*, int64_t, int) override {
+    return absl::OkStatus();
+  }
+  absl::Status StartReceive(void*, int64_t, int) override {
+    return absl::OkStatus();
+  }
+  absl::Status Wait(absl::Time) override { return absl::OkStatus(); }
+  void Abort() override {}
+
+ private:
+  const int rank_;
+  const int world_size_;
+};
+
+// A barrier for a fixed number of threads, usable again and again.
+class Barrier {
+ public:
+  explicit Barrier(int count) : count_(count) {}
+  void Wait() {
+    absl::MutexLock lock(&mutex_);
+    const int64_t generation = generation_;
+    if (++arrived_ == count_) {
+      arrived_ = 0;
+      ++generation_;
+      all_arrived_.SignalAll();
+      return;
+    }
+    while (generation_ == generation) all_arrived_.Wait(&mutex_);
+  }
+
+ private:
+  const int count_;
+  absl::Mutex mutex_;
+  absl::CondVar all_arrived_;
+  int arrived_ = 0;
+  int64_t generation_ = 0;
+};
+
+struct Case {
+  int64_t n = 0;
+  bool causal = false;
+  bool transfers = true;
+  int max_runs = 1;  // timed runs at most
+};
+
+// What one rank measured for one case.
+struct RankMeasure {
+  absl::Status status;
+  std::vector<double> seconds;  // one per timed run
+  GpuRingStats stats;           // of the last run
+  int64_t used_bytes = 0;       // device memory in use after the runs
+  std::string cudnn;            // why cuDNN is not used, if it is not
+};
+
+absl::StatusOr<int64_t> ParseLength(const std::string& text) {
+  int64_t scale = 1;
+  std::string digits = text;
+  if (!digits.empty() && (digits.back() == 'K' || digits.back() == 'k')) {
+    scale = 1024;
+    digits.pop_back();
+  } else if (!digits.empty() &&
+             (digits.back() == 'M' || digits.back() == 'm')) {
+    scale = 1024 * 1024;
+    digits.pop_back();
+  }
+  int64_t value = 0;
+  if (!absl::SimpleAtoi(digits, &value) || value < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--lengths: ", text, " is not a positive length"));
+  }
+  return value * scale;
+}
+
+// `count` bf16 values on the device: a random pattern repeated.
+absl::Status FillPattern(void* device, int64_t count,
+                         const DeviceBuffer& pattern, cudaStream_t stream) {
+  for (int64_t at = 0; at < count; at += kPatternValues) {
+    const int64_t n = std::min(kPatternValues, count - at);
+    absl::Status s =
+        CudaStatus(cudaMemcpyAsync(static_cast<uint16_t*>(device) + at,
+                                   pattern.as<uint16_t>(), n * sizeof(uint16_t),
+                                   cudaMemcpyDeviceToDevice, stream),
+                   "filling an input");
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DeviceBuffer> MakePattern(int rank) {
+  std::vector<uint16_t> host(static_cast<size_t>(kPatternValues));
+  std::mt19937 rng(1234 + rank);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (uint16_t& x : host) x = FloatToBFloat16(normal(rng));
+  absl::StatusOr<DeviceBuffer> pattern =
+      DeviceBuffer::Allocate(host.size() * sizeof(uint16_t));
+  if (!pattern.ok()) return pattern;
+  absl::Status s = CudaStatus(
+      cudaMemcpy(pattern->as<void>(), host.data(),
+                 host.size() * sizeof(uint16_t), cudaMemcpyHostToDevice),
+      "uploading the pattern");
+  if (!s.ok()) return s;
+  return pattern;
+}
+
+AttentionSpec SpecOf(const Case& c) {
+  AttentionSpec spec;
+  spec.q_len = spec.kv_len = c.n;
+  spec.q_heads = spec.kv_heads = absl::GetFlag(FLAGS_heads);
+  spec.head_dim = absl::GetFlag(FLAGS_head_dim);
+  spec.causal = c.causal;
+  return spec;
+}
+
+double FlopsOf(const Case& c) {
+  const double n = static_cast<double>(c.n);
+  return 4.0 * n * n * absl::GetFlag(FLAGS_heads) *
+         absl::GetFlag(FLAGS_head_dim) * (c.causal ? 0.5 : 1.0);
+}
+
+// What the ranks of one run of cases share.
+struct Shared {
+  explicit Shared(int world_size)
+      : barrier(world_size),
+        failed(static_cast<size_t>(world_size), 0),
+        measures(static_cast<size_t>(world_size)) {}
+
+  Barrier barrier;
+  std::vector<int> failed;  // per rank, for AllOk
+  bool stop = false;        // rank 0's decision to end a case's runs
+  std::vector<std::vector<RankMeasure>> measures;  // [rank][case]
+};
+
+// Whether every rank passed `ok`; every rank must call it alike.
+bool AllOk(Shared& shared, int rank, bool ok) {
+  shared.failed[rank] = ok ? 0 : 1;
+  shared.barrier.Wait();
+  const bool everyone =
+      std::count(shared.failed.begin(), shared.failed.end(), 1) == 0;
+  shared.barrier.Wait();
+  return everyone;
+}
+
+// Runs `c` on this rank's `executor` until rank 0 has timed enough runs; the
+// first run is untimed when it is cheap (it builds cuDNN plans and NCCL
+// connections), long cases are timed from the first run.
+void RunCase(const Case& c, int rank, int world_size, GpuRingExecutor& executor,
+             RingCommunicator& communicator, const DeviceBuffer& pattern,
+             Shared& shared, RankMeasure& m) {
+  RingOptions options;
+  options.step_timeout =
+      absl::Seconds(absl::GetFlag(FLAGS_step_timeout_seconds));
+  const bool warm_up = FlopsOf(c) / world_size < 2e14;
+  const absl::Time case_start = absl::Now();
+  for (int run = 0;; ++run) {
+    absl::Status s =
+        FillPattern(executor.device_q(), executor.q_shape().NumElements(),
+                    pattern, nullptr);
+    if (s.ok()) {
+      s = FillPattern(executor.device_k(),
+                      2 * executor.kv_shape().NumElements(), pattern, nullptr);
+    }
+    if (s.ok()) s = CudaStatus(cudaDeviceSynchronize(), "filling inputs");
+    if (!AllOk(shared, rank, s.ok())) {
+      m.status = s.ok() ? absl::AbortedError("another rank failed") : s;
+      return;
+    }
+    const absl::Time start = absl::Now();
+    absl::StatusOr<GpuRingStats> stats = executor.Run(communicator, options);
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    if (!AllOk(shared, rank, stats.ok())) {
+      m.status = stats.ok() ? absl::AbortedError("another rank failed")
+                            : stats.status();
+      return;
+    }
+    m.stats = *stats;
+    const bool timed = run > 0 || !warm_up;
+    if (timed) m.seconds.push_back(seconds);
+    if (rank == 0) {
+      shared.stop =
+          timed && (static_cast<int>(m.seconds.size()) >= c.max_runs ||
+                    absl::ToDoubleSeconds(absl::Now() - case_start) >
+                        absl::GetFlag(FLAGS_seconds));
+    }
+    shared.barrier.Wait();
+    const bool stop = shared.stop;
+    shared.barrier.Wait();
+    if (stop) return;
+  }
+}
+
+// Everything one rank does for `cases`, in step with the other ranks.
+void RunRank(int rank, int world_size, const ncclUniqueId& id,
+             const std::vector<Case>& cases, Shared& shared) {
+  std::vector<RankMeasure>& measures = shared.measures[rank];
+  measures.resize(cases.size());
+  absl::Status status = UseCudaDevice(rank);
+  std::unique_ptr<NcclCommunicator> nccl;  // one GPU needs none
+  if (status.ok() && world_size > 1) {
+    absl::StatusOr<std::unique_ptr<NcclCommunicator>> created =
+        NcclCommunicator::Create(id, rank, world_size, rank, absl::Minutes(2));
+    status = created.status();
+    if (created.ok()) nccl = *std::move(created);
+  }
+  absl::StatusOr<DeviceBuffer> pattern =
+      status.ok() ? MakePattern(rank) : absl::StatusOr<DeviceBuffer>(status);
+  if (!AllOk(shared, rank, pattern.ok())) {
+    for (RankMeasure& m : measures) {
+      m.status = pattern.ok() ? absl::AbortedError("another rank failed")
+                              : pattern.status();
+    }
+    return;
+  }
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    RankMeasure& m = measures[i];
+    GpuRingConfig config;
+    config.device = rank;
+    config.tile_q_rows = absl::GetFlag(FLAGS_tile_q);
+    config.tile_kv_rows = absl::GetFlag(FLAGS_tile_kv);
+    absl::StatusOr<std::unique_ptr<GpuRingExecutor>> executor =
+        GpuRingExecutor::Create(SpecOf(c), rank, world_size, config);
+    if (!AllOk(shared, rank, executor.ok())) {
+      m.status = executor.ok() ? absl::AbortedError("another rank failed")
+                               : executor.status();
+      continue;
+    }
+    GpuRingExecutor& e = **executor;
+    if (!e.cudnn_status().ok()) {
+      m.cudnn = std::string(e.cudnn_status().message());
+    }
+    NoTransfers no_transfers(rank, world_size);
+    RingCommunicator& communicator = c.transfers && nccl != nullptr
+                                         ? static_cast<RingCommunicator&>(*nccl)
+                                         : no_transfers;
+    RunCase(c, rank, world_size, e, communicator, *pattern, shared, m);
+    size_t free_bytes = 0;
+    size_t total_bytes = 0;
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
+      m.used_bytes = static_cast<int64_t>(total_bytes - free_bytes);
+    }
+    if (!m.status.ok() && c.transfers) {
+      // A failed run breaks the communicator: the later cases cannot run.
+      for (size_t j = i + 1; j < cases.size(); ++j) {
+        measures[j].status =
+            absl::AbortedError("an earlier case broke the ring");
+      }
+      return;
+    }
+  }
+}
+
+double Median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+// Runs `cases` on `world_size` GPUs and prints one table row per case; false
+// if any failed.
+bool RunCases(int world_size, const std::vector<Case>& cases) {
+  ncclUniqueId id{};
+  if (world_size > 1) {
+    absl::StatusOr<ncclUniqueId> fresh = NewNcclUniqueId();
+    if (!fresh.ok()) {
+      std::printf("| ringattn | %d | all | - | failed: %s |\n", world_size,
+                  std::string(fresh.status().message()).c_str());
+      return false;
+    }
+    id = *fresh;
+  }
+  Shared shared(world_size);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world_size; ++rank) {
+    threads.emplace_back(
+        [&, rank] { RunRank(rank, world_size, id, cases, shared); });
+  }
+  for (std::thread& t : threads) t.join();
+  const std::vector<std::vector<RankMeasure>>& measures = shared.measures;
+  bool all_ran = true;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    const std::string name =
+        c.transfers ? "ringattn" : "ringattn, no transfers";
+    const char* mask = c.causal ? "causal" : "dense";
+    absl::Status status;
+    std::vector<double> slowest;
+    for (int r = 0; r < world_size; ++r) {
+      const RankMeasure& m = measures[r][i];
+      if (!m.status.ok() && status.ok()) status = m.status;
+      for (size_t k = 0; k < m.seconds.size(); ++k) {
+        if (slowest.size() <= k) slowest.resize(k + 1, 0.0);
+        slowest[k] = std::max(slowest[k], m.seconds[k]);
+      }
+    }
+    if (!status.ok() || slowest.empty()) {
+      std::printf("| %s | %d | %s | %lld | failed: %s |\n", name.c_str(),
+                  world_size, mask, static_cast<long long>(c.n),
+                  std::string(status.message()).c_str());
+      all_ran = false;
+      continue;
+    }
+    const double seconds = Median(slowest);
+    double pool = 0, used = 0, exposed = 0;
+    int64_t cudnn = 0, flash = 0;
+    for (int r = 0; r < world_size; ++r) {
+      const RankMeasure& m = measures[r][i];
+      pool = std::max(pool, m.stats.ring.peak_bytes / kGiB);
+      used = std::max(used, m.used_bytes / kGiB);
+      exposed = std::max(exposed, m.stats.ring.wait_seconds);
+      cudnn += m.stats.cudnn_tiles;
+      flash += m.stats.flash_tiles;
+      if (!m.cudnn.empty() && r == 0) {
+        std::fprintf(stderr, "cuDNN not used on cuda:%d: %s\n", r,
+                     m.cudnn.c_str());
+      }
+    }
+    std::printf(
+        "| %s | %d | %s | %lld | %.1f | %.0f | %.1f | %.1f | %.0f%% | %.1f | "
+        "%zu |\n",
+        name.c_str(), world_size, mask, static_cast<long long>(c.n),
+        seconds * 1e3, FlopsOf(c) / seconds / world_size / 1e12, pool, used,
+        100.0 * cudnn / std::max<int64_t>(1, cudnn + flash), exposed * 1e3,
+        slowest.size());
+    std::fflush(stdout);
+  }
+  return all_ran;
+}
+
+int Main() {
+  DisableNcclMulticast();
+  std::vector<int64_t> lengths;
+  std::vector<int64_t> long_lengths;
+  for (const auto& [texts, parsed] :
+       {std::make_pair(absl::GetFlag(FLAGS_lengths), &lengths),
+        std::make_pair(absl::GetFlag(FLAGS_long_lengths), &long_lengths)}) {
+    for (const std::string& text : texts) {
+      absl::StatusOr<int64_t> n = ParseLength(text);
+      if (!n.ok()) {
+        std::fprintf(stderr, "ring_bench: %s\n",
+                     std::string(n.status().message()).c_str());
+        return 2;
+      }
+      parsed->push_back(*n);
+    }
+  }
+  std::vector<bool> causal_masks;
+  for (const std::string& mask : absl::GetFlag(FLAGS_masks)) {
+    if (mask != "dense" && mask != "causal") {
+      std::fprintf(stderr, "ring_bench: --masks takes dense and causal\n");
+      return 2;
+    }
+    causal_masks.push_back(mask == "causal");
+  }
+  const int devices = CudaDeviceCount();
+  if (devices == 0) {
+    std::fprintf(stderr, "ring_bench: no CUDA device here\n");
+    return 1;
+  }
+  absl::StatusOr<CudaDeviceInfo> info = OpenCudaDevice(0);
+  if (!info.ok()) {
+    std::fprintf(stderr, "ring_bench: %s\n",
+                 std::string(info.status().message()).c_str());
+    return 1;
+  }
+  int nccl_version = 0;
+  ncclGetVersion(&nccl_version);
+  std::printf(
+      "\nringattn ring attention, %d x %s (%.0f GiB), NCCL %d, bf16, B=1, "
+      "Hq=Hkv=%d, D=%d, tiles %lld x %lld\n\n",
+      devices, info->name.c_str(), info->total_bytes / kGiB, nccl_version,
+      absl::GetFlag(FLAGS_heads), absl::GetFlag(FLAGS_head_dim),
+      static_cast<long long>(absl::GetFlag(FLAGS_tile_q)),
+      static_cast<long long>(absl::GetFlag(FLAGS_tile_kv)));
+  std::printf(
+      "| implementation | GPUs | mask | N | ms | TFLOP/s per GPU | pool GiB "
+      "per GPU | device GiB used per GPU | cuDNN tiles | ms not computing | "
+      "runs |\n");
+  std::printf(
+      "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | "
+      "--- |\n");
+  std::fflush(stdout);
+  int status = 0;
+  for (const std::string& text : absl::GetFlag(FLAGS_gpus)) {
+    int world_size = 0;
+    if (!absl::SimpleAtoi(text, &world_size) || world_size < 1) {
+      std::fprintf(stderr, "ring_bench: --gpus takes positive counts\n");
+      return 2;
+    }
+    if (world_size > devices) {
+      std::printf(
+          "| ringattn | %d | - | - | skipped: this machine has %d "
+          "GPU(s) |\n",
+          world_size, devices);
+      continue;
+    }
+    const bool skip = absl::GetFlag(FLAGS_skip_transfers) && world_size > 1;
+    const int iterations = absl::GetFlag(FLAGS_iterations);
+    std::vector<Case> cases;
+    for (const int64_t n : lengths) {
+      for (const bool causal : causal_masks) {
+        cases.push_back({n, causal, true, iterations});
+        if (skip) cases.push_back({n, causal, false, iterations});
+      }
+    }
+    for (const int64_t n : long_lengths) {
+      cases.push_back({n, true, true, 1});
+      if (skip) cases.push_back({n, true, false, 1});
+    }
+    if (!RunCases(world_size, cases)) status = 1;
+  }
+  return status;
+}
+
+}  // namespace
+}  // namespace ringattn
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return ringattn::Main();
+}

@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# The GPU ring: the worker's GPU tests, ring_bench and its PyTorch peer
+# (context parallel), on a GPU machine, from a bundle of binaries built here.
+#
+#   bench/ring/run_ring_bench.sh bundle [DIR]   on the build machine: builds the
+#       binaries and copies them, their non-system libraries and these scripts
+#       into DIR (default bin/gpu-ring, git-ignored)
+#   bench/ring/run_ring_bench.sh run [DIR]      on the GPU machine: runs them all
+#       from DIR (default: this script's own folder if it is a bundle, else
+#       bin/gpu-ring); logs go to $OUT (default ./ring-run)
+#
+# Environment for run: LENGTHS, the lengths for both masks (default
+# "65536 262144"); LONG, lengths run causal only, once each (default 1048576;
+# empty to skip), after the others in the same processes; GPUS, how many GPUs the multi-GPU runs use (default: all, at
+# most 2); PYTHON, the interpreter with PyTorch (default
+# /opt/torch/.venv/bin/python). Prints the test summary, the tables and
+# "N passed, N failed, N skipped" (gtest cases) last; exits non-zero if
+# anything failed.
+set -uo pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+BINARIES=(
+  bench/ring/ring_bench
+  kernels/cuda/partial_merge_test
+  worker/gpu_device_test
+  worker/gpu_nccl_communicator_test
+  worker/gpu_ring_executor_test
+  worker/gpu_ring_tiles_test
+  worker/gpu_worker_service_test
+)
+
+bundle() {
+  local dest=${1:-bin/gpu-ring}
+  cd "$HERE/../.." || exit 1
+  local targets=()
+  for b in "${BINARIES[@]}"; do targets+=("//${b%/*}:${b##*/}"); done
+  bazel build --noshow_progress --ui_event_filters=-info "${targets[@]}" || exit 1
+  rm -rf "$dest"
+  mkdir -p "$dest/lib"
+  for b in "${BINARIES[@]}"; do
+    install -m 755 "bazel-bin/$b" "$dest/"
+    strip "$dest/${b##*/}"
+  done
+  cp "$HERE/run_ring_bench.sh" "$HERE/peer_context_parallel.py" "$dest/"
+  # The shared libraries the GPU machine lacks: everything but the C and C++
+  # runtimes (it has newer ones) and what it brings itself (the CUDA driver,
+  # NCCL; cuDNN and NVRTC come from PyTorch's wheels there).
+  local lib
+  for b in "${BINARIES[@]}"; do ldd "bazel-bin/$b"; done |
+    awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | sort -u |
+    grep -Ev '/(libc|libm|libgcc_s|libstdc\+\+|libpthread|librt|libdl|ld-linux[^/]*|libcuda|libnccl|libcudnn[^/]*|libnvrtc[^/]*)\.so' |
+    while read -r lib; do cp -L "$lib" "$dest/lib/"; done
+  du -sh "$dest"
+  echo "bundle in $dest; on the GPU machine: $dest/run_ring_bench.sh run $dest"
+}
+
+# The folder of the first file named $1 under PyTorch's nvidia/ wheels.
+torch_lib_dir() {
+  local site found
+  site=$("$PYTHON" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))' 2>/dev/null) || return
+  found=$(find "$site/nvidia" -name "$1" -print -quit 2>/dev/null)
+  [ -n "$found" ] && dirname "$found"
+}
+
+run() {
+  local bin_dir=${1:-}
+  if [ -z "$bin_dir" ]; then
+    if [ -x "$HERE/ring_bench" ]; then bin_dir=$HERE; else bin_dir=bin/gpu-ring; fi
+  fi
+  bin_dir=$(cd "$bin_dir" && pwd) || exit 2
+  OUT=${OUT:-$PWD/ring-run}
+  PYTHON=${PYTHON:-/opt/torch/.venv/bin/python}
+  local lengths=${LENGTHS:-65536 262144}
+  local long=${LONG-1048576}
+  mkdir -p "$OUT"
+
+  # Never let NCCL, PyTorch or NVSHMEM use NVLink multicast on these machines.
+  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+  local cudnn_dir nvrtc_dir
+  cudnn_dir=$(torch_lib_dir 'libcudnn.so.9')
+  nvrtc_dir=$(torch_lib_dir 'libnvrtc.so.13')
+  # Only our binaries see the bundled libraries: PyTorch keeps the machine's.
+  local ours_path="$bin_dir/lib:${cudnn_dir:-}:${nvrtc_dir:-}:${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64"
+  local gpus
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  gpus=${GPUS:-$((gpus > 2 ? 2 : gpus))}
+  {
+    echo "cuDNN from: ${cudnn_dir:-not found among the PyTorch wheels}"
+    echo "NVRTC from: ${nvrtc_dir:-not found among the PyTorch wheels}"
+    echo "LD_LIBRARY_PATH of ringattn's binaries: $ours_path"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+    nvidia-smi topo -m
+  } >"$OUT/environment.txt" 2>&1
+
+  local passed=0 failed=0 skipped=0 status=0 summary="" test name rc p s f
+  for test in "$bin_dir"/*_test; do
+    [ -x "$test" ] || continue
+    name=$(basename "$test")
+    LD_LIBRARY_PATH=$ours_path timeout 900 "$test" --gtest_output="xml:$OUT/$name.xml" >"$OUT/$name.log" 2>&1
+    rc=$?
+    p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$OUT/$name.log" | tail -1)
+    s=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' "$OUT/$name.log" | tail -1)
+    f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$OUT/$name.log" | tail -1)
+    p=${p:-0} s=${s:-0} f=${f:-0}
+    if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi  # crashed or timed out
+    [ $rc -ne 0 ] && status=1
+    passed=$((passed + p)) skipped=$((skipped + s)) failed=$((failed + f))
+    summary+=$(printf '%-30s exit %d: %d passed, %d failed, %d skipped' "$name" $rc "$p" "$f" "$s")$'\n'
+  done
+
+  local gpu_list=1
+  [ "$gpus" -ge 2 ] && gpu_list=1,$gpus
+  local failed_logs=()
+  # shellcheck disable=SC2086  # the lengths are meant to split
+  LD_LIBRARY_PATH=$ours_path timeout 1800 "$bin_dir/ring_bench" --gpus=$gpu_list --skip_transfers \
+    --lengths="$(echo $lengths | tr ' ' ',')" --long_lengths="$(echo $long | tr ' ' ',')" \
+    >"$OUT/ring_bench.md" 2>"$OUT/ring_bench.err" || failed_logs+=("$OUT/ring_bench.err")
+
+  local world
+  local torchrun=("$PYTHON" -m torch.distributed.run --standalone)
+  for world in $([ "$gpus" -ge 2 ] && echo "$gpus") 1; do
+    # shellcheck disable=SC2086
+    PYTHONUNBUFFERED=1 timeout 1800 "${torchrun[@]}" --nproc_per_node=$world \
+      "$bin_dir/peer_context_parallel.py" --header --lengths $lengths \
+      --long-lengths $long >"$OUT/peer_cp_$world.md" 2>"$OUT/peer_cp_$world.err" ||
+      failed_logs+=("$OUT/peer_cp_$world.err")
+  done
+
+  echo "logs in $OUT"
+  printf '%s' "$summary"
+  cat "$OUT/ring_bench.md"
+  echo
+  # Per-GPU throughput of the ring against one GPU, and what the transfers
+  # cost against the same run without them.
+  awk -F'|' '
+    $2 ~ /ringattn/ && $7 + 0 > 0 {
+      gsub(/ /, "", $3); gsub(/ /, "", $4); gsub(/ /, "", $5)
+      key = $4 " N=" $5
+      if ($2 ~ /no transfers/) bare[key "/" $3] = $6
+      else { ms[key "/" $3] = $6; tf[key "/" $3] = $7; if ($3 > 1) multi[key] = $3 }
+    }
+    END {
+      for (key in multi) {
+        g = multi[key]
+        line = sprintf("%s on %d GPUs:", key, g)
+        if ((key "/1") in tf)
+          line = line sprintf(" %.0f%% of one GPU'"'"'s TFLOP/s per GPU;", 100 * tf[key "/" g] / tf[key "/1"])
+        if ((key "/" g) in bare)
+          line = line sprintf(" transfers add %.1f%% to the time", 100 * (ms[key "/" g] / bare[key "/" g] - 1))
+        print line
+      }
+    }' "$OUT/ring_bench.md" | sort
+  for f in "$OUT"/peer_cp_*.md; do [ -f "$f" ] && cat "$f"; done
+  grep -h 'cuDNN not used' "$OUT/ring_bench.err"
+  for f in "${failed_logs[@]}"; do
+    status=1
+    echo "--- $(basename "$f") (failed; last lines):"
+    tail -n 8 "$f"
+  done
+  echo
+  echo "$passed passed, $failed failed, $skipped skipped"
+  return $status
+}
+
+case "${1:-}" in
+  bundle) shift; bundle "$@" ;;
+  run) shift; run "$@"; exit $? ;;
+  *)
+    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
+    exit 2
+    ;;
+esac

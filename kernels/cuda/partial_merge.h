@@ -1,0 +1,38 @@
+#ifndef RINGATTN_KERNELS_CUDA_PARTIAL_MERGE_H_
+#define RINGATTN_KERNELS_CUDA_PARTIAL_MERGE_H_
+
+// Accumulating attention over many key blocks on the GPU: fp32 accumulators
+// (O and LSE) start as the empty result (O = 0, LSE = -inf), and each block's
+// partial result, as the attention paths write it (16-bit O, fp32 LSE), is
+// folded in by log-sum-exp, with the semantics of kernels/cpu/merge_with_lse.h
+// (a partial row with LSE = -inf changes nothing). Stateless and thread-safe.
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/attention_args.h"
+
+namespace ringattn {
+
+// Sets `o_count` fp32 values at `o` to 0 and `lse_count` at `lse` to -inf, on
+// `stream`. Returns the first failing call's status.
+cudaError_t LaunchClearAccumulators(float* o, int64_t o_count, float* lse,
+                                    int64_t lse_count, cudaStream_t stream);
+
+// Folds a partial result into accumulators, on `stream`. A "row" is one
+// (query position, head) pair of `dim` values.
+//   part_o:   [batch, rows, dim] contiguous, in `dtype`
+//   part_lse: [batch, rows] contiguous fp32
+//   o, lse:   the accumulators of the same rows, fp32; row r of batch b is at
+//             o + (b * o_batch_rows + r) * dim and lse + b * o_batch_rows + r.
+// Requires rows <= o_batch_rows, batch <= 65535 and non-overlapping buffers.
+// Returns the launch status (cudaErrorInvalidValue for bad sizes).
+cudaError_t LaunchMergePartial(DeviceDType dtype, const void* part_o,
+                               const float* part_lse, int64_t batch,
+                               int64_t rows, int64_t dim, float* o, float* lse,
+                               int64_t o_batch_rows, cudaStream_t stream);
+
+}  // namespace ringattn
+
+#endif  // RINGATTN_KERNELS_CUDA_PARTIAL_MERGE_H_

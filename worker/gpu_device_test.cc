@@ -1,0 +1,64 @@
+// --device parsing and CUDA device lookup. Runs with or without a GPU: without
+// one, opening a device must fail with "no CUDA device N: ...".
+
+#include "gtest/gtest.h"
+#include "worker/device.h"
+
+namespace ringattn {
+namespace {
+
+TEST(ParseDeviceTest, AcceptsCpuAndCudaIndices) {
+  absl::StatusOr<DeviceChoice> cpu = ParseDevice("cpu");
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_FALSE(cpu->is_cuda());
+  EXPECT_EQ(cpu->Name(), "cpu");
+
+  absl::StatusOr<DeviceChoice> cuda3 = ParseDevice("cuda:3");
+  ASSERT_TRUE(cuda3.ok()) << cuda3.status();
+  EXPECT_EQ(cuda3->cuda_index, 3);
+  EXPECT_EQ(cuda3->Name(), "cuda:3");
+
+  absl::StatusOr<DeviceChoice> cuda = ParseDevice("cuda");
+  ASSERT_TRUE(cuda.ok()) << cuda.status();
+  EXPECT_EQ(cuda->cuda_index, 0);
+}
+
+TEST(ParseDeviceTest, RejectsOtherForms) {
+  for (const char* text : {"gpu", "cuda:", "cuda:-1", "cuda:x", "cuda:1x",
+                           "cuda:99999999999", "CPU", ""}) {
+    const absl::StatusOr<DeviceChoice> choice = ParseDevice(text);
+    EXPECT_EQ(choice.status().code(), absl::StatusCode::kInvalidArgument)
+        << text;
+  }
+}
+
+TEST(OpenCudaDeviceTest, MissingDeviceIsNamed) {
+  const int count = CudaDeviceCount();
+  const absl::StatusOr<CudaDeviceInfo> missing = OpenCudaDevice(count);
+  ASSERT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(missing.status().message().rfind(
+                "no CUDA device " + std::to_string(count) + ": ", 0),
+            0u)
+      << missing.status();
+}
+
+TEST(OpenCudaDeviceTest, DescribesEveryDevice) {
+  const int count = CudaDeviceCount();
+  if (count == 0) GTEST_SKIP() << "no CUDA device here; runs on a GPU machine";
+  for (int i = 0; i < count; ++i) {
+    const absl::StatusOr<CudaDeviceInfo> info = OpenCudaDevice(i);
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(info->index, i);
+    EXPECT_FALSE(info->name.empty());
+    EXPECT_GT(info->total_bytes, 0);
+    EXPECT_GT(info->free_bytes, 0);
+    EXPECT_LE(info->free_bytes, info->total_bytes);
+    std::printf("cuda:%d %s, %.1f GiB (%.1f free), sm_%d%d\n", i,
+                info->name.c_str(), info->total_bytes / 1073741824.0,
+                info->free_bytes / 1073741824.0, info->compute_major,
+                info->compute_minor);
+  }
+}
+
+}  // namespace
+}  // namespace ringattn

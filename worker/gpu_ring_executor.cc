@@ -1,0 +1,614 @@
+#include "worker/gpu_ring_executor.h"
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "core/status_macros.h"
+#include "kernels/cuda/convert.h"
+#include "kernels/cuda/partial_merge.h"
+#include "worker/task_flops.h"
+
+namespace ringattn {
+namespace {
+
+// Every slice of the pool starts on this boundary (cuDNN wants 16 bytes).
+constexpr int64_t kAlignment = 256;
+// Where DeviceBytesNeeded saturates: below the largest int64_t.
+constexpr double kMostBytes = 9.0e18;
+// fp32 values Upload moves per chunk through its device staging buffer.
+constexpr int64_t kUploadChunk = int64_t{8} << 20;
+
+ShardLayout MakeLayout(const AttentionSpec& spec, int64_t seq_len,
+                       int world_size) {
+  return ShardLayout::Make(ChooseShardKind(spec), seq_len, world_size);
+}
+
+int64_t LargestShard(const ShardLayout& layout) {
+  int64_t largest = 0;
+  for (int64_t w = 0; w < layout.num_workers(); ++w) {
+    largest = std::max(largest, layout.ShardLength(w));
+  }
+  return largest;
+}
+
+double AlignUp(double bytes) {
+  return static_cast<double>(
+      static_cast<int64_t>((bytes + kAlignment - 1) / kAlignment) * kAlignment);
+}
+
+// Byte offsets of the pool's slices, in double so that absurd shapes
+// saturate instead of overflowing.
+struct PoolLayout {
+  double q = 0;
+  double o = 0;
+  double lse = 0;
+  double home_block = 0;
+  double spare_block = 0;
+  double part_o = 0;
+  double part_lse = 0;
+  double total = 0;
+};
+
+PoolLayout LayOutPool(const AttentionSpec& spec, int64_t q_rows,
+                      int64_t block_rows, bool spare, int64_t tile_q_rows,
+                      int64_t element_bytes) {
+  const double batch = static_cast<double>(spec.batch);
+  const double q_values =
+      batch * static_cast<double>(q_rows) * spec.q_heads * spec.head_dim;
+  const double lse_values = batch * static_cast<double>(q_rows) * spec.q_heads;
+  const double block_values = 2 * batch * static_cast<double>(block_rows) *
+                              spec.kv_heads * spec.head_dim;
+  const double tile_rows = static_cast<double>(std::min(q_rows, tile_q_rows));
+  PoolLayout layout;
+  double at = 0;
+  auto take = [&at](double bytes) {
+    const double start = at;
+    at += AlignUp(bytes);
+    return start;
+  };
+  layout.q = take(q_values * element_bytes);
+  layout.o = take(q_values * sizeof(float));
+  layout.lse = take(lse_values * sizeof(float));
+  layout.home_block = take(block_values * element_bytes);
+  layout.spare_block = spare ? take(block_values * element_bytes) : 0;
+  layout.part_o =
+      take(batch * tile_rows * spec.q_heads * spec.head_dim * element_bytes);
+  layout.part_lse = take(batch * tile_rows * spec.q_heads * sizeof(float));
+  layout.total = at;
+  return layout;
+}
+
+// Sizes that differ by at most one, summing to `length`, none above `most`.
+std::vector<Range> Tiles(int64_t length, int64_t most) {
+  std::vector<Range> tiles;
+  if (length <= 0) return tiles;
+  const int64_t parts = (length + most - 1) / most;
+  const int64_t base = length / parts;
+  const int64_t extra = length % parts;
+  int64_t at = 0;
+  for (int64_t i = 0; i < parts; ++i) {
+    const int64_t size = base + (i < extra ? 1 : 0);
+    tiles.push_back(Range{at, at + size});
+    at += size;
+  }
+  return tiles;
+}
+
+// Appends the tiles of rows [q_row, q_row + q_len) against keys [k_row, k_row
+// + kv_len), where local query i sees local key j iff j <= i + shift.
+void AddCausalTiles(int64_t q_row, int64_t q_len, int64_t k_row, int64_t kv_len,
+                    int64_t shift, std::vector<AttentionTile>& tiles) {
+  if (shift >= kv_len - 1) {  // even the first row sees every key
+    tiles.push_back({q_row, q_len, k_row, kv_len, false});
+    return;
+  }
+  if (shift + q_len - 1 < 0) return;  // even the last row sees no key
+  // Rows below kv_len - shift see part of the keys: a tile whose own
+  // bottom-right diagonal is the mask's (rows that see nothing left out);
+  // the rows after them see every key.
+  const int64_t limited_rows = std::min(q_len, kv_len - shift);
+  const int64_t blind_rows = std::max<int64_t>(0, -shift);
+  tiles.push_back({q_row + blind_rows, limited_rows - blind_rows, k_row,
+                   limited_rows + shift, true});
+  if (limited_rows < q_len) {
+    tiles.push_back(
+        {q_row + limited_rows, q_len - limited_rows, k_row, kv_len, false});
+  }
+}
+
+// Lends AttentionDispatchers (a cuDNN handle, its plans and workspace) per
+// device, so that the plans built for one request serve the next. Never
+// destroyed: cuDNN handles must not outlive the CUDA runtime at exit.
+class DispatcherPool {
+ public:
+  static DispatcherPool& Shared() {
+    static DispatcherPool* const pool = new DispatcherPool;
+    return *pool;
+  }
+
+  // An idle dispatcher of `device`, or a new one made on the current device
+  // (which must be `device`).
+  std::unique_ptr<AttentionDispatcher> Take(int device) {
+    {
+      absl::MutexLock lock(&mutex_);
+      std::vector<std::unique_ptr<AttentionDispatcher>>& idle = idle_[device];
+      if (!idle.empty()) {
+        std::unique_ptr<AttentionDispatcher> dispatcher =
+            std::move(idle.back());
+        idle.pop_back();
+        return dispatcher;
+      }
+    }
+    return std::make_unique<AttentionDispatcher>();
+  }
+
+  void Give(int device, std::unique_ptr<AttentionDispatcher> dispatcher) {
+    absl::MutexLock lock(&mutex_);
+    idle_[device].push_back(std::move(dispatcher));
+  }
+
+ private:
+  absl::Mutex mutex_;
+  std::map<int, std::vector<std::unique_ptr<AttentionDispatcher>>> idle_
+      ABSL_GUARDED_BY(mutex_);
+};
+
+absl::Status CheckContiguous(const char* name, View<const float> view,
+                             const Shape& shape) {
+  if (view.shape() != shape || view.seq_stride() != shape.heads * shape.dim ||
+      view.batch_stride() != shape.seq * shape.heads * shape.dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, " must be a contiguous [", shape.batch, ", ", shape.seq, ", ",
+        shape.heads, ", ", shape.dim, "] tensor"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+DeviceDType ComputeDTypeFor(DType wire) {
+  return wire == DType::kFloat16 ? DeviceDType::kFloat16
+                                 : DeviceDType::kBFloat16;
+}
+
+std::vector<AttentionTile> TileTask(const AttentionSpec& spec,
+                                    const AttentionTask& task,
+                                    int64_t tile_q_rows, int64_t tile_kv_rows) {
+  std::vector<AttentionTile> tiles;
+  const bool causal = spec.causal && task.kind != TaskKind::kFull;
+  // Key k is visible from query q iff k <= q + Nk - Nq (global positions).
+  const int64_t task_shift =
+      task.q.begin - task.k.begin + spec.kv_len - spec.q_len;
+  for (const Range& q : Tiles(task.q.size(), tile_q_rows)) {
+    for (const Range& k : Tiles(task.k.size(), tile_kv_rows)) {
+      const int64_t q_row = task.q_row + q.begin;
+      const int64_t k_row = task.k_row + k.begin;
+      if (!causal) {
+        tiles.push_back({q_row, q.size(), k_row, k.size(), false});
+        continue;
+      }
+      AddCausalTiles(q_row, q.size(), k_row, k.size(),
+                     task_shift + q.begin - k.begin, tiles);
+    }
+  }
+  return tiles;
+}
+
+int64_t GpuRingExecutor::DeviceBytesNeeded(const AttentionSpec& spec, int rank,
+                                           int world_size,
+                                           const GpuRingConfig& config,
+                                           const ShardLayout* kv_layout) {
+  const ShardLayout q_layout = MakeLayout(spec, spec.q_len, world_size);
+  const int64_t block_rows = LargestShard(
+      kv_layout != nullptr ? *kv_layout
+                           : MakeLayout(spec, spec.kv_len, world_size));
+  const double bytes =
+      LayOutPool(spec, q_layout.ShardLength(rank), block_rows, world_size > 1,
+                 config.tile_q_rows, /*element_bytes=*/2)
+          .total;
+  return static_cast<int64_t>(std::min(bytes, kMostBytes));
+}
+
+absl::StatusOr<std::unique_ptr<GpuRingExecutor>> GpuRingExecutor::Create(
+    const AttentionSpec& spec, int rank, int world_size,
+    const GpuRingConfig& config, std::optional<ShardLayout> kv_layout) {
+  RINGATTN_RETURN_IF_ERROR(spec.Validate());
+  if (world_size < 1 || rank < 0 || rank >= world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " is not a rank of a world of size ",
+                     world_size, ": need 0 <= rank < world size"));
+  }
+  if (config.tile_q_rows < 1 || config.tile_kv_rows < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tile sizes must be positive, got ", config.tile_q_rows,
+                     " x ", config.tile_kv_rows));
+  }
+  if (spec.block_sparse.has_value()) {
+    return absl::UnimplementedError(
+        "block-sparse attention is not implemented on GPU workers yet; CPU "
+        "workers run it");
+  }
+  if (!spec.dilated.empty()) {
+    return absl::UnimplementedError(
+        "dilated attention is not implemented on GPU workers yet; CPU workers "
+        "run it");
+  }
+  if (kv_layout.has_value()) {
+    if (kv_layout->num_workers() != world_size ||
+        kv_layout->seq_len() != spec.kv_len) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the K/V layout covers ", kv_layout->seq_len(), " positions over ",
+          kv_layout->num_workers(), " workers; the request has kv_len ",
+          spec.kv_len, " and ", world_size, " workers"));
+    }
+    RINGATTN_RETURN_IF_ERROR(kv_layout->Validate());
+  } else {
+    kv_layout = MakeLayout(spec, spec.kv_len, world_size);
+  }
+  const int64_t bytes =
+      DeviceBytesNeeded(spec, rank, world_size, config, &*kv_layout);
+  if (bytes >= kMostBytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("rank ", rank, " of ", world_size,
+                     " cannot hold its share of a request this large"));
+  }
+  RINGATTN_RETURN_IF_ERROR(OpenCudaDevice(config.device).status());
+  std::unique_ptr<GpuRingExecutor> executor(new GpuRingExecutor(
+      spec, rank, world_size, config, *std::move(kv_layout)));
+  RINGATTN_RETURN_IF_ERROR(executor->Initialize());
+  return executor;
+}
+
+GpuRingExecutor::GpuRingExecutor(const AttentionSpec& spec, int rank,
+                                 int world_size, const GpuRingConfig& config,
+                                 ShardLayout kv_layout)
+    : spec_(spec),
+      rank_(rank),
+      world_size_(world_size),
+      config_(config),
+      q_layout_(MakeLayout(spec, spec.q_len, world_size)),
+      kv_layout_(std::move(kv_layout)),
+      plan_(RingPlan::Build(spec, q_layout_, kv_layout_, nullptr)),
+      element_bytes_(2) {}
+
+absl::Status GpuRingExecutor::Initialize() {
+  const PoolLayout layout =
+      LayOutPool(spec_, q_layout_.ShardLength(rank_), LargestShard(kv_layout_),
+                 world_size_ > 1, config_.tile_q_rows, element_bytes_);
+  const int64_t total = static_cast<int64_t>(layout.total);
+  if (total > 0) {
+    absl::StatusOr<DeviceBuffer> pool = DeviceBuffer::Allocate(total);
+    if (!pool.ok()) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "rank ", rank_, " cannot allocate the ", total,
+          " bytes of device memory it needs on cuda:", config_.device, " (",
+          pool.status().message(), ")"));
+    }
+    pool_ = *std::move(pool);
+  }
+  char* base = pool_.as<char>();
+  auto at = [base](double offset) {
+    return base + static_cast<int64_t>(offset);
+  };
+  q_ = at(layout.q);
+  o_ = reinterpret_cast<float*>(at(layout.o));
+  lse_ = reinterpret_cast<float*>(at(layout.lse));
+  home_block_ = at(layout.home_block);
+  spare_block_ = world_size_ > 1 ? at(layout.spare_block) : nullptr;
+  part_o_ = at(layout.part_o);
+  part_lse_ = reinterpret_cast<float*>(at(layout.part_lse));
+  if (spare_block_ != nullptr) {
+    // Defined contents, for runs that skip the transfers (benchmarks).
+    RINGATTN_RETURN_IF_ERROR(CudaStatus(
+        cudaMemset(spare_block_, 0,
+                   static_cast<size_t>(layout.part_o - layout.spare_block)),
+        "clearing the spare block buffer"));
+  }
+
+  absl::StatusOr<CudaStream> stream = CudaStream::Create();
+  if (!stream.ok()) return stream.status();
+  stream_ = *std::move(stream);
+  absl::StatusOr<CudaEvent> start = CudaEvent::Create(/*timing=*/true);
+  if (!start.ok()) return start.status();
+  compute_start_ = *std::move(start);
+  absl::StatusOr<CudaEvent> end = CudaEvent::Create(/*timing=*/true);
+  if (!end.ok()) return end.status();
+  compute_end_ = *std::move(end);
+  dispatcher_ = DispatcherPool::Shared().Take(config_.device);
+
+  step_tiles_.resize(static_cast<size_t>(plan_.num_steps()));
+  step_flops_.assign(static_cast<size_t>(plan_.num_steps()), 0.0);
+  step_tasks_.assign(static_cast<size_t>(plan_.num_steps()), 0);
+  for (int64_t s = 0; s < plan_.num_steps(); ++s) {
+    for (const AttentionTask& task : plan_.Step(rank_, s).tasks) {
+      std::vector<AttentionTile> tiles =
+          TileTask(spec_, task, config_.tile_q_rows, config_.tile_kv_rows);
+      step_tiles_[s].insert(step_tiles_[s].end(), tiles.begin(), tiles.end());
+      step_flops_[s] += TaskFlops(spec_, nullptr, task);
+      ++step_tasks_[s];
+    }
+  }
+
+  if (config_.host_staging) {
+    host_q_ = Tensor<float>(q_shape());
+    host_k_ = Tensor<float>(kv_shape());
+    host_v_ = Tensor<float>(kv_shape());
+  }
+  return absl::OkStatus();
+}
+
+GpuRingExecutor::~GpuRingExecutor() {
+  if (cudaSetDevice(config_.device) != cudaSuccess) return;
+  if (stream_.get() != nullptr) cudaStreamSynchronize(stream_.get());
+  if (dispatcher_ != nullptr) {
+    DispatcherPool::Shared().Give(config_.device, std::move(dispatcher_));
+  }
+}
+
+const absl::Status& GpuRingExecutor::cudnn_status() const {
+  return dispatcher_->cudnn_status();
+}
+
+Shape GpuRingExecutor::q_shape() const {
+  return Shape{spec_.batch, q_layout_.ShardLength(rank_), spec_.q_heads,
+               spec_.head_dim};
+}
+
+Shape GpuRingExecutor::kv_shape() const {
+  return Shape{spec_.batch, kv_layout_.ShardLength(rank_), spec_.kv_heads,
+               spec_.head_dim};
+}
+
+void* GpuRingExecutor::device_v() const {
+  return static_cast<char*>(home_block_) +
+         kv_shape().NumElements() * element_bytes_;
+}
+
+int64_t GpuRingExecutor::BlockRows(int64_t owner) const {
+  return kv_layout_.ShardLength(owner);
+}
+
+int64_t GpuRingExecutor::BlockBytes(int64_t owner) const {
+  return element_bytes_ * 2 * spec_.batch * BlockRows(owner) * spec_.kv_heads *
+         spec_.head_dim;
+}
+
+absl::Status GpuRingExecutor::Upload(View<const float> q, View<const float> k,
+                                     View<const float> v) {
+  RINGATTN_RETURN_IF_ERROR(CheckContiguous("Q", q, q_shape()));
+  RINGATTN_RETURN_IF_ERROR(CheckContiguous("K", k, kv_shape()));
+  RINGATTN_RETURN_IF_ERROR(CheckContiguous("V", v, kv_shape()));
+  RINGATTN_RETURN_IF_ERROR(UseCudaDevice(config_.device));
+  const int64_t largest =
+      std::max(q_shape().NumElements(), kv_shape().NumElements());
+  if (largest == 0) return absl::OkStatus();
+  absl::StatusOr<DeviceBuffer> staging = DeviceBuffer::Allocate(
+      sizeof(float) * static_cast<size_t>(std::min(largest, kUploadChunk)));
+  if (!staging.ok()) return staging.status();
+  const struct {
+    const float* host;
+    void* device;
+    int64_t count;
+  } copies[] = {{q.data(), q_, q_shape().NumElements()},
+                {k.data(), device_k(), kv_shape().NumElements()},
+                {v.data(), device_v(), kv_shape().NumElements()}};
+  for (const auto& copy : copies) {
+    for (int64_t at = 0; at < copy.count; at += kUploadChunk) {
+      const int64_t count = std::min(kUploadChunk, copy.count - at);
+      RINGATTN_RETURN_IF_ERROR(
+          CudaStatus(cudaMemcpyAsync(staging->as<float>(), copy.host + at,
+                                     sizeof(float) * count,
+                                     cudaMemcpyHostToDevice, stream_.get()),
+                     "uploading the shard"));
+      RINGATTN_RETURN_IF_ERROR(
+          CudaStatus(LaunchConvertFromFloat(
+                         config_.dtype, staging->as<float>(),
+                         static_cast<char*>(copy.device) + at * element_bytes_,
+                         count, stream_.get()),
+                     "narrowing the shard"));
+    }
+  }
+  return CudaStatus(cudaStreamSynchronize(stream_.get()),
+                    "waiting for the upload");
+}
+
+absl::Status GpuRingExecutor::Download(View<float> o, View<float> lse) const {
+  Shape lse_shape = q_shape();
+  lse_shape.dim = 1;
+  RINGATTN_RETURN_IF_ERROR(CheckContiguous("O", o, q_shape()));
+  RINGATTN_RETURN_IF_ERROR(CheckContiguous("LSE", lse, lse_shape));
+  RINGATTN_RETURN_IF_ERROR(UseCudaDevice(config_.device));
+  RINGATTN_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_.get()),
+                                      "waiting for the output"));
+  if (q_shape().NumElements() == 0) return absl::OkStatus();
+  RINGATTN_RETURN_IF_ERROR(CudaStatus(
+      cudaMemcpy(o.data(), o_, sizeof(float) * q_shape().NumElements(),
+                 cudaMemcpyDeviceToHost),
+      "downloading O"));
+  return CudaStatus(
+      cudaMemcpy(lse.data(), lse_, sizeof(float) * lse_shape.NumElements(),
+                 cudaMemcpyDeviceToHost),
+      "downloading the LSE");
+}
+
+absl::Status GpuRingExecutor::EnqueueTile(const AttentionTile& tile,
+                                          const void* block, int64_t held_rows,
+                                          GpuRingStats& stats) {
+  const int64_t q_row_values = spec_.q_heads * spec_.head_dim;
+  const int64_t k_row_values = spec_.kv_heads * spec_.head_dim;
+  const int64_t q_rows = q_layout_.ShardLength(rank_);
+  const char* keys = static_cast<const char*>(block);
+  const char* values =
+      keys + spec_.batch * held_rows * k_row_values * element_bytes_;
+  DeviceAttentionArgs args;
+  args.dtype = config_.dtype;
+  args.batch = spec_.batch;
+  args.q_len = tile.q_len;
+  args.kv_len = tile.kv_len;
+  args.q_heads = spec_.q_heads;
+  args.kv_heads = spec_.kv_heads;
+  args.head_dim = spec_.head_dim;
+  args.q.data =
+      static_cast<const char*>(q_) + tile.q_row * q_row_values * element_bytes_;
+  args.q.batch_stride = q_rows * q_row_values;
+  args.q.seq_stride = q_row_values;
+  args.k.data = keys + tile.k_row * k_row_values * element_bytes_;
+  args.v.data = values + tile.k_row * k_row_values * element_bytes_;
+  args.k.batch_stride = args.v.batch_stride = held_rows * k_row_values;
+  args.k.seq_stride = args.v.seq_stride = k_row_values;
+  args.o.data = part_o_;
+  args.o.batch_stride = tile.q_len * q_row_values;
+  args.o.seq_stride = q_row_values;
+  args.lse = part_lse_;
+  args.scale = spec_.EffectiveScale();
+  args.causal = tile.causal;
+  absl::StatusOr<AttentionPath> path =
+      dispatcher_->Forward(args, stream_.get());
+  if (!path.ok()) return path.status();
+  ++(*path == AttentionPath::kCudnn ? stats.cudnn_tiles : stats.flash_tiles);
+  return CudaStatus(
+      LaunchMergePartial(config_.dtype, part_o_, part_lse_, spec_.batch,
+                         tile.q_len * spec_.q_heads, spec_.head_dim,
+                         o_ + tile.q_row * q_row_values,
+                         lse_ + tile.q_row * spec_.q_heads,
+                         q_rows * spec_.q_heads, stream_.get()),
+      "merging a tile");
+}
+
+absl::Status GpuRingExecutor::Stop(RingCommunicator& communicator,
+                                   bool in_flight, absl::Status status) {
+  communicator.Abort();
+  if (in_flight) communicator.Wait(absl::Now()).IgnoreError();
+  cudaStreamSynchronize(stream_.get());
+  return status;
+}
+
+absl::StatusOr<GpuRingStats> GpuRingExecutor::Run(
+    RingCommunicator& communicator, const RingOptions& options) {
+  if (communicator.rank() != rank_ ||
+      communicator.world_size() != world_size_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the communicator is rank ", communicator.rank(), " of ",
+                     communicator.world_size(), " but the executor is rank ",
+                     rank_, " of ", world_size_));
+  }
+  RINGATTN_RETURN_IF_ERROR(UseCudaDevice(config_.device));
+  const Shape q = q_shape();
+  RINGATTN_RETURN_IF_ERROR(CudaStatus(
+      LaunchClearAccumulators(o_, q.NumElements(), lse_,
+                              q.batch * q.seq * q.heads, stream_.get()),
+      "clearing the accumulators"));
+  GpuRingStats stats;
+  stats.ring.peak_bytes = static_cast<int64_t>(pool_.bytes());
+  stats.ring.steps = plan_.num_steps();
+  void* front = home_block_;
+  void* back = spare_block_;
+  int64_t held = rank_;  // whose block the front buffer holds
+  for (int64_t s = 0; s < plan_.num_steps(); ++s) {
+    const RingStep& step = plan_.Step(rank_, s);
+    if ((!step.tasks.empty() || step.send) && held != step.kv_owner) {
+      return Stop(communicator, false,
+                  absl::InternalError(
+                      absl::StrCat("ring plan: rank ", rank_, " at step ", s,
+                                   " needs the block of rank ", step.kv_owner,
+                                   " but holds that of rank ", held)));
+    }
+    int64_t incoming = -1;
+    bool in_flight = false;
+    if (step.receive) {
+      if (s + 1 >= plan_.num_steps() ||
+          (incoming = plan_.Step(rank_, s + 1).kv_owner) < 0 ||
+          back == nullptr) {
+        return Stop(communicator, false,
+                    absl::InternalError(absl::StrCat(
+                        "ring plan: rank ", rank_, " receives at step ", s,
+                        " a block no later step holds")));
+      }
+      // An empty block (its owner holds no positions) needs no transfer.
+      if (BlockBytes(incoming) > 0) {
+        if (absl::Status started = communicator.StartReceive(
+                back, BlockBytes(incoming), plan_.Previous(rank_));
+            !started.ok()) {
+          return Stop(communicator, false, started);
+        }
+        in_flight = true;
+      }
+    }
+    if (step.send && BlockBytes(held) > 0) {
+      if (absl::Status started = communicator.StartSend(front, BlockBytes(held),
+                                                        plan_.Next(rank_));
+          !started.ok()) {
+        return Stop(communicator, in_flight, started);
+      }
+      in_flight = true;
+      ++stats.ring.transfers;
+      stats.ring.bytes_sent += BlockBytes(held);
+    }
+    const absl::Time step_start = absl::Now();
+    absl::Status compute = CudaStatus(
+        cudaEventRecord(compute_start_.get(), stream_.get()), "timing a step");
+    for (const AttentionTile& tile : step_tiles_[s]) {
+      if (!compute.ok()) break;
+      if (options.cancelled != nullptr && options.cancelled->load()) {
+        compute = absl::CancelledError(
+            absl::StrCat("rank ", rank_, " was cancelled at ring step ", s));
+        break;
+      }
+      compute = EnqueueTile(tile, front, BlockRows(held), stats);
+    }
+    if (compute.ok()) {
+      compute = CudaStatus(cudaEventRecord(compute_end_.get(), stream_.get()),
+                           "timing a step");
+    }
+    if (!compute.ok()) return Stop(communicator, in_flight, compute);
+    if (in_flight) {
+      const absl::Status moved = communicator.Wait(
+          std::min(absl::Now() + options.step_timeout, options.deadline));
+      if (!moved.ok()) return Stop(communicator, false, moved);
+    }
+    RINGATTN_RETURN_IF_ERROR(
+        CudaStatus(cudaEventSynchronize(compute_end_.get()), "computing"));
+    float milliseconds = 0;
+    RINGATTN_RETURN_IF_ERROR(
+        CudaStatus(cudaEventElapsedTime(&milliseconds, compute_start_.get(),
+                                        compute_end_.get()),
+                   "timing a step"));
+    const double compute_seconds = milliseconds / 1e3;
+    const double step_seconds = absl::ToDoubleSeconds(absl::Now() - step_start);
+    stats.ring.compute_seconds += compute_seconds;
+    stats.ring.wait_seconds += std::max(0.0, step_seconds - compute_seconds);
+    stats.ring.flops += step_flops_[s];
+    stats.ring.tasks += step_tasks_[s];
+    if (step.receive) {
+      std::swap(front, back);
+      held = incoming;
+    }
+  }
+  return stats;
+}
+
+absl::StatusOr<RingOutput> GpuRingExecutor::RunStaged(
+    RingCommunicator& communicator, const RingOptions& options) {
+  if (!config_.host_staging) {
+    return absl::FailedPreconditionError(
+        "RunStaged needs an executor created with host_staging");
+  }
+  RINGATTN_RETURN_IF_ERROR(
+      Upload(host_q_.view(), host_k_.view(), host_v_.view()));
+  absl::StatusOr<GpuRingStats> stats = Run(communicator, options);
+  if (!stats.ok()) return stats.status();
+  RingOutput output;
+  output.o = Tensor<float>(q_shape());
+  Shape lse_shape = q_shape();
+  lse_shape.dim = 1;
+  output.lse = Tensor<float>(lse_shape);
+  RINGATTN_RETURN_IF_ERROR(Download(output.o.view(), output.lse.view()));
+  output.stats = stats->ring;
+  return output;
+}
+
+}  // namespace ringattn

@@ -1,0 +1,232 @@
+#ifndef RINGATTN_WORKER_GPU_RING_EXECUTOR_H_
+#define RINGATTN_WORKER_GPU_RING_EXECUTOR_H_
+
+// GpuRingExecutor: one rank's part of pass-KV ring attention on one GPU. It
+// follows the same RingPlan as the CPU RingExecutor, with every buffer in
+// device memory carved out of one pool allocated at Create (nothing is
+// allocated in the ring loop): the query shard and two K/V block buffers in a
+// 16-bit compute dtype, fp32 O and LSE accumulators, and scratch for one
+// tile's partial result. At each step it starts receiving the next block into
+// the back buffer and sending the held block on (the communicator's stream),
+// meanwhile runs the step's tasks on its compute stream, each cut into tiles
+// of about 16K x 16K (where cuDNN runs fastest) that go through
+// AttentionDispatcher (cuDNN, or our kernel where cuDNN refuses a shape) and
+// are folded into the accumulators by an LSE merge; then waits for both and
+// swaps the buffers.
+//
+// Dense and causal attention (zigzag shards, GQA/MQA, any lengths) run here;
+// block-sparse and dilated requests get UNIMPLEMENTED.
+//
+// Precision: Q, K and V are rounded to the compute dtype (bf16 for bf16 and
+// fp32 wire data, fp16 for fp16), each tile's partial O is rounded to it once
+// more before the fp32 merge, and LSE stays fp32. So fp32 requests get bf16
+// accuracy (about 2e-2 * (1 + |O|)), not fp32's.
+//
+// Thread-compatible: one thread drives an executor; it makes its device
+// current itself. Not copyable.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/attention_spec.h"
+#include "core/dtype.h"
+#include "core/ring_plan.h"
+#include "core/shard_layout.h"
+#include "core/tensor.h"
+#include "kernels/cuda/attention_args.h"
+#include "kernels/cuda/attention_dispatch.h"
+#include "kernels/cuda/device_buffer.h"
+#include "worker/communicator.h"
+#include "worker/device.h"
+#include "worker/ring_executor.h"
+
+namespace ringattn {
+
+struct GpuRingConfig {
+  int device = 0;  // the CUDA device index
+  DeviceDType dtype = DeviceDType::kBFloat16;
+  // Tasks are cut into tiles of at most this many query rows by this many
+  // key rows (split evenly), each merged into the accumulators.
+  int64_t tile_q_rows = 16384;
+  int64_t tile_kv_rows = 16384;
+  // Also hold the shard in host fp32 tensors (host_q() ...), for RunStaged.
+  bool host_staging = false;
+};
+
+// The compute dtype of a wire dtype: fp16 for fp16, bf16 for bf16 and fp32.
+DeviceDType ComputeDTypeFor(DType wire);
+
+// One dense block of attention within a task: query rows [q_row, q_row +
+// q_len) of the shard against rows [k_row, k_row + kv_len) of the held K/V
+// block, with the bottom-right aligned causal mask if `causal`.
+struct AttentionTile {
+  int64_t q_row = 0;
+  int64_t q_len = 0;
+  int64_t k_row = 0;
+  int64_t kv_len = 0;
+  bool causal = false;
+
+  friend bool operator==(const AttentionTile& a, const AttentionTile& b) {
+    return a.q_row == b.q_row && a.q_len == b.q_len && a.k_row == b.k_row &&
+           a.kv_len == b.kv_len && a.causal == b.causal;
+  }
+};
+
+// The tiles that compute `task` (kFull or kCausal) of `spec`: every visible
+// (query, key) pair in exactly one tile, no tile without one. A causal task is
+// cut into tiles with no mask, tiles whose own bottom-right diagonal is the
+// task's, and nothing for pairs the mask hides. Requires positive tile sizes.
+std::vector<AttentionTile> TileTask(const AttentionSpec& spec,
+                                    const AttentionTask& task,
+                                    int64_t tile_q_rows, int64_t tile_kv_rows);
+
+struct GpuRingStats {
+  // peak_bytes: the executor's device pool (cuDNN's workspace and NCCL's
+  // buffers come on top); compute_seconds: the compute stream's busy time,
+  // by CUDA events; wait_seconds: step time beyond it (transfers not hidden,
+  // launch gaps).
+  RingRunStats ring;
+  int64_t cudnn_tiles = 0;  // tiles cuDNN computed
+  int64_t flash_tiles = 0;  // tiles our kernel computed
+};
+
+class GpuRingExecutor {
+ public:
+  // An executor for rank `rank` of `world_size`, its device pool allocated.
+  // K/V are sharded as the spec's usual layout, or as `kv_layout` when given
+  // (a resident context's pieces). INVALID_ARGUMENT for a bad spec, rank,
+  // world size, layout or tile size; UNIMPLEMENTED for block-sparse and
+  // dilated specs; NOT_FOUND for a missing device; RESOURCE_EXHAUSTED if the
+  // pool does not fit on the device.
+  static absl::StatusOr<std::unique_ptr<GpuRingExecutor>> Create(
+      const AttentionSpec& spec, int rank, int world_size,
+      const GpuRingConfig& config,
+      std::optional<ShardLayout> kv_layout = std::nullopt);
+
+  // The device bytes Create allocates for this rank (the pool). Requires a
+  // valid spec and 0 <= rank < world_size; saturates for absurd shapes.
+  static int64_t DeviceBytesNeeded(const AttentionSpec& spec, int rank,
+                                   int world_size, const GpuRingConfig& config,
+                                   const ShardLayout* kv_layout = nullptr);
+
+  GpuRingExecutor(const GpuRingExecutor&) = delete;
+  GpuRingExecutor& operator=(const GpuRingExecutor&) = delete;
+  // Waits for the executor's kernels, then frees its memory.
+  ~GpuRingExecutor();
+
+  const AttentionSpec& spec() const { return spec_; }
+  const GpuRingConfig& config() const { return config_; }
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  const ShardLayout& q_layout() const { return q_layout_; }
+  const ShardLayout& kv_layout() const { return kv_layout_; }
+  const RingPlan& plan() const { return plan_; }
+  // OK when cuDNN serves this executor's tiles; otherwise why our kernel does.
+  const absl::Status& cudnn_status() const;
+
+  // The shard's shapes: Q and O [B, nq, Hq, D], K and V [B, nk, Hkv, D], with
+  // nq, nk the rank's rows of q_layout() and kv_layout().
+  Shape q_shape() const;
+  Shape kv_shape() const;
+
+  // The shard in device memory, contiguous, in config().dtype: Q rows of
+  // q_layout().Chunks(rank) and K, V rows of kv_layout().Chunks(rank), in
+  // chunk order. Fill them (Upload, or device copies) before each Run: a run
+  // passes other ranks' blocks through the K/V buffers.
+  void* device_q() const { return q_; }
+  void* device_k() const { return home_block_; }
+  void* device_v() const;
+
+  // Narrows host fp32 rows (contiguous, of q_shape() and kv_shape()) into the
+  // device shard. INVALID_ARGUMENT for other shapes or strides; INTERNAL for
+  // a failing CUDA call.
+  absl::Status Upload(View<const float> q, View<const float> k,
+                      View<const float> v);
+
+  // Runs the ring over `communicator`, which must move memory of
+  // config().device (NcclCommunicator) and match rank and world size.
+  // Returns the run's stats; the output stays on the device (Download).
+  // Errors: what the communicator reports (DEADLINE_EXCEEDED, UNAVAILABLE,
+  // CANCELLED), CANCELLED if options.cancelled was set, INTERNAL for a failing
+  // CUDA call or a plan asking for a block this rank does not hold, and the
+  // attention paths' errors. Nothing of this executor is in use on the device
+  // or by the communicator when it returns.
+  absl::StatusOr<GpuRingStats> Run(RingCommunicator& communicator,
+                                   const RingOptions& options);
+
+  // Copies the last Run's fp32 output into contiguous host tensors: o of
+  // q_shape(), lse of q_shape() with dim 1 (natural log; -inf where a row
+  // sees no key).
+  absl::Status Download(View<float> o, View<float> lse) const;
+
+  // With config().host_staging: where the caller loads the shard in fp32, as
+  // RingExecutor::q() / k() / v() take it (otherwise empty views).
+  View<float> host_q() { return host_q_.view(); }
+  View<float> host_k() { return host_k_.view(); }
+  View<float> host_v() { return host_v_.view(); }
+
+  // Upload from the host staging tensors, Run, and Download into a new
+  // RingOutput: RingExecutor::Run's contract, for the worker service.
+  absl::StatusOr<RingOutput> RunStaged(RingCommunicator& communicator,
+                                       const RingOptions& options);
+
+ private:
+  GpuRingExecutor(const AttentionSpec& spec, int rank, int world_size,
+                  const GpuRingConfig& config, ShardLayout kv_layout);
+
+  // Allocates the pool, the stream and the events, borrows a dispatcher and
+  // tiles the plan.
+  absl::Status Initialize();
+  // Rows and bytes of the K/V block of `owner`.
+  int64_t BlockRows(int64_t owner) const;
+  int64_t BlockBytes(int64_t owner) const;
+  // Enqueues one tile against the block of `held_rows` rows at `block`.
+  absl::Status EnqueueTile(const AttentionTile& tile, const void* block,
+                           int64_t held_rows, GpuRingStats& stats);
+  // Ends a run that cannot go on: aborts the communicator, drains what is in
+  // flight on both sides, and returns `status`.
+  absl::Status Stop(RingCommunicator& communicator, bool in_flight,
+                    absl::Status status);
+
+  const AttentionSpec spec_;
+  const int rank_;
+  const int world_size_;
+  const GpuRingConfig config_;
+  const ShardLayout q_layout_;
+  const ShardLayout kv_layout_;
+  const RingPlan plan_;
+  const int64_t element_bytes_;
+
+  // Per step: its tiles and their FLOPs (task_flops.h).
+  std::vector<std::vector<AttentionTile>> step_tiles_;
+  std::vector<double> step_flops_;
+  std::vector<int64_t> step_tasks_;
+
+  DeviceBuffer pool_;
+  void* q_ = nullptr;
+  float* o_ = nullptr;
+  float* lse_ = nullptr;
+  // Two K/V block buffers, each [K | V]; the shard's own block starts in the
+  // home one. The spare is null when the rank never receives.
+  void* home_block_ = nullptr;
+  void* spare_block_ = nullptr;
+  void* part_o_ = nullptr;
+  float* part_lse_ = nullptr;
+
+  CudaStream stream_;
+  CudaEvent compute_start_;
+  CudaEvent compute_end_;
+  std::unique_ptr<AttentionDispatcher> dispatcher_;
+
+  Tensor<float> host_q_;
+  Tensor<float> host_k_;
+  Tensor<float> host_v_;
+};
+
+}  // namespace ringattn
+
+#endif  // RINGATTN_WORKER_GPU_RING_EXECUTOR_H_

@@ -1,0 +1,470 @@
+// GpuRingExecutor against the float64 reference
+// (kernels/cpu/reference_attention.h) computed from the same 16-bit-rounded
+// inputs: on one GPU (world size 1; dense and causal, GQA, odd lengths, head
+// dims 64 / 80 / 128, bf16 and fp16, small tiles that force many LSE merges,
+// unequal query and key lengths), and as a two-rank NCCL ring with one thread
+// per GPU (prime N, N < 2, causal zigzag). Fault tests: a rank whose peer stops
+// taking part, or whose run is cancelled, fails within its timeout. Tolerances:
+// |O - O_ref| <= tol * (1 + |O_ref|) with tol 2e-2 (bf16) or 1e-2 (fp16), |LSE
+// - LSE_ref| <= 1e-2 * (1
+// + |LSE_ref|), and rows that see no key exactly O = 0, LSE = -inf. Skips,
+// saying why, where there are too few GPUs.
+
+#include "worker/gpu_ring_executor.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "core/dtype.h"
+#include "core/ring_plan.h"
+#include "core/shard_layout.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/reference_attention.h"
+#include "worker/device.h"
+#include "worker/nccl_communicator.h"
+
+namespace ringattn {
+namespace {
+
+#define SKIP_WITHOUT_GPUS(needed)                                           \
+  do {                                                                      \
+    const int count = CudaDeviceCount();                                    \
+    if (count < (needed)) {                                                 \
+      GTEST_SKIP() << "needs " << (needed) << " CUDA device(s); this "      \
+                   << "machine has " << count << "; runs on a GPU machine"; \
+    }                                                                       \
+    DisableNcclMulticast();                                                 \
+  } while (0)
+
+// The communicator of a one-rank ring, which never transfers anything.
+class NoPeers final : public RingCommunicator {
+ public:
+  int rank() const override { return 0; }
+  int world_size() const override { return 1; }
+  absl::Status StartSend(const void*, int64_t, int) override {
+    return absl::FailedPreconditionError("a one-rank ring sends nothing");
+  }
+  absl::Status StartReceive(void*, int64_t, int) override {
+    return absl::FailedPreconditionError("a one-rank ring receives nothing");
+  }
+  absl::Status Wait(absl::Time) override { return absl::OkStatus(); }
+  void Abort() override {}
+};
+
+struct Case {
+  std::string name;
+  int64_t batch = 1;
+  int64_t q_len = 0;
+  int64_t kv_len = 0;
+  int64_t q_heads = 4;
+  int64_t kv_heads = 4;
+  int64_t head_dim = 64;
+  bool causal = false;
+  DeviceDType dtype = DeviceDType::kBFloat16;
+  int64_t tile_q = 16384;
+  int64_t tile_kv = 16384;
+  // Rows of the reference to check; 0: all of them.
+  int64_t sampled_rows = 0;
+};
+
+// Random inputs (normal, rounded to the case's dtype), and the reference.
+struct Problem {
+  AttentionSpec spec;
+  Tensor<float> q, k, v;
+  std::vector<int64_t> rows;  // the query rows the reference holds
+  Tensor<double> o_ref, lse_ref;
+};
+
+Tensor<float> RandomTensor(Shape shape, DeviceDType dtype, uint32_t seed) {
+  Tensor<float> t(shape);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& x : t.values()) {
+    x = dtype == DeviceDType::kBFloat16
+            ? BFloat16ToFloat(FloatToBFloat16(normal(rng)))
+            : HalfToFloat(FloatToHalf(normal(rng)));
+  }
+  return t;
+}
+
+Problem MakeProblem(const Case& c) {
+  Problem p;
+  p.spec.batch = c.batch;
+  p.spec.q_len = c.q_len;
+  p.spec.kv_len = c.kv_len;
+  p.spec.q_heads = c.q_heads;
+  p.spec.kv_heads = c.kv_heads;
+  p.spec.head_dim = c.head_dim;
+  p.spec.causal = c.causal;
+  p.q = RandomTensor({c.batch, c.q_len, c.q_heads, c.head_dim}, c.dtype, 1);
+  p.k = RandomTensor({c.batch, c.kv_len, c.kv_heads, c.head_dim}, c.dtype, 2);
+  p.v = RandomTensor({c.batch, c.kv_len, c.kv_heads, c.head_dim}, c.dtype, 3);
+  p.o_ref = Tensor<double>(p.q.shape());
+  p.lse_ref = Tensor<double>({c.batch, c.q_len, c.q_heads, 1});
+  if (c.sampled_rows == 0 || c.sampled_rows >= c.q_len) {
+    for (int64_t i = 0; i < c.q_len; ++i) p.rows.push_back(i);
+    ReferenceAttention(p.spec, p.q.view(), p.k.view(), p.v.view(),
+                       p.o_ref.view(), p.lse_ref.view());
+  } else {
+    std::mt19937 rng(4);
+    std::uniform_int_distribution<int64_t> any(0, c.q_len - 1);
+    p.rows = {0, c.q_len - 1};
+    while (static_cast<int64_t>(p.rows.size()) < c.sampled_rows) {
+      p.rows.push_back(any(rng));
+    }
+    ReferenceAttentionRows(p.spec, p.q.view(), p.k.view(), p.v.view(), p.rows,
+                           p.o_ref.view(), p.lse_ref.view());
+  }
+  return p;
+}
+
+// The rows of `full` at the positions `chunks` cover, in chunk order.
+Tensor<float> Gather(const Tensor<float>& full,
+                     const std::vector<Range>& chunks) {
+  Shape shape = full.shape();
+  shape.seq = 0;
+  for (const Range& c : chunks) shape.seq += c.size();
+  Tensor<float> shard(shape);
+  int64_t row = 0;
+  for (const Range& c : chunks) {
+    CopyView(full.view().Slice(c.begin, c.end),
+             shard.view().Slice(row, row + c.size()));
+    row += c.size();
+  }
+  return shard;
+}
+
+void Scatter(const Tensor<float>& shard, const std::vector<Range>& chunks,
+             Tensor<float>& full) {
+  int64_t row = 0;
+  for (const Range& c : chunks) {
+    CopyView(shard.view().Slice(row, row + c.size()),
+             full.view().Slice(c.begin, c.end));
+    row += c.size();
+  }
+}
+
+struct RankResult {
+  absl::Status status;
+  Tensor<float> o;
+  Tensor<float> lse;
+  GpuRingStats stats;
+  absl::Duration elapsed;
+};
+
+GpuRingConfig ConfigOf(const Case& c, int device) {
+  GpuRingConfig config;
+  config.device = device;
+  config.dtype = c.dtype;
+  config.tile_q_rows = c.tile_q;
+  config.tile_kv_rows = c.tile_kv;
+  return config;
+}
+
+// Loads rank `rank`'s shard of `p`, runs it over `communicator` and
+// downloads the output.
+RankResult RunRank(const Problem& p, const Case& c, int rank, int world_size,
+                   RingCommunicator& communicator, const RingOptions& options) {
+  RankResult result;
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::unique_ptr<GpuRingExecutor>> executor =
+      GpuRingExecutor::Create(p.spec, rank, world_size, ConfigOf(c, rank));
+  if (!executor.ok()) {
+    result.status = executor.status();
+    return result;
+  }
+  GpuRingExecutor& e = **executor;
+  const Tensor<float> q = Gather(p.q, e.q_layout().Chunks(rank));
+  const Tensor<float> k = Gather(p.k, e.kv_layout().Chunks(rank));
+  const Tensor<float> v = Gather(p.v, e.kv_layout().Chunks(rank));
+  result.status = e.Upload(q.view(), k.view(), v.view());
+  if (!result.status.ok()) return result;
+  absl::StatusOr<GpuRingStats> stats = e.Run(communicator, options);
+  result.elapsed = absl::Now() - start;
+  if (!stats.ok()) {
+    result.status = stats.status();
+    return result;
+  }
+  result.stats = *stats;
+  result.o = Tensor<float>(e.q_shape());
+  Shape lse_shape = e.q_shape();
+  lse_shape.dim = 1;
+  result.lse = Tensor<float>(lse_shape);
+  result.status = e.Download(result.o.view(), result.lse.view());
+  return result;
+}
+
+RingOptions TestOptions() {
+  RingOptions options;
+  options.step_timeout = absl::Seconds(60);
+  return options;
+}
+
+// Runs the ring of `world_size` ranks, one thread and GPU each.
+std::vector<RankResult> RunRing(const Problem& p, const Case& c,
+                                int world_size) {
+  std::vector<RankResult> results(static_cast<size_t>(world_size));
+  if (world_size == 1) {
+    NoPeers no_peers;
+    results[0] = RunRank(p, c, 0, 1, no_peers, TestOptions());
+    return results;
+  }
+  const absl::StatusOr<ncclUniqueId> id = NewNcclUniqueId();
+  if (!id.ok()) {
+    for (RankResult& r : results) r.status = id.status();
+    return results;
+  }
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world_size; ++rank) {
+    threads.emplace_back([&, rank] {
+      absl::StatusOr<std::unique_ptr<NcclCommunicator>> communicator =
+          NcclCommunicator::Create(*id, rank, world_size, rank,
+                                   absl::Seconds(60));
+      if (!communicator.ok()) {
+        results[rank].status = communicator.status();
+        return;
+      }
+      results[rank] =
+          RunRank(p, c, rank, world_size, **communicator, TestOptions());
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return results;
+}
+
+void ExpectMatchesReference(const Case& c, int world_size) {
+  SCOPED_TRACE(absl::StrCat(c.name, ", ", DeviceDTypeName(c.dtype), ", ",
+                            world_size, " rank(s)"));
+  const Problem p = MakeProblem(c);
+  const std::vector<RankResult> results = RunRing(p, c, world_size);
+  const ShardKind kind = ChooseShardKind(p.spec);
+  const ShardLayout q_layout = ShardLayout::Make(kind, c.q_len, world_size);
+  Tensor<float> o(p.q.shape());
+  Tensor<float> lse({c.batch, c.q_len, c.q_heads, 1});
+  for (int r = 0; r < world_size; ++r) {
+    ASSERT_TRUE(results[r].status.ok())
+        << "rank " << r << ": " << results[r].status;
+    Scatter(results[r].o, q_layout.Chunks(r), o);
+    Scatter(results[r].lse, q_layout.Chunks(r), lse);
+    const GpuRingStats& s = results[r].stats;
+    std::printf(
+        "  rank %d: %lld steps, %lld transfers, %lld tiles cuDNN, "
+        "%lld ours, %.3f ms computing, %.0f MiB pool\n",
+        r, static_cast<long long>(s.ring.steps),
+        static_cast<long long>(s.ring.transfers),
+        static_cast<long long>(s.cudnn_tiles),
+        static_cast<long long>(s.flash_tiles), s.ring.compute_seconds * 1e3,
+        s.ring.peak_bytes / 1048576.0);
+  }
+  const double tol = c.dtype == DeviceDType::kBFloat16 ? 2e-2 : 1e-2;
+  double worst = 0;
+  for (int64_t b = 0; b < c.batch; ++b) {
+    for (const int64_t i : p.rows) {
+      for (int64_t h = 0; h < c.q_heads; ++h) {
+        const double want_lse = p.lse_ref.view().At(b, i, h, 0);
+        const float got_lse = lse.view().At(b, i, h, 0);
+        if (std::isinf(want_lse)) {
+          ASSERT_EQ(got_lse, -INFINITY) << "row " << i << " sees no key";
+          for (int64_t d = 0; d < c.head_dim; ++d) {
+            ASSERT_EQ(o.view().At(b, i, h, d), 0.0f) << "row " << i;
+          }
+          continue;
+        }
+        ASSERT_NEAR(got_lse, want_lse, 1e-2 * (1 + std::fabs(want_lse)))
+            << "LSE of batch " << b << " row " << i << " head " << h;
+        for (int64_t d = 0; d < c.head_dim; ++d) {
+          const double want = p.o_ref.view().At(b, i, h, d);
+          const double got = o.view().At(b, i, h, d);
+          ASSERT_FALSE(std::isnan(got)) << "row " << i;
+          worst =
+              std::max(worst, std::fabs(got - want) / (1 + std::fabs(want)));
+        }
+      }
+    }
+  }
+  EXPECT_LE(worst, tol);
+  std::printf("  worst |O - O_ref| / (1 + |O_ref|) = %.2e (tolerance %.0e)\n",
+              worst, tol);
+}
+
+Case Make(std::string name, int64_t q_len, int64_t kv_len, bool causal) {
+  Case c;
+  c.name = std::move(name);
+  c.q_len = q_len;
+  c.kv_len = kv_len;
+  c.causal = causal;
+  return c;
+}
+
+std::vector<Case> OneGpuCases() {
+  std::vector<Case> cases;
+  cases.push_back(Make("dense", 257, 257, false));
+  Case causal = Make("causal_d128", 257, 257, true);
+  causal.head_dim = 128;
+  cases.push_back(causal);
+  Case gqa = Make("causal_gqa_d128", 300, 300, true);
+  gqa.q_heads = 8;
+  gqa.kv_heads = 2;
+  gqa.head_dim = 128;
+  cases.push_back(gqa);
+  Case d80 = Make("dense_mqa_d80", 131, 131, false);
+  d80.q_heads = 4;
+  d80.kv_heads = 1;
+  d80.head_dim = 80;
+  cases.push_back(d80);
+  Case tiled = Make("causal_tiled_batch2", 1001, 1001, true);
+  tiled.batch = 2;
+  tiled.tile_q = 128;
+  tiled.tile_kv = 96;
+  cases.push_back(tiled);
+  Case dense_tiled = Make("dense_tiled", 999, 999, false);
+  dense_tiled.tile_q = 200;
+  dense_tiled.tile_kv = 333;
+  cases.push_back(dense_tiled);
+  Case continuation = Make("causal_fewer_queries", 100, 333, true);
+  continuation.tile_q = 64;
+  continuation.tile_kv = 64;
+  cases.push_back(continuation);
+  Case more_queries = Make("causal_more_queries", 333, 100, true);
+  more_queries.tile_q = 64;
+  more_queries.tile_kv = 64;
+  cases.push_back(more_queries);
+  cases.push_back(Make("one_token", 1, 1, true));
+  Case one_tile = Make("causal_one_tile_of_16k", 16384, 16384, true);
+  one_tile.q_heads = one_tile.kv_heads = 2;
+  one_tile.head_dim = 128;
+  one_tile.sampled_rows = 64;
+  cases.push_back(one_tile);
+  Case long_case = Make("causal_default_tiles", 20000, 20000, true);
+  long_case.q_heads = long_case.kv_heads = 2;
+  long_case.sampled_rows = 64;
+  cases.push_back(long_case);
+  return cases;
+}
+
+TEST(GpuRingExecutorTest, OneGpuMatchesReference) {
+  SKIP_WITHOUT_GPUS(1);
+  for (const Case& base : OneGpuCases()) {
+    for (const DeviceDType dtype :
+         {DeviceDType::kBFloat16, DeviceDType::kFloat16}) {
+      Case c = base;
+      c.dtype = dtype;
+      ExpectMatchesReference(c, 1);
+    }
+  }
+}
+
+TEST(GpuRingExecutorTest, TwoGpuRingMatchesReference) {
+  SKIP_WITHOUT_GPUS(2);
+  std::vector<Case> cases;
+  cases.push_back(Make("dense_prime", 997, 997, false));
+  cases.push_back(Make("causal_prime", 997, 997, true));
+  cases.push_back(Make("dense_one_token", 1, 1, false));
+  cases.push_back(Make("causal_one_token", 1, 1, true));
+  Case gqa = Make("causal_gqa_tiled", 4099, 4099, true);
+  gqa.q_heads = 8;
+  gqa.kv_heads = 2;
+  gqa.head_dim = 128;
+  gqa.tile_q = 512;
+  gqa.tile_kv = 700;
+  gqa.sampled_rows = 300;
+  cases.push_back(gqa);
+  Case continuation = Make("causal_fewer_queries", 301, 1000, true);
+  continuation.head_dim = 128;
+  cases.push_back(continuation);
+  Case big = Make("causal_default_tiles", 40000, 40000, true);
+  big.q_heads = big.kv_heads = 2;
+  big.head_dim = 128;
+  big.sampled_rows = 64;
+  cases.push_back(big);
+  for (const Case& base : cases) {
+    for (const DeviceDType dtype :
+         {DeviceDType::kBFloat16, DeviceDType::kFloat16}) {
+      Case c = base;
+      c.dtype = dtype;
+      ExpectMatchesReference(c, 2);
+    }
+  }
+}
+
+TEST(GpuRingExecutorTest, RejectsPatternsItDoesNotRun) {
+  AttentionSpec spec;
+  spec.q_len = spec.kv_len = 64;
+  spec.q_heads = spec.kv_heads = 1;
+  spec.head_dim = 64;
+  spec.dilated = {{16, 2}};
+  EXPECT_EQ(
+      GpuRingExecutor::Create(spec, 0, 1, GpuRingConfig()).status().code(),
+      absl::StatusCode::kUnimplemented);
+  spec.dilated.clear();
+  BlockSparseRules rules;
+  rules.block_size = 16;
+  rules.local = 1;
+  spec.block_sparse = rules;
+  EXPECT_EQ(
+      GpuRingExecutor::Create(spec, 0, 1, GpuRingConfig()).status().code(),
+      absl::StatusCode::kUnimplemented);
+}
+
+// Rank 1 joins the communicator but leaves without taking part in the ring:
+// rank 0 must fail within its step timeout instead of hanging.
+TEST(GpuRingExecutorTest, PeerThatLeavesFailsTheOtherRankInTime) {
+  SKIP_WITHOUT_GPUS(2);
+  Case c = Make("dense", 4096, 4096, false);
+  const Problem p = MakeProblem(c);
+  const absl::StatusOr<ncclUniqueId> id = NewNcclUniqueId();
+  ASSERT_TRUE(id.ok()) << id.status();
+  RingOptions options;
+  options.step_timeout = absl::Seconds(3);
+  RankResult rank0;
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      absl::StatusOr<std::unique_ptr<NcclCommunicator>> communicator =
+          NcclCommunicator::Create(*id, rank, 2, rank, absl::Seconds(60));
+      if (rank == 1) {
+        if (communicator.ok()) (*communicator)->Abort();
+        return;  // the communicator goes away, aborted
+      }
+      if (!communicator.ok()) {
+        rank0.status = communicator.status();
+        return;
+      }
+      rank0 = RunRank(p, c, 0, 2, **communicator, options);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_FALSE(rank0.status.ok());
+  EXPECT_TRUE(absl::IsDeadlineExceeded(rank0.status) ||
+              absl::IsUnavailable(rank0.status))
+      << rank0.status;
+  EXPECT_LT(rank0.elapsed, absl::Seconds(3 + 10));
+}
+
+TEST(GpuRingExecutorTest, CancelledRunStops) {
+  SKIP_WITHOUT_GPUS(1);
+  Case c = Make("causal", 2048, 2048, true);
+  c.tile_q = c.tile_kv = 256;
+  const Problem p = MakeProblem(c);
+  std::atomic<bool> cancelled{true};
+  RingOptions options = TestOptions();
+  options.cancelled = &cancelled;
+  NoPeers no_peers;
+  const RankResult result = RunRank(p, c, 0, 1, no_peers, options);
+  EXPECT_EQ(result.status.code(), absl::StatusCode::kCancelled)
+      << result.status;
+}
+
+}  // namespace
+}  // namespace ringattn

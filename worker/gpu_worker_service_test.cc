@@ -1,0 +1,229 @@
+// WorkerService on CUDA workers (options.cuda_device, an NcclConnector meeting
+// the other ranks in an in-process store), through real gRPC channels: a
+// causal GQA request in each wire dtype, on two GPUs where there are two (one
+// otherwise), against the float64 reference. The GPU computes in bf16 for bf16
+// and fp32 wire data and in fp16 for fp16, so the tolerance is |O - O_ref| <=
+// 3e-2 * (1 + |O_ref|) (the inputs of an fp32 request are rounded to bf16
+// too), and 1e-2 * (1 + |LSE_ref|) for the LSE. Skips, saying why, without a
+// GPU.
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/dtype.h"
+#include "core/ring_plan.h"
+#include "core/shard_layout.h"
+#include "gloo/rendezvous/hash_store.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server.h"
+#include "grpcpp/server_builder.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/reference_attention.h"
+#include "proto/spec_conversion.h"
+#include "worker/device.h"
+#include "worker/nccl_communicator.h"
+#include "worker/worker_service.h"
+
+namespace ringattn {
+namespace {
+
+// One WorkerService on CUDA device `device` behind a gRPC server on
+// 127.0.0.1, meeting other workers in `store`.
+class GpuTestWorker {
+ public:
+  GpuTestWorker(gloo::rendezvous::Store& store, int device) {
+    connector_ = std::make_unique<NcclConnector>(store, device);
+    WorkerServiceOptions options;
+    options.cuda_device = device;
+    options.memory_bytes = int64_t{8} << 30;
+    service_ = std::make_unique<WorkerService>(*connector_, options);
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                             &port);
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    stub_ = v1::Worker::NewStub(
+        grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                            grpc::InsecureChannelCredentials()));
+  }
+  ~GpuTestWorker() { server_->Shutdown(); }
+
+  v1::Worker::Stub& stub() { return *stub_; }
+
+ private:
+  std::unique_ptr<NcclConnector> connector_;
+  std::unique_ptr<WorkerService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::Worker::Stub> stub_;
+};
+
+struct ExecuteResult {
+  grpc::Status status;
+  std::vector<v1::ExecuteResponse> responses;
+};
+
+ExecuteResult Execute(v1::Worker::Stub& stub,
+                      const std::vector<v1::ExecuteRequest>& requests) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(120)));
+  auto stream = stub.Execute(&context);
+  for (const v1::ExecuteRequest& request : requests) {
+    if (!stream->Write(request)) break;
+  }
+  stream->WritesDone();
+  ExecuteResult result;
+  v1::ExecuteResponse response;
+  while (stream->Read(&response)) result.responses.push_back(response);
+  result.status = stream->Finish();
+  return result;
+}
+
+// Every request of rank `rank`'s stream: header, its rows in `dtype`, run.
+std::vector<v1::ExecuteRequest> StreamOf(const AttentionSpec& spec, DType dtype,
+                                         int rank, int ranks,
+                                         const std::string& prefix,
+                                         const Tensor<float>& q,
+                                         const Tensor<float>& k,
+                                         const Tensor<float>& v) {
+  std::vector<v1::ExecuteRequest> requests(1);
+  v1::ExecuteHeader* header = requests[0].mutable_header();
+  header->set_request_id(prefix);
+  *header->mutable_spec() = SpecToProto(spec);
+  header->mutable_spec()->set_wire_dtype(DTypeToProto(dtype));
+  header->set_rank(rank);
+  header->set_world_size(ranks);
+  header->set_rendezvous_prefix(prefix);
+  header->set_timeout_seconds(60);
+  const ShardLayout layout =
+      ShardLayout::Make(ChooseShardKind(spec), spec.q_len, ranks);
+  for (int64_t b = 0; b < spec.batch; ++b) {
+    for (const Range& chunk : layout.Chunks(rank)) {
+      for (const auto& [name, t] :
+           {std::make_pair(v1::Q, &q), std::make_pair(v1::K, &k),
+            std::make_pair(v1::V, &v)}) {
+        v1::ExecuteRequest request;
+        v1::ShardRows* rows = request.mutable_rows();
+        rows->set_tensor(name);
+        rows->set_batch(b);
+        rows->set_first_position(chunk.begin);
+        rows->set_count(chunk.size());
+        const int64_t values = t->shape().heads * t->shape().dim;
+        std::string& data = *rows->mutable_data();
+        data.resize(chunk.size() * values * DTypeSize(dtype));
+        for (int64_t i = 0; i < chunk.size(); ++i) {
+          ConvertFromFloat(dtype, t->view().Row(b, chunk.begin + i, 0),
+                           &data[i * values * DTypeSize(dtype)], values);
+        }
+        requests.push_back(request);
+      }
+    }
+  }
+  v1::ExecuteRequest run;
+  run.set_run(true);
+  requests.push_back(run);
+  return requests;
+}
+
+TEST(GpuWorkerServiceTest, RanksOnGpusMatchTheReference) {
+  const int gpus = CudaDeviceCount();
+  if (gpus == 0) GTEST_SKIP() << "no CUDA device here; runs on a GPU machine";
+  DisableNcclMulticast();
+  const int ranks = gpus >= 2 ? 2 : 1;
+  AttentionSpec spec;
+  spec.batch = 2;
+  spec.q_len = spec.kv_len = 301;
+  spec.q_heads = 8;
+  spec.kv_heads = 2;
+  spec.head_dim = 64;
+  spec.causal = true;
+  for (const DType dtype :
+       {DType::kBFloat16, DType::kFloat16, DType::kFloat32}) {
+    SCOPED_TRACE(absl::StrCat(DTypeName(dtype), " on ", ranks, " GPU(s)"));
+    std::mt19937 rng(7);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    // The values as the wire dtype carries them.
+    auto make = [&](int64_t heads) {
+      Tensor<float> t({spec.batch, spec.q_len, heads, spec.head_dim});
+      for (float& x : t.values()) {
+        const float value = normal(rng);
+        uint16_t bits = 0;
+        x = value;
+        if (dtype != DType::kFloat32) {
+          ConvertFromFloat(dtype, &value, &bits, 1);
+          ConvertToFloat(dtype, &bits, &x, 1);
+        }
+      }
+      return t;
+    };
+    const Tensor<float> q = make(spec.q_heads);
+    const Tensor<float> k = make(spec.kv_heads);
+    const Tensor<float> v = make(spec.kv_heads);
+    Tensor<double> o_ref(q.shape());
+    Tensor<double> lse_ref({spec.batch, spec.q_len, spec.q_heads, 1});
+    ReferenceAttention(spec, q.view(), k.view(), v.view(), o_ref.view(),
+                       lse_ref.view());
+
+    gloo::rendezvous::HashStore store;
+    std::vector<std::unique_ptr<GpuTestWorker>> workers;
+    for (int r = 0; r < ranks; ++r) {
+      workers.push_back(std::make_unique<GpuTestWorker>(store, r));
+    }
+    const std::string prefix = std::string("gpu-ring-") + DTypeName(dtype);
+    std::vector<ExecuteResult> results(ranks);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < ranks; ++r) {
+      threads.emplace_back([&, r] {
+        results[r] = Execute(workers[r]->stub(),
+                             StreamOf(spec, dtype, r, ranks, prefix, q, k, v));
+      });
+    }
+    for (std::thread& t : threads) t.join();
+
+    Tensor<float> o(q.shape());
+    Tensor<float> lse({spec.batch, spec.q_len, spec.q_heads, 1});
+    std::vector<bool> seen(spec.batch * spec.q_len, false);
+    for (int r = 0; r < ranks; ++r) {
+      ASSERT_TRUE(results[r].status.ok())
+          << "rank " << r << ": " << results[r].status.error_message();
+      ASSERT_TRUE(results[r].responses.back().has_done());
+      EXPECT_EQ(results[r].responses.back().done().ring_steps(), ranks);
+      EXPECT_GT(results[r].responses.back().done().peak_bytes(), 0);
+      for (const v1::ExecuteResponse& response : results[r].responses) {
+        if (!response.has_output()) continue;
+        const v1::ShardOutput& out = response.output();
+        const int64_t row_values = spec.q_heads * spec.head_dim;
+        ASSERT_EQ(out.data().size(), out.count() * row_values * 4);
+        for (int64_t i = 0; i < out.count(); ++i) {
+          const int64_t p = out.first_position() + i;
+          seen[out.batch() * spec.q_len + p] = true;
+          std::memcpy(o.view().Row(out.batch(), p, 0),
+                      out.data().data() + i * row_values * 4, row_values * 4);
+          std::memcpy(lse.view().Row(out.batch(), p, 0),
+                      out.lse().data() + i * spec.q_heads * 4,
+                      spec.q_heads * 4);
+        }
+      }
+    }
+    for (bool s : seen) ASSERT_TRUE(s) << "an output row is missing";
+    for (size_t i = 0; i < o.values().size(); ++i) {
+      const double want = o_ref.values()[i];
+      ASSERT_NEAR(o.values()[i], want, 3e-2 * (1 + std::fabs(want))) << i;
+    }
+    for (size_t i = 0; i < lse.values().size(); ++i) {
+      const double want = lse_ref.values()[i];
+      ASSERT_NEAR(lse.values()[i], want, 1e-2 * (1 + std::fabs(want))) << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ringattn
