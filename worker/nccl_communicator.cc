@@ -276,6 +276,7 @@ absl::Status NcclCommunicator::Wait(absl::Time deadline) {
     return abort_requested_ ? Break(absl::CancelledError("aborted"))
                             : absl::OkStatus();
   }
+  if (absl::Status s = UseCudaDevice(device_); !s.ok()) return Break(s);
   RINGATTN_RETURN_IF_ERROR(Issue());
   if (absl::Status s = WaitUntilIssued(deadline); !s.ok()) {
     return broken_ ? s : Break(s);

@@ -10,12 +10,13 @@
 #       bin/gpu-ring); logs go to $OUT (default ./ring-run)
 #
 # Environment for run: LENGTHS, the lengths for both masks (default
-# "65536 262144"); LONG, lengths run causal only, once each (default 1048576;
-# empty to skip), after the others in the same processes; GPUS, how many GPUs the multi-GPU runs use (default: all, at
-# most 2); PYTHON, the interpreter with PyTorch (default
-# /opt/torch/.venv/bin/python). Prints the test summary, the tables and
-# "N passed, N failed, N skipped" (gtest cases) last; exits non-zero if
-# anything failed.
+# "65536 262144"); LONG, lengths run causal only, once each, after the others
+# in the same processes (default 1048576; empty to skip); GPUS, how many GPUs
+# the multi-GPU runs use (default: all, at most 2); PYTHON, the interpreter
+# with PyTorch (default /opt/torch/.venv/bin/python); STAGES, which of
+# "tests bench peer" to run (default all three; each fits a 10-minute call on
+# its own). Prints the test summary, the tables and "N passed, N failed,
+# N skipped" (gtest cases) last; exits non-zero if anything failed.
 set -uo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -92,8 +93,10 @@ run() {
     nvidia-smi topo -m
   } >"$OUT/environment.txt" 2>&1
 
+  local stages=" ${STAGES:-tests bench peer} "
   local passed=0 failed=0 skipped=0 status=0 summary="" test name rc p s f
   for test in "$bin_dir"/*_test; do
+    [[ $stages == *" tests "* ]] || break
     [ -x "$test" ] || continue
     name=$(basename "$test")
     LD_LIBRARY_PATH=$ours_path timeout 900 "$test" --gtest_output="xml:$OUT/$name.xml" >"$OUT/$name.log" 2>&1
@@ -111,14 +114,20 @@ run() {
   local gpu_list=1
   [ "$gpus" -ge 2 ] && gpu_list=1,$gpus
   local failed_logs=()
-  # shellcheck disable=SC2086  # the lengths are meant to split
-  LD_LIBRARY_PATH=$ours_path timeout 1800 "$bin_dir/ring_bench" --gpus=$gpu_list --skip_transfers \
-    --lengths="$(echo $lengths | tr ' ' ',')" --long_lengths="$(echo $long | tr ' ' ',')" \
-    >"$OUT/ring_bench.md" 2>"$OUT/ring_bench.err" || failed_logs+=("$OUT/ring_bench.err")
+  if [[ $stages == *" bench "* ]]; then
+    # shellcheck disable=SC2086  # the lengths are meant to split
+    LD_LIBRARY_PATH=$ours_path timeout 1800 "$bin_dir/ring_bench" --gpus=$gpu_list \
+      --skip_transfers --lengths="$(echo $lengths | tr ' ' ',')" \
+      --long_lengths="$(echo $long | tr ' ' ',')" \
+      >"$OUT/ring_bench.md" 2>"$OUT/ring_bench.err" || failed_logs+=("$OUT/ring_bench.err")
+  fi
 
-  local world
+  local world worlds=""
   local torchrun=("$PYTHON" -m torch.distributed.run --standalone)
-  for world in $([ "$gpus" -ge 2 ] && echo "$gpus") 1; do
+  if [[ $stages == *" peer "* ]]; then
+    worlds="$([ "$gpus" -ge 2 ] && echo "$gpus") 1"
+  fi
+  for world in $worlds; do
     # shellcheck disable=SC2086
     PYTHONUNBUFFERED=1 timeout 1800 "${torchrun[@]}" --nproc_per_node=$world \
       "$bin_dir/peer_context_parallel.py" --header --lengths $lengths \
@@ -128,7 +137,7 @@ run() {
 
   echo "logs in $OUT"
   printf '%s' "$summary"
-  cat "$OUT/ring_bench.md"
+  [ -f "$OUT/ring_bench.md" ] && cat "$OUT/ring_bench.md"
   echo
   # Per-GPU throughput of the ring against one GPU, and what the transfers
   # cost against the same run without them.
@@ -149,9 +158,9 @@ run() {
           line = line sprintf(" transfers add %.1f%% to the time", 100 * (ms[key "/" g] / bare[key "/" g] - 1))
         print line
       }
-    }' "$OUT/ring_bench.md" | sort
+    }' "$OUT/ring_bench.md" 2>/dev/null | sort
   for f in "$OUT"/peer_cp_*.md; do [ -f "$f" ] && cat "$f"; done
-  grep -h 'cuDNN not used' "$OUT/ring_bench.err"
+  grep -hs 'cuDNN not used' "$OUT/ring_bench.err"
   for f in "${failed_logs[@]}"; do
     status=1
     echo "--- $(basename "$f") (failed; last lines):"
@@ -166,7 +175,7 @@ case "${1:-}" in
   bundle) shift; bundle "$@" ;;
   run) shift; run "$@"; exit $? ;;
   *)
-    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,/^set /p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac
