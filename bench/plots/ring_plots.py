@@ -1,0 +1,88 @@
+"""Draws docs/ring_scaling.png and docs/ring_memory.png from the ring benchmark tables.
+
+Usage: python3 bench/plots/ring_plots.py docs/results/h200x2-ring_bench.md \
+           docs/results/h200x2-peer_cp_1gpu.md docs/results/h200x2-peer_cp_2gpu.md
+
+Reads the markdown tables that bench/ring/ring_bench and peer_context_parallel.py print
+(columns: implementation, GPUs, mask, N, ms, TFLOP/s per GPU, memory per GPU, ...) and
+plots causal TFLOP/s per GPU and memory per GPU against N for ringattn and PyTorch's
+context parallel, measured in the same session on the same machine. Needs matplotlib.
+"""
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def read_rows(paths):
+    rows = []
+    for path in paths:
+        header = None
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if not line.startswith("|") or line.startswith("| ---"):
+                    continue
+                cells = [c.strip() for c in line.strip().strip("|").split("|")]
+                if cells[0] == "implementation":
+                    header = cells
+                    continue
+                if header:
+                    rows.append(dict(zip(header, cells)))
+    return rows
+
+
+def series(rows, implementation, gpus, mask, column):
+    points = sorted(
+        (int(r["N"]), float(r[column]))
+        for r in rows
+        if r["implementation"] == implementation and r["GPUs"] == str(gpus)
+        and r["mask"] == mask)
+    return [p[0] for p in points], [p[1] for p in points]
+
+
+def memory_column(row_keys):
+    for key in ("pool GiB per GPU", "peak allocated GiB per GPU"):
+        if key in row_keys:
+            return key
+    raise KeyError("no memory column")
+
+
+def main(paths):
+    rows = read_rows(paths)
+    lines = [
+        ("ringattn", 1, "ringattn, 1 GPU", "-o"),
+        ("ringattn", 2, "ringattn, 2 GPUs", "-s"),
+        ("PyTorch SDPA cuDNN via CP", 1, "PyTorch SDPA cuDNN, 1 GPU", "--o"),
+        ("PyTorch CP cuDNN (allgather)", 2, "PyTorch CP allgather, 2 GPUs", "--s"),
+        ("PyTorch CP cuDNN (alltoall)", 2, "PyTorch CP alltoall, 2 GPUs", ":s"),
+    ]
+    for column, title, out, label in (
+        ("TFLOP/s per GPU", "Causal attention, bf16, 32 heads, D=128 (2x H200)",
+         "docs/ring_scaling.png", "TFLOP/s per GPU"),
+        (None, "Memory per GPU, causal (2x H200)", "docs/ring_memory.png",
+         "GiB per GPU"),
+    ):
+        plt.figure(figsize=(7, 4.2))
+        for implementation, gpus, name, style in lines:
+            matching = [r for r in rows if r["implementation"] == implementation]
+            if not matching:
+                continue
+            col = column or memory_column(matching[0].keys())
+            xs, ys = series(rows, implementation, gpus, "causal", col)
+            if xs:
+                plt.plot(xs, ys, style, label=name)
+        plt.xscale("log", base=2)
+        plt.xlabel("sequence length N")
+        plt.ylabel(label)
+        plt.title(title)
+        plt.grid(True, alpha=0.3)
+        plt.legend(fontsize=8)
+        plt.tight_layout()
+        plt.savefig(out, dpi=110)
+        print("wrote", out)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
