@@ -1,9 +1,10 @@
 #ifndef RINGATTN_CORE_ATTENTION_SPEC_H_
 #define RINGATTN_CORE_ATTENTION_SPEC_H_
 
-// AttentionSpec: everything that defines one attention request apart from the tensors
-// themselves (shapes, scale, masking patterns). The semantics are those of DESIGN.md;
-// Validate() says whether a spec is well formed. A plain value type.
+// AttentionSpec: everything that defines one attention request apart from the
+// tensors themselves (shapes, scale, masking patterns). The semantics are those
+// of DESIGN.md; Validate() says whether a spec is well formed. A plain value
+// type.
 
 #include <cstdint>
 #include <optional>
@@ -16,9 +17,11 @@ namespace ringattn {
 
 // How the branches of dilated attention are combined.
 enum class DilatedCombine {
-  // Every head takes every branch (offset h % r); branches merge by log-sum-exp.
+  // Every head takes every branch (offset h % r); branches merge by
+  // log-sum-exp.
   kLse,
-  // Heads split into one contiguous group per branch; group k runs branch k with
+  // Heads split into one contiguous group per branch; group k runs branch k
+  // with
   // offset k % r; the output is divided by the number of branches.
   kHeadGroups,
 };
@@ -30,18 +33,21 @@ struct DilatedBranch {
   int64_t dilation = 1;
 };
 
-// Rules of the block-sparse pattern; a block pair is computed iff any rule allows it.
+// Rules of the block-sparse pattern; a block pair is computed iff any rule
+// allows it.
 struct BlockSparseRules {
   int64_t block_size = 0;
-  int64_t local = -1;        // |i - j| <= local; negative: rule off
-  int64_t global = 0;        // i < global or j < global; 0: off
-  int64_t dilated = 0;       // (i - j) % dilated == 0; 0: off
-  int64_t random = 0;        // this many extra key blocks per query block; 0: off
-  uint64_t seed = 0;         // seeds `random`
-  std::vector<std::pair<int64_t, int64_t>> pairs;  // explicit (query, key) blocks
+  int64_t local = -1;   // |i - j| <= local; negative: rule off
+  int64_t global = 0;   // i < global or j < global; 0: off
+  int64_t dilated = 0;  // (i - j) % dilated == 0; 0: off
+  int64_t random = 0;   // this many extra key blocks per query block; 0: off
+  uint64_t seed = 0;    // seeds `random`
+  std::vector<std::pair<int64_t, int64_t>>
+      pairs;  // explicit (query, key) blocks
 };
 
-// Tokens that live on a `height` x `width` grid, reordered along a Hilbert curve.
+// Tokens that live on a `height` x `width` grid, reordered along a Hilbert
+// curve.
 struct HilbertGrid {
   int64_t height = 0;
   int64_t width = 0;
@@ -49,13 +55,14 @@ struct HilbertGrid {
 
 struct AttentionSpec {
   int64_t batch = 1;
-  int64_t q_len = 0;    // Nq
-  int64_t kv_len = 0;   // Nk
-  int64_t q_heads = 0;  // Hq
-  int64_t kv_heads = 0; // Hkv; Hq % Hkv == 0
-  int64_t head_dim = 0; // D <= 256
+  int64_t q_len = 0;           // Nq
+  int64_t kv_len = 0;          // Nk
+  int64_t q_heads = 0;         // Hq
+  int64_t kv_heads = 0;        // Hkv; Hq % Hkv == 0
+  int64_t head_dim = 0;        // D <= 256
   std::optional<float> scale;  // default 1/sqrt(D)
-  bool causal = false;         // bottom-right aligned: key j visible iff j <= i + Nk - Nq
+  bool causal =
+      false;  // bottom-right aligned: key j visible iff j <= i + Nk - Nq
   std::vector<DilatedBranch> dilated;
   DilatedCombine combine = DilatedCombine::kLse;
   std::optional<BlockSparseRules> block_sparse;

@@ -4,8 +4,8 @@
 #include <random>
 
 #include "absl/strings/str_format.h"
-#include "server/context_upload.h"
 #include "proto/grpc_status.h"
+#include "server/context_upload.h"
 
 namespace ringattn {
 namespace {

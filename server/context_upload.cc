@@ -9,9 +9,9 @@
 #include "absl/time/clock.h"
 #include "core/dtype.h"
 #include "core/status_macros.h"
+#include "proto/grpc_status.h"
 #include "proto/spec_conversion.h"
 #include "ringattn/v1/worker.grpc.pb.h"
-#include "proto/grpc_status.h"
 #include "server/row_coverage.h"
 #include "spdlog/spdlog.h"
 

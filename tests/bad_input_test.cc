@@ -199,7 +199,8 @@ TEST_F(BadInput, ClientThatCancelsMidUploadLeavesNothingBehind) {
     context.TryCancel();
     EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
   }
-  // The coordinator lets go of the request's admission (and cancels its workers).
+  // The coordinator lets go of the request's admission (and cancels its
+  // workers).
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   std::string metrics;
   while (absl::Now() < deadline) {

@@ -58,7 +58,8 @@ TEST(ContextStore, RefusesWrongCreateLayoutOverlapAndOverflow) {
       store.Add("c", false, kLayout, {2, 12}, Rows(2, 10), Rows(2, 10));
   EXPECT_EQ(full.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(store.bytes_in_use(), 32);
-  ASSERT_TRUE(store.Add("c", false, kLayout, {2, 3}, Rows(2, 1), Rows(2, 1)).ok());
+  ASSERT_TRUE(
+      store.Add("c", false, kLayout, {2, 3}, Rows(2, 1), Rows(2, 1)).ok());
   store.Drop("c", 2);  // undo the last append
   EXPECT_EQ(store.bytes_in_use(), 32);
   store.Drop("c");

@@ -183,8 +183,7 @@ TEST(WorkerMain, BadFlagsExitWithUsageError) {
     ASSERT_TRUE(worker.started());
     EXPECT_EQ(worker.WaitForExit(kPatience), std::optional<int>(2));
   }
-  EXPECT_NE(ReadFile(errors).find("no CUDA device 99: "),
-            std::string::npos)
+  EXPECT_NE(ReadFile(errors).find("no CUDA device 99: "), std::string::npos)
       << ReadFile(errors);
   {
     Child worker({}, errors);

@@ -22,8 +22,9 @@ void ReferenceAttention(const AttentionSpec& spec, View<const float> q,
                         View<const float> k, View<const float> v,
                         View<double> o, View<double> lse);
 
-// The same for the query rows `rows` (caller's indices) only: writes those rows of o and
-// lse and leaves the others untouched. For checking long sequences by sampling.
+// The same for the query rows `rows` (caller's indices) only: writes those rows
+// of o and lse and leaves the others untouched. For checking long sequences by
+// sampling.
 void ReferenceAttentionRows(const AttentionSpec& spec, View<const float> q,
                             View<const float> k, View<const float> v,
                             const std::vector<int64_t>& rows, View<double> o,
