@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -16,11 +17,14 @@
 #include "core/block_mask.h"
 #include "core/dtype.h"
 #include "core/status_macros.h"
+#include "core/tensor.h"
+#include "kernels/cpu/merge_with_lse.h"
 #include "proto/grpc_status.h"
 #include "proto/spec_conversion.h"
 #include "ringattn/v1/worker.grpc.pb.h"
 #include "server/request_layout.h"
 #include "server/row_coverage.h"
+#include "server/strategy_choice.h"
 #include "spdlog/spdlog.h"
 
 namespace ringattn {
@@ -87,7 +91,10 @@ class Call {
   absl::Status SendToWorker(int64_t worker, const v1::ExecuteRequest& request);
   absl::Status CheckComplete();
   absl::Status Compute();
+  absl::Status CheckOutputSize(const v1::ShardOutput& output) const;
   absl::Status TakeOutput(const v1::ShardOutput& output);
+  absl::Status MergePartial(const v1::ShardOutput& output);
+  absl::Status EmitMerged();
   absl::Status EmitReady(bool flush);
   absl::Status WorkerError(int rank, const grpc::Status& status);
   void CancelWorkers();
@@ -104,6 +111,7 @@ class Call {
   AttentionSpec spec_;
   std::optional<ResidentContext> resident_;  // Query only
   DType dtype_ = DType::kFloat32;
+  v1::Strategy strategy_ = v1::PASS_KV;
   std::optional<RequestLayout> layout_;
   std::vector<std::unique_ptr<WorkerLink>> workers_;
   std::vector<std::thread> readers_;
@@ -114,6 +122,10 @@ class Call {
   std::deque<WorkerEvent> events_ ABSL_GUARDED_BY(mutex_);
 
   std::map<int64_t, OutputRun> pending_;  // by b * Nq + token
+  // Broadcast-Q: every row's output merged over the partials so far.
+  std::vector<float> merged_o_;    // [B, Nq, Hq, D]
+  std::vector<float> merged_lse_;  // [B, Nq, Hq]
+  int64_t merged_rows_ = 0;        // partial rows merged, over all workers
   int64_t next_row_ = 0;
   v1::OutputChunk chunk_;
   int64_t bytes_in_ = 0;
@@ -144,13 +156,12 @@ absl::Status Call::ReadHeader() {
   absl::StatusOr<DType> dtype = DTypeFromProto(spec_proto_.wire_dtype());
   if (!dtype.ok()) return dtype.status();
   dtype_ = *dtype;
-  if (spec_proto_.strategy() != v1::STRATEGY_AUTO &&
-      spec_proto_.strategy() != v1::PASS_KV) {
-    return absl::UnimplementedError(
-        absl::StrCat("strategy ", v1::Strategy_Name(spec_proto_.strategy()),
-                     " is not available yet; use STRATEGY_AUTO or PASS_KV"));
-  }
-  return absl::OkStatus();
+  // Refuses what no cluster could run before anything is uploaded; the
+  // choice itself waits for the workers (OpenWorkers).
+  if (spec_proto_.strategy() == v1::STRATEGY_AUTO) return absl::OkStatus();
+  return ChooseStrategy(spec_, spec_proto_.strategy(), /*workers=*/1,
+                        DTypeSize(dtype_), /*broadcast_q_workers=*/true)
+      .status();
 }
 
 absl::Status Call::UseResidentContext() {
@@ -200,14 +211,25 @@ absl::Status Call::OpenWorkers() {
       state_.cluster->ReadyMembers();
   if (!members.ok()) return members.status();
   const int64_t p = static_cast<int64_t>(members->size());
-  // Each worker holds fp32 Q, O and LSE rows of its shard and three K/V blocks
-  // (its own and the double buffer).
-  const int64_t q_rows = (spec_.q_len + p - 1) / p;
+  const bool all_cpu =
+      std::all_of(members->begin(), members->end(),
+                  [](const Cluster::Member& m) { return m.device == "cpu"; });
+  absl::StatusOr<v1::Strategy> strategy = ChooseStrategy(
+      spec_, spec_proto_.strategy(), p, DTypeSize(dtype_), all_cpu);
+  if (!strategy.ok()) return strategy.status();
+  strategy_ = *strategy;
+  spec_proto_.set_strategy(strategy_);
+  const bool broadcast = strategy_ == v1::BROADCAST_Q;
+  // Each worker holds fp32 Q, O and LSE rows of its shard (all rows for
+  // broadcast-Q) and three K/V blocks (its own and the double buffer; only
+  // its own for broadcast-Q).
+  const int64_t q_rows = broadcast ? spec_.q_len : (spec_.q_len + p - 1) / p;
   const int64_t kv_rows = (spec_.kv_len + p - 1) / p + 1;
+  const int64_t kv_blocks = broadcast ? 1 : 3;
   const int64_t per_worker =
       4 * spec_.batch *
       (q_rows * spec_.q_heads * (2 * spec_.head_dim + 1) +
-       3 * 2 * kv_rows * spec_.kv_heads * spec_.head_dim);
+       kv_blocks * 2 * kv_rows * spec_.kv_heads * spec_.head_dim);
   for (const Cluster::Member& member : *members) {
     if (member.memory_bytes > 0 && per_worker > member.memory_bytes) {
       return absl::ResourceExhaustedError(absl::StrCat(
@@ -228,6 +250,11 @@ absl::Status Call::OpenWorkers() {
   }
   layout_.emplace(spec_, p);
   done_.assign(static_cast<size_t>(p), v1::ExecuteDone());
+  if (broadcast) {
+    const int64_t rows = spec_.batch * spec_.q_len * spec_.q_heads;
+    merged_o_.assign(static_cast<size_t>(rows * spec_.head_dim), 0.0f);
+    merged_lse_.assign(static_cast<size_t>(rows), -INFINITY);
+  }
   coverage_.clear();
   for (int tensor = 0; tensor < 3; ++tensor) {
     for (int64_t b = 0; b < spec_.batch; ++b) {
@@ -282,6 +309,7 @@ absl::Status Call::WorkerError(int rank, const grpc::Status& status) {
   CancelWorkers();
   const WorkerLink& link = *workers_[rank];
   if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
+      status.error_code() == grpc::StatusCode::UNIMPLEMENTED ||
       status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED ||
       status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
     return absl::Status(
@@ -374,6 +402,21 @@ absl::Status Call::RouteChunk(const v1::TensorChunk& chunk, int64_t index) {
                      ") were already sent (duplicate or overlapping chunk)"));
   }
   bytes_in_ += static_cast<int64_t>(chunk.data().size());
+  if (!keys && strategy_ == v1::BROADCAST_Q) {
+    // Every worker gets every query row (no Hilbert order: positions are
+    // tokens).
+    v1::ExecuteRequest request;
+    v1::ShardRows* rows = request.mutable_rows();
+    rows->set_tensor(tensor);
+    rows->set_batch(chunk.batch());
+    rows->set_first_position(begin);
+    rows->set_count(count);
+    rows->set_data(chunk.data());
+    for (size_t w = 0; w < workers_.size(); ++w) {
+      RINGATTN_RETURN_IF_ERROR(SendToWorker(static_cast<int64_t>(w), request));
+    }
+    return absl::OkStatus();
+  }
   for (const RequestLayout::Piece& piece : layout_->Route(keys, begin, count)) {
     v1::ExecuteRequest request;
     v1::ShardRows* rows = request.mutable_rows();
@@ -458,10 +501,15 @@ absl::Status Call::Compute() {
       done_[event.rank] = event.response->done();
       continue;
     }
+    if (strategy_ == v1::BROADCAST_Q) {
+      RINGATTN_RETURN_IF_ERROR(MergePartial(event.response->output()));
+      continue;
+    }
     RINGATTN_RETURN_IF_ERROR(TakeOutput(event.response->output()));
     RINGATTN_RETURN_IF_ERROR(EmitReady(/*flush=*/true));
   }
   compute_seconds_ = SecondsSince(start);
+  if (strategy_ == v1::BROADCAST_Q) RINGATTN_RETURN_IF_ERROR(EmitMerged());
   if (next_row_ != spec_.batch * spec_.q_len) {
     return absl::InternalError(absl::StrCat("workers returned ", next_row_,
                                             " of ", spec_.batch * spec_.q_len,
@@ -470,7 +518,7 @@ absl::Status Call::Compute() {
   return absl::OkStatus();
 }
 
-absl::Status Call::TakeOutput(const v1::ShardOutput& output) {
+absl::Status Call::CheckOutputSize(const v1::ShardOutput& output) const {
   const int64_t row_floats = spec_.q_heads * spec_.head_dim;
   const int64_t count = output.count();
   if (output.batch() < 0 || output.batch() >= spec_.batch ||
@@ -478,6 +526,13 @@ absl::Status Call::TakeOutput(const v1::ShardOutput& output) {
       static_cast<int64_t>(output.lse().size()) != count * spec_.q_heads * 4) {
     return absl::InternalError("a worker sent a malformed output chunk");
   }
+  return absl::OkStatus();
+}
+
+absl::Status Call::TakeOutput(const v1::ShardOutput& output) {
+  RINGATTN_RETURN_IF_ERROR(CheckOutputSize(output));
+  const int64_t row_floats = spec_.q_heads * spec_.head_dim;
+  const int64_t count = output.count();
   const float* o = reinterpret_cast<const float*>(output.data().data());
   const float* lse = reinterpret_cast<const float*>(output.lse().data());
   // Split into runs of consecutive caller tokens.
@@ -500,6 +555,45 @@ absl::Status Call::TakeOutput(const v1::ShardOutput& output) {
     ++run_end;
   }
   return absl::OkStatus();
+}
+
+absl::Status Call::MergePartial(const v1::ShardOutput& output) {
+  RINGATTN_RETURN_IF_ERROR(CheckOutputSize(output));
+  const int64_t first = output.first_position();
+  const int64_t count = output.count();
+  if (output.positions_size() > 0 || first < 0 || count < 0 ||
+      first + count > spec_.q_len) {
+    return absl::InternalError(
+        "a worker sent broadcast-Q output rows outside the query");
+  }
+  const int64_t row = output.batch() * spec_.q_len + first;
+  const Shape o_shape{1, count, spec_.q_heads, spec_.head_dim};
+  const Shape lse_shape{1, count, spec_.q_heads, 1};
+  MergeWithLse(
+      View<float>(merged_o_.data() + row * spec_.q_heads * spec_.head_dim,
+                  o_shape),
+      View<float>(merged_lse_.data() + row * spec_.q_heads, lse_shape),
+      View<const float>(reinterpret_cast<const float*>(output.data().data()),
+                        o_shape),
+      View<const float>(reinterpret_cast<const float*>(output.lse().data()),
+                        lse_shape));
+  merged_rows_ += count;
+  return absl::OkStatus();
+}
+
+absl::Status Call::EmitMerged() {
+  const int64_t rows = spec_.batch * spec_.q_len;
+  const int64_t expected = rows * static_cast<int64_t>(workers_.size());
+  if (merged_rows_ != expected) {
+    return absl::InternalError(absl::StrCat("workers returned ", merged_rows_,
+                                            " of ", expected,
+                                            " partial output rows"));
+  }
+  OutputRun& all = pending_[0];
+  all.count = rows;
+  all.o = std::move(merged_o_);
+  all.lse = std::move(merged_lse_);
+  return EmitReady(/*flush=*/true);
 }
 
 absl::Status Call::EmitReady(bool flush) {
@@ -577,12 +671,15 @@ v1::Summary Call::MakeSummary() {
     v1::WorkerUsage* usage = summary.add_workers();
     usage->set_rank(static_cast<int>(w));
     usage->set_peak_bytes(done_[w].peak_bytes());
-    usage->set_tokens(layout_->q_layout().ShardLength(static_cast<int64_t>(w)));
+    usage->set_tokens(
+        strategy_ == v1::BROADCAST_Q
+            ? spec_.q_len
+            : layout_->q_layout().ShardLength(static_cast<int64_t>(w)));
     summary.set_ring_steps(
         std::max(summary.ring_steps(), done_[w].ring_steps()));
     summary.set_ring_transfers(summary.ring_transfers() + done_[w].transfers());
   }
-  summary.set_strategy(v1::PASS_KV);
+  summary.set_strategy(strategy_);
   if (spec_.block_sparse.has_value() &&
       spec_proto_.block_sparse().return_mask()) {
     const BlockMask mask =
@@ -604,8 +701,9 @@ absl::Status Call::Run() {
   RINGATTN_RETURN_IF_ERROR(ReadHeader());
   RINGATTN_RETURN_IF_ERROR(CheckSize());
   RINGATTN_RETURN_IF_ERROR(OpenWorkers());
-  spdlog::info("request {}: {} x {} tokens, {} workers, uploading", request_id_,
-               spec_.q_len, spec_.kv_len, workers_.size());
+  spdlog::info("request {}: {} x {} tokens, {} workers, {}, uploading",
+               request_id_, spec_.q_len, spec_.kv_len, workers_.size(),
+               v1::Strategy_Name(strategy_));
   RINGATTN_RETURN_IF_ERROR(Upload());
   RINGATTN_RETURN_IF_ERROR(Compute());
   v1::AttendResponse response;
@@ -614,6 +712,8 @@ absl::Status Call::Run() {
                           upload_seconds_);
   state_.metrics->Observe("ringattn_phase_seconds", {{"phase", "compute"}},
                           compute_seconds_);
+  state_.metrics->Add("ringattn_strategy_requests_total",
+                      {{"strategy", v1::Strategy_Name(strategy_)}}, 1);
   state_.metrics->Add("ringattn_tokens_total", {},
                       static_cast<double>(spec_.batch * spec_.q_len));
   state_.metrics->Add("ringattn_flops_total", {}, response.summary().flops());

@@ -45,6 +45,9 @@ void DeclareCoordinatorMetrics(Metrics& metrics) {
                   "Wall time of request phases (upload, compute).",
                   Metrics::Kind::kHistogram,
                   {0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300});
+  metrics.Declare("ringattn_strategy_requests_total",
+                  "Attention requests computed, by the strategy that ran.",
+                  Metrics::Kind::kCounter);
   metrics.Declare("ringattn_tokens_total", "Query tokens answered.",
                   Metrics::Kind::kCounter);
   metrics.Declare("ringattn_flops_total", "Attention FLOPs computed.",

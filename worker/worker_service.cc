@@ -22,6 +22,7 @@
 #include "proto/grpc_status.h"
 #include "proto/spec_conversion.h"
 #include "spdlog/spdlog.h"
+#include "worker/broadcast_executor.h"
 #include "worker/gpu_ring_executor.h"
 #include "worker/ring_executor.h"
 #include "worker/shard_rows.h"
@@ -153,11 +154,13 @@ class ExecuteReactor final
     if (!spec.ok()) return spec.status();
     absl::StatusOr<DType> dtype = DTypeFromProto(header.spec().wire_dtype());
     if (!dtype.ok()) return dtype.status();
-    if (header.spec().strategy() == v1::PASS_Q ||
-        header.spec().strategy() == v1::BROADCAST_Q) {
+    const v1::Strategy strategy = header.spec().strategy();
+    if (strategy == v1::PASS_Q ||
+        (strategy == v1::BROADCAST_Q && options_.cuda_device >= 0)) {
       return absl::UnimplementedError(
-          absl::StrCat("strategy ", v1::Strategy_Name(header.spec().strategy()),
-                       " is not implemented by this worker; it runs PASS_KV"));
+          absl::StrCat("strategy ", v1::Strategy_Name(strategy),
+                       " is not implemented by this worker; it runs PASS_KV",
+                       options_.cuda_device >= 0 ? "" : " and BROADCAST_Q"));
     }
     if (header.world_size() < 1 || header.rank() < 0 ||
         header.rank() >= header.world_size()) {
@@ -205,6 +208,9 @@ class ExecuteReactor final
     }
     if (options_.cuda_device >= 0) {
       return AcceptGpuHeader(header, std::move(kv_layout));
+    }
+    if (strategy == v1::BROADCAST_Q) {
+      return AcceptBroadcastHeader(header, std::move(kv_layout));
     }
     RINGATTN_RETURN_IF_ERROR(ticket_.Reserve(RingExecutor::BytesNeeded(
         spec_, rank_, world_size_, kv_layout ? &*kv_layout : nullptr)));
@@ -276,8 +282,42 @@ class ExecuteReactor final
     return absl::OkStatus();
   }
 
+  // The rest of AcceptHeader for broadcast-Q: every query row and this rank's
+  // K/V shard, computed by a BroadcastExecutor without a ring.
+  absl::Status AcceptBroadcastHeader(const v1::ExecuteHeader& header,
+                                     std::optional<ShardLayout> kv_layout) {
+    RINGATTN_RETURN_IF_ERROR(ticket_.Reserve(BroadcastExecutor::BytesNeeded(
+        spec_, rank_, world_size_, kv_layout ? &*kv_layout : nullptr)));
+    absl::StatusOr<std::unique_ptr<BroadcastExecutor>> executor =
+        BroadcastExecutor::Create(spec_, rank_, world_size_,
+                                  std::move(kv_layout));
+    if (!executor.ok()) return executor.status();
+    broadcast_executor_ = std::move(*executor);
+    BroadcastExecutor& e = *broadcast_executor_;
+    // The query rows form a world of one, held by its rank 0.
+    q_chunks_ = e.q_layout().Chunks(0);
+    targets_[0] = ShardRowsTarget("Q", e.q(), &e.q_layout(), 0);
+    targets_[1] = ShardRowsTarget("K", e.k(), &e.kv_layout(), rank_);
+    targets_[2] = ShardRowsTarget("V", e.v(), &e.kv_layout(), rank_);
+    if (!header.context().empty()) {
+      RINGATTN_RETURN_IF_ERROR(contexts_.Copy(
+          header.context(), e.kv_layout().Chunks(rank_), e.k(), e.v()));
+      targets_[1].MarkAllArrived();
+      targets_[2].MarkAllArrived();
+    }
+    Log(spdlog::level::info,
+        absl::StrCat("header (broadcast-Q): batch ", spec_.batch, ", q_len ",
+                     spec_.q_len, ", kv_len ", spec_.kv_len, ", heads ",
+                     spec_.q_heads, "/", spec_.kv_heads, ", head_dim ",
+                     spec_.head_dim, ", ", DTypeName(wire_dtype_),
+                     "; all query rows and ", targets_[1].rows().shape().seq,
+                     " key rows, ", ticket_.reserved_bytes(), " bytes"));
+    return absl::OkStatus();
+  }
+
   bool has_executor() const {
-    return executor_ != nullptr || gpu_executor_ != nullptr;
+    return executor_ != nullptr || gpu_executor_ != nullptr ||
+           broadcast_executor_ != nullptr;
   }
 
   absl::Status AcceptRows(const v1::ShardRows& rows) {
@@ -313,8 +353,20 @@ class ExecuteReactor final
     return absl::OkStatus();
   }
 
-  // Runs on compute_: joins the ring, computes, starts writing the output.
+  // Runs on compute_: joins the ring (none for broadcast-Q), computes, starts
+  // writing the output.
   void Compute() {
+    if (broadcast_executor_ != nullptr) {
+      Log(spdlog::level::info, "all rows arrived; computing (broadcast-Q)");
+      absl::StatusOr<RingOutput> output = broadcast_executor_->Run(&cancelled_);
+      broadcast_executor_.reset();
+      if (!output.ok()) {
+        FinishWith(output.status());
+        return;
+      }
+      StartOutput(std::move(*output));
+      return;
+    }
     Log(spdlog::level::info, "all rows arrived; joining the ring");
     const absl::Time start = absl::Now();
     const absl::Duration connect_timeout =
@@ -357,7 +409,12 @@ class ExecuteReactor final
       FinishWith(output.status());
       return;
     }
-    output_ = std::move(*output);
+    StartOutput(std::move(*output));
+  }
+
+  // Logs what was computed and starts writing `output`.
+  void StartOutput(RingOutput output) {
+    output_ = std::move(output);
     const RingRunStats& stats = output_.stats;
     Log(spdlog::level::info,
         absl::StrCat("computed: ", stats.steps, " steps, ", stats.transfers,
@@ -458,6 +515,8 @@ class ExecuteReactor final
   std::unique_ptr<RingExecutor> executor_;
   // Instead of executor_ on a CUDA worker.
   std::unique_ptr<GpuRingExecutor> gpu_executor_;
+  // Instead of executor_ for broadcast-Q.
+  std::unique_ptr<BroadcastExecutor> broadcast_executor_;
   std::array<ShardRowsTarget, 3> targets_;
   bool run_requested_ = false;
 

@@ -5,7 +5,9 @@
 // is one request's share on this rank: a header (spec, rank, world size,
 // rendezvous prefix), the rows of the rank's shard in the wire dtype, then
 // `run`; the worker joins the request's ring, computes with a RingExecutor and
-// streams its fp32 output rows back, then ExecuteDone. Streams are callback
+// streams its fp32 output rows back, then ExecuteDone. For BROADCAST_Q the
+// rank gets every query row, joins no ring, and returns partial rows for all
+// queries over its own K/V (BroadcastExecutor). Streams are callback
 // reactors (no gRPC thread is parked on a stream); the computation of a
 // request runs on a thread of its own. Cancelling a stream, or its deadline
 // passing, aborts the ring on this rank and frees the request's memory. Bad

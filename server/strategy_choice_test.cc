@@ -1,0 +1,73 @@
+// The strategy cost model: byte counts for known shapes, the AUTO choice on
+// both sides of the break-even point, and the refusals of forced strategies.
+
+#include "server/strategy_choice.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace ringattn {
+namespace {
+
+AttentionSpec Spec(int64_t nq, int64_t nk) {
+  AttentionSpec spec;
+  spec.q_len = nq;
+  spec.kv_len = nk;
+  spec.q_heads = 8;
+  spec.kv_heads = 2;
+  spec.head_dim = 80;
+  spec.causal = true;
+  return spec;
+}
+
+TEST(StrategyChoice, CountsBytesPerTheFormula) {
+  // Q = 1*8*80*4 = 2560, R = 1*8*81*4 = 2592, KV = 2*1009*2*80*4 = 1291520.
+  const BytesMoved bytes = EstimateBytesMoved(Spec(1, 1009), 3, 4);
+  EXPECT_DOUBLE_EQ(bytes.pass_kv, 2560 + 2592 + 2 * 1291520.0);
+  EXPECT_DOUBLE_EQ(bytes.broadcast_q, 3 * (2560 + 2592.0));
+}
+
+TEST(StrategyChoice, AutoPicksBroadcastQForShortQueriesOnly) {
+  auto choose = [](int64_t nq, int64_t nk, int64_t p) {
+    return *ChooseStrategy(Spec(nq, nk), v1::STRATEGY_AUTO, p, 4, true);
+  };
+  EXPECT_EQ(choose(1, 1009, 3), v1::BROADCAST_Q);
+  EXPECT_EQ(choose(17, 1009, 3), v1::BROADCAST_Q);
+  EXPECT_EQ(choose(1009, 1009, 3), v1::PASS_KV);
+  // Break-even: Q + R = 5152 * Nq against KV = 1280 * Nk.
+  EXPECT_EQ(choose(248, 1000, 3), v1::BROADCAST_Q);
+  EXPECT_EQ(choose(249, 1000, 3), v1::PASS_KV);
+  // One worker moves the same either way: pass-KV.
+  EXPECT_EQ(choose(1, 1009, 1), v1::PASS_KV);
+}
+
+TEST(StrategyChoice, AutoKeepsPassKvWhereBroadcastQCannotRun) {
+  EXPECT_EQ(*ChooseStrategy(Spec(1, 1009), v1::STRATEGY_AUTO, 3, 4, false),
+            v1::PASS_KV);
+  AttentionSpec sparse = Spec(64, 64);
+  sparse.block_sparse = BlockSparseRules{.block_size = 16, .local = 0};
+  EXPECT_EQ(*ChooseStrategy(sparse, v1::STRATEGY_AUTO, 8, 4, true),
+            v1::PASS_KV);
+}
+
+TEST(StrategyChoice, ForcedStrategiesAreKeptOrRefused) {
+  EXPECT_EQ(*ChooseStrategy(Spec(1009, 1009), v1::BROADCAST_Q, 3, 4, true),
+            v1::BROADCAST_Q);
+  EXPECT_EQ(*ChooseStrategy(Spec(1, 1009), v1::PASS_KV, 3, 4, true),
+            v1::PASS_KV);
+  EXPECT_EQ(ChooseStrategy(Spec(1, 9), v1::PASS_Q, 3, 4, true).status().code(),
+            absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(
+      ChooseStrategy(Spec(1, 9), v1::BROADCAST_Q, 3, 4, false).status().code(),
+      absl::StatusCode::kUnimplemented);
+  AttentionSpec dilated = Spec(16, 16);
+  dilated.dilated = {DilatedBranch{8, 2}};
+  const absl::Status refused =
+      ChooseStrategy(dilated, v1::BROADCAST_Q, 3, 4, true).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(refused.message().find("dilated"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ringattn

@@ -1,0 +1,201 @@
+// Strategies end to end on three CPU workers: forced PASS_KV and BROADCAST_Q
+// agree with each other and with the float64 reference for Attend and for
+// Query against a context appended in uneven pieces; STRATEGY_AUTO follows the
+// cost model (server/strategy_choice.h) and the summary and metrics say which
+// strategy ran; strategies that cannot run a request are refused precisely.
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/attention_checks.h"
+#include "tests/test_cluster.h"
+
+namespace ringattn {
+namespace {
+
+constexpr int64_t kContextLength = 307;  // prime
+// Two fp32 results of different summation orders agree this closely.
+constexpr double kAgreement = 4e-5;
+
+AttentionSpec Spec(int64_t nq, int64_t nk, int64_t kv_heads) {
+  AttentionSpec spec;
+  spec.q_len = nq;
+  spec.kv_len = nk;
+  spec.q_heads = 8;
+  spec.kv_heads = kv_heads;
+  spec.head_dim = 80;
+  spec.causal = true;
+  return spec;
+}
+
+v1::AttentionSpec Forced(const AttentionSpec& spec, v1::Strategy strategy) {
+  v1::AttentionSpec request = RequestSpec(spec);
+  request.set_strategy(strategy);
+  return request;
+}
+
+void ExpectAgree(const AttendResult& a, const AttendResult& b) {
+  ASSERT_EQ(a.output.values().size(), b.output.values().size());
+  for (size_t i = 0; i < a.output.values().size(); ++i) {
+    const float x = a.output.values()[i];
+    ASSERT_NEAR(x, b.output.values()[i], kAgreement * (1 + std::abs(x)))
+        << "output element " << i;
+  }
+  ASSERT_EQ(a.lse.size(), b.lse.size());
+  for (size_t i = 0; i < a.lse.size(); ++i) {
+    if (std::isinf(a.lse[i])) {
+      ASSERT_EQ(a.lse[i], b.lse[i]) << "lse element " << i;
+      continue;
+    }
+    ASSERT_NEAR(a.lse[i], b.lse[i], kAgreement * (1 + std::abs(a.lse[i])))
+        << "lse element " << i;
+  }
+}
+
+class Strategies : public testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    absl::StatusOr<std::unique_ptr<TestCluster>> cluster =
+        TestCluster::Start({.workers = 3});
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = cluster->release();
+  }
+  static void TearDownTestSuite() { delete cluster_; }
+
+  // Context `name` holding the K/V of `in`, uploaded as a create and appends
+  // of uneven sizes.
+  static void Upload(Client& client, const std::string& name,
+                     const RandomInputs& in) {
+    int64_t at = 0;
+    for (int64_t piece : {100, 37, 1, 169}) {
+      const View<const float> k = in.k.view().Slice(at, at + piece);
+      const View<const float> v = in.v.view().Slice(at, at + piece);
+      absl::StatusOr<v1::ContextInfo> info =
+          at == 0 ? client.CreateContext(name, k, v)
+                  : client.AppendContext(name, k, v);
+      ASSERT_TRUE(info.ok()) << info.status();
+      at += piece;
+    }
+    ASSERT_EQ(at, kContextLength);
+  }
+
+  static TestCluster* cluster_;
+};
+
+TestCluster* Strategies::cluster_ = nullptr;
+
+TEST_F(Strategies, AttendPassKvAndBroadcastQAgreeWithReference) {
+  std::unique_ptr<Client> client = cluster_->NewClient();
+  for (int64_t kv_heads : {2, 1}) {
+    for (int64_t nq : {1, 3, 17, 300}) {
+      SCOPED_TRACE("Hkv=" + std::to_string(kv_heads) +
+                   " Nq=" + std::to_string(nq));
+      const AttentionSpec spec = Spec(nq, kContextLength, kv_heads);
+      const RandomInputs in =
+          MakeRandomInputs(spec, static_cast<uint32_t>(nq + 10 * kv_heads));
+      std::vector<AttendResult> results;
+      for (v1::Strategy strategy : {v1::PASS_KV, v1::BROADCAST_Q}) {
+        absl::StatusOr<AttendResult> result = client->Attend(
+            Forced(spec, strategy), in.q.view(), in.k.view(), in.v.view());
+        ASSERT_TRUE(result.ok()) << result.status();
+        EXPECT_EQ(result->summary.strategy(), strategy);
+        ExpectMatchesReference(spec, in, *result);
+        results.push_back(std::move(*result));
+      }
+      ExpectAgree(results[0], results[1]);
+    }
+  }
+}
+
+TEST_F(Strategies, QueryPassKvAndBroadcastQAgreeWithReference) {
+  std::unique_ptr<Client> client = cluster_->NewClient();
+  for (int64_t kv_heads : {2, 1}) {
+    const std::string name = "context-hkv" + std::to_string(kv_heads);
+    const RandomInputs context = MakeRandomInputs(
+        Spec(kContextLength, kContextLength, kv_heads), 40 + kv_heads);
+    Upload(*client, name, context);
+    for (int64_t nq : {1, 3, 17, 300}) {
+      SCOPED_TRACE("Hkv=" + std::to_string(kv_heads) +
+                   " Nq=" + std::to_string(nq));
+      const AttentionSpec spec = Spec(nq, kContextLength, kv_heads);
+      RandomInputs in = MakeRandomInputs(spec, static_cast<uint32_t>(nq));
+      in.k = Tensor<float>(context.k.shape());
+      in.k.values() = context.k.values();
+      in.v = Tensor<float>(context.v.shape());
+      in.v.values() = context.v.values();
+      std::vector<AttendResult> results;
+      for (v1::Strategy strategy : {v1::PASS_KV, v1::BROADCAST_Q}) {
+        absl::StatusOr<AttendResult> result =
+            client->Query(name, Forced(spec, strategy), in.q.view());
+        ASSERT_TRUE(result.ok()) << result.status();
+        EXPECT_EQ(result->summary.strategy(), strategy);
+        ExpectMatchesReference(spec, in, *result);
+        results.push_back(std::move(*result));
+      }
+      ExpectAgree(results[0], results[1]);
+    }
+    EXPECT_TRUE(client->DeleteContext(name).ok());
+  }
+}
+
+TEST_F(Strategies, AutoFollowsTheCostModel) {
+  std::unique_ptr<Client> client = cluster_->NewClient();
+  const AttentionSpec square = Spec(kContextLength, kContextLength, 2);
+  const RandomInputs context = MakeRandomInputs(square, 7);
+  Upload(*client, "auto", context);
+  // One query row against the whole context: broadcast-Q moves ~1/100 of the
+  // bytes.
+  const AttentionSpec decode = Spec(1, kContextLength, 2);
+  RandomInputs in = MakeRandomInputs(decode, 8);
+  absl::StatusOr<AttendResult> result =
+      client->Query("auto", RequestSpec(decode), in.q.view());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->summary.strategy(), v1::BROADCAST_Q);
+  in.k = Tensor<float>(context.k.shape());
+  in.k.values() = context.k.values();
+  in.v = Tensor<float>(context.v.shape());
+  in.v.values() = context.v.values();
+  ExpectMatchesReference(decode, in, *result);
+  EXPECT_TRUE(client->DeleteContext("auto").ok());
+  // Nq = Nk: pass-KV.
+  result = client->Attend(RequestSpec(square), context.q.view(),
+                          context.k.view(), context.v.view());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->summary.strategy(), v1::PASS_KV);
+  ExpectMatchesReference(square, context, *result);
+  absl::StatusOr<std::string> metrics = cluster_->Metrics();
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  EXPECT_NE(metrics->find("ringattn_strategy_requests_total{strategy=\""
+                          "BROADCAST_Q\"}"),
+            std::string::npos)
+      << *metrics;
+}
+
+TEST_F(Strategies, StrategiesThatCannotRunAreRefused) {
+  std::unique_ptr<Client> client = cluster_->NewClient();
+  AttentionSpec dilated = Spec(64, 64, 2);
+  dilated.dilated = {DilatedBranch{16, 2}};
+  const RandomInputs in = MakeRandomInputs(dilated, 3);
+  absl::StatusOr<AttendResult> refused = client->Attend(
+      Forced(dilated, v1::BROADCAST_Q), in.q.view(), in.k.view(), in.v.view());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(refused.status().message().find("dilated"), std::string::npos)
+      << refused.status();
+  refused = client->Attend(Forced(Spec(64, 64, 2), v1::PASS_Q), in.q.view(),
+                           in.k.view(), in.v.view());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(refused.status().message().find("PASS_Q"), std::string::npos)
+      << refused.status();
+  // AUTO runs the dilated request with pass-KV.
+  absl::StatusOr<AttendResult> result = client->Attend(
+      RequestSpec(dilated), in.q.view(), in.k.view(), in.v.view());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->summary.strategy(), v1::PASS_KV);
+  ExpectMatchesReference(dilated, in, *result);
+}
+
+}  // namespace
+}  // namespace ringattn

@@ -1,0 +1,142 @@
+#include "worker/broadcast_executor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <new>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "core/status_macros.h"
+#include "core/strategy_support.h"
+#include "kernels/cpu/run_task.h"
+#include "worker/task_flops.h"
+
+namespace ringattn {
+namespace {
+
+// Where BytesNeeded saturates: below the largest int64_t.
+constexpr double kMostBytes = 9.0e18;
+
+ShardLayout AllQueries(int64_t q_len) {
+  return ShardLayout::FromChunks(q_len, {{Range{0, q_len}}});
+}
+
+// This rank's K/V chunks as the only worker of a world of one.
+ShardLayout OwnKeys(const ShardLayout& kv_layout, int rank) {
+  return ShardLayout::FromChunks(kv_layout.seq_len(), {kv_layout.Chunks(rank)});
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<BroadcastExecutor>> BroadcastExecutor::Create(
+    const AttentionSpec& spec, int rank, int world_size,
+    std::optional<ShardLayout> kv_layout) {
+  RINGATTN_RETURN_IF_ERROR(spec.Validate());
+  RINGATTN_RETURN_IF_ERROR(CheckBroadcastQSupports(spec));
+  if (world_size < 1 || rank < 0 || rank >= world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " is not a rank of a world of size ",
+                     world_size, ": need 0 <= rank < world size"));
+  }
+  if (kv_layout.has_value()) {
+    if (kv_layout->num_workers() != world_size ||
+        kv_layout->seq_len() != spec.kv_len) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the K/V layout covers ", kv_layout->seq_len(), " positions over ",
+          kv_layout->num_workers(), " workers; the request has kv_len ",
+          spec.kv_len, " and ", world_size, " workers"));
+    }
+    RINGATTN_RETURN_IF_ERROR(kv_layout->Validate());
+  } else {
+    kv_layout =
+        ShardLayout::Make(ChooseShardKind(spec), spec.kv_len, world_size);
+  }
+  const int64_t bytes = BytesNeeded(spec, rank, world_size, &*kv_layout);
+  if (bytes >= kMostBytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("rank ", rank, " of ", world_size,
+                     " cannot hold all query rows of a request this large"));
+  }
+  try {
+    return std::unique_ptr<BroadcastExecutor>(
+        new BroadcastExecutor(spec, rank, std::move(*kv_layout)));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate the ", bytes, " bytes rank ", rank,
+                     " needs for this request"));
+  }
+}
+
+int64_t BroadcastExecutor::BytesNeeded(const AttentionSpec& spec, int rank,
+                                       int world_size,
+                                       const ShardLayout* kv_layout) {
+  // In double, so that absurd shapes saturate instead of overflowing.
+  const double kv_rows = static_cast<double>(
+      kv_layout != nullptr
+          ? kv_layout->ShardLength(rank)
+          : ShardLayout::Make(ChooseShardKind(spec), spec.kv_len, world_size)
+                .ShardLength(rank));
+  const double batch = static_cast<double>(spec.batch);
+  const double q_values = batch * spec.q_len * spec.q_heads * spec.head_dim;
+  const double lse_values = batch * spec.q_len * spec.q_heads;
+  const double kv_values = 2 * batch * kv_rows * spec.kv_heads * spec.head_dim;
+  // Q, O and the LSE; the own K/V; the kernels' scratch (at most one more O
+  // and LSE).
+  const double bytes =
+      sizeof(float) * (3 * q_values + 2 * lse_values + kv_values);
+  return static_cast<int64_t>(std::min(bytes, kMostBytes));
+}
+
+BroadcastExecutor::BroadcastExecutor(const AttentionSpec& spec, int rank,
+                                     ShardLayout kv_layout)
+    : spec_(spec),
+      rank_(rank),
+      q_layout_(AllQueries(spec.q_len)),
+      kv_layout_(std::move(kv_layout)),
+      plan_(RingPlan::Build(spec, q_layout_, OwnKeys(kv_layout_, rank),
+                            /*blocks=*/nullptr)) {
+  const Shape q_shape{spec.batch, spec.q_len, spec.q_heads, spec.head_dim};
+  const Shape kv_shape{spec.batch, kv_layout_.ShardLength(rank), spec.kv_heads,
+                       spec.head_dim};
+  q_ = Tensor<float>(q_shape);
+  k_ = Tensor<float>(kv_shape);
+  v_ = Tensor<float>(kv_shape);
+  o_ = Tensor<float>(q_shape);
+  lse_ = Tensor<float>(Shape{q_shape.batch, q_shape.seq, q_shape.heads, 1});
+  std::fill(lse_.values().begin(), lse_.values().end(), -INFINITY);
+}
+
+absl::StatusOr<RingOutput> BroadcastExecutor::Run(
+    const std::atomic<bool>* cancelled) {
+  if (ran_) {
+    return absl::FailedPreconditionError("a broadcast executor runs only once");
+  }
+  ran_ = true;
+  RingRunStats stats;
+  stats.peak_bytes =
+      BytesNeeded(spec_, rank_, kv_layout_.num_workers(), &kv_layout_);
+  stats.steps = 1;
+  const absl::Time start = absl::Now();
+  const WorkerBuffers buffers{q_.view(), k_.view(), v_.view(), o_.view(),
+                              lse_.view()};
+  for (const AttentionTask& task : plan_.Step(0, 0).tasks) {
+    if (cancelled != nullptr && cancelled->load()) {
+      return absl::CancelledError(absl::StrCat(
+          "rank ", rank_, " was cancelled during broadcast-Q attention"));
+    }
+    RunAttentionTask(spec_, /*blocks=*/nullptr, task, buffers);
+    stats.flops += TaskFlops(spec_, /*blocks=*/nullptr, task);
+    ++stats.tasks;
+  }
+  FinishAttention(spec_, o_.view());
+  stats.compute_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  RingOutput output;
+  output.o = std::move(o_);
+  output.lse = std::move(lse_);
+  output.stats = stats;
+  return output;
+}
+
+}  // namespace ringattn

@@ -1,0 +1,150 @@
+// The broadcast-Q executor: p ranks each compute every query against their own
+// K/V shard; their partials merged by log-sum-exp must match the float64
+// reference (|x - ref| <= 2e-5 * (1 + |ref|)), and rows that see none of a
+// rank's keys come back O = 0, LSE = -inf.
+
+#include "worker/broadcast_executor.h"
+
+#include <cmath>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/merge_with_lse.h"
+#include "kernels/cpu/reference_attention.h"
+
+namespace ringattn {
+namespace {
+
+constexpr double kTolerance = 2e-5;
+
+Tensor<float> RandomTensor(Shape shape, uint32_t seed) {
+  Tensor<float> t(shape);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (float& x : t.values()) x = uniform(rng);
+  return t;
+}
+
+// Copies the rows of `chunks` of `from` ([B, N, H, D]) into `to` in order.
+void CopyChunks(const Tensor<float>& from, const std::vector<Range>& chunks,
+                View<float> to) {
+  int64_t row = 0;
+  for (const Range& chunk : chunks) {
+    CopyView(from.view().Slice(chunk.begin, chunk.end),
+             to.Slice(row, row + chunk.size()));
+    row += chunk.size();
+  }
+}
+
+AttentionSpec Spec(int64_t nq, int64_t nk, int64_t kv_heads, bool causal) {
+  AttentionSpec spec;
+  spec.q_len = nq;
+  spec.kv_len = nk;
+  spec.q_heads = 8;
+  spec.kv_heads = kv_heads;
+  spec.head_dim = 80;
+  spec.causal = causal;
+  return spec;
+}
+
+// Runs all `p` ranks and checks their merged output against the reference.
+void ExpectMergedMatchesReference(const AttentionSpec& spec, int p,
+                                  uint32_t seed) {
+  const Shape q_shape{spec.batch, spec.q_len, spec.q_heads, spec.head_dim};
+  const Shape kv_shape{spec.batch, spec.kv_len, spec.kv_heads, spec.head_dim};
+  const Tensor<float> q = RandomTensor(q_shape, seed);
+  const Tensor<float> k = RandomTensor(kv_shape, seed + 1);
+  const Tensor<float> v = RandomTensor(kv_shape, seed + 2);
+  Tensor<float> o(q_shape);
+  Tensor<float> lse(Shape{spec.batch, spec.q_len, spec.q_heads, 1});
+  std::fill(lse.values().begin(), lse.values().end(), -INFINITY);
+  for (int rank = 0; rank < p; ++rank) {
+    absl::StatusOr<std::unique_ptr<BroadcastExecutor>> executor =
+        BroadcastExecutor::Create(spec, rank, p);
+    ASSERT_TRUE(executor.ok()) << executor.status();
+    BroadcastExecutor& e = **executor;
+    CopyView(q.view(), e.q());
+    CopyChunks(k, e.kv_layout().Chunks(rank), e.k());
+    CopyChunks(v, e.kv_layout().Chunks(rank), e.v());
+    absl::StatusOr<RingOutput> part = e.Run(/*cancelled=*/nullptr);
+    ASSERT_TRUE(part.ok()) << part.status();
+    EXPECT_EQ(part->stats.transfers, 0);
+    MergeWithLse(o.view(), lse.view(), part->o.view(), part->lse.view());
+  }
+  Tensor<double> o_ref(q_shape);
+  Tensor<double> lse_ref(Shape{spec.batch, spec.q_len, spec.q_heads, 1});
+  ReferenceAttention(spec, q.view(), k.view(), v.view(), o_ref.view(),
+                     lse_ref.view());
+  for (size_t i = 0; i < o.values().size(); ++i) {
+    ASSERT_NEAR(o.values()[i], o_ref.values()[i],
+                kTolerance * (1 + std::abs(o_ref.values()[i])))
+        << "element " << i;
+  }
+  for (size_t i = 0; i < lse.values().size(); ++i) {
+    if (std::isinf(lse_ref.values()[i])) {
+      ASSERT_EQ(lse.values()[i], -INFINITY) << "lse element " << i;
+      continue;
+    }
+    ASSERT_NEAR(lse.values()[i], lse_ref.values()[i],
+                kTolerance * (1 + std::abs(lse_ref.values()[i])))
+        << "lse element " << i;
+  }
+}
+
+TEST(BroadcastExecutor, MergedPartialsMatchReference) {
+  for (int64_t nq : {1, 3, 17, 300}) {
+    for (int64_t kv_heads : {2, 1}) {
+      for (bool causal : {true, false}) {
+        SCOPED_TRACE("Nq=" + std::to_string(nq) + " Hkv=" +
+                     std::to_string(kv_heads) + (causal ? " causal" : ""));
+        ExpectMergedMatchesReference(Spec(nq, 307, kv_heads, causal), 3,
+                                     static_cast<uint32_t>(nq + kv_heads));
+      }
+    }
+  }
+}
+
+TEST(BroadcastExecutor, MoreWorkersThanKeys) {
+  ExpectMergedMatchesReference(Spec(3, 2, 2, true), 4, 9);
+}
+
+TEST(BroadcastExecutor, RowsThatSeeNoneOfTheShardAreEmpty) {
+  // Causal 6 x 6 over 3 ranks (zigzag): rank 1 holds keys 1 and 4, so query 0
+  // sees none of them.
+  const AttentionSpec spec = Spec(6, 6, 2, true);
+  absl::StatusOr<std::unique_ptr<BroadcastExecutor>> executor =
+      BroadcastExecutor::Create(spec, 1, 3);
+  ASSERT_TRUE(executor.ok()) << executor.status();
+  std::fill((*executor)->q().data(),
+            (*executor)->q().data() + (*executor)->q().shape().NumElements(),
+            0.5f);
+  absl::StatusOr<RingOutput> part = (*executor)->Run(nullptr);
+  ASSERT_TRUE(part.ok()) << part.status();
+  for (int64_t h = 0; h < spec.q_heads; ++h) {
+    EXPECT_EQ(part->lse.view().At(0, 0, h, 0), -INFINITY);
+    for (int64_t d = 0; d < spec.head_dim; ++d) {
+      EXPECT_EQ(part->o.view().At(0, 0, h, d), 0.0f);
+    }
+    EXPECT_TRUE(std::isfinite(part->lse.view().At(0, 1, h, 0)));
+  }
+  EXPECT_EQ((*executor)->Run(nullptr).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(BroadcastExecutor, RefusesPatternsItDoesNotRun) {
+  AttentionSpec dilated = Spec(16, 16, 2, false);
+  dilated.dilated = {DilatedBranch{8, 2}};
+  absl::StatusOr<std::unique_ptr<BroadcastExecutor>> executor =
+      BroadcastExecutor::Create(dilated, 0, 2);
+  EXPECT_EQ(executor.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(executor.status().message().find("dilated"), std::string::npos);
+  EXPECT_EQ(
+      BroadcastExecutor::Create(Spec(4, 16, 2, false), 2, 2).status().code(),
+      absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace ringattn
