@@ -117,6 +117,10 @@ class ExecuteReactor final
     }
     Log(status.ok() ? spdlog::level::info : spdlog::level::warn,
         absl::StrCat("finished: ", status.ToString()));
+    // The computation is over: give the execution slot back before the caller
+    // hears the status, so that its next stream is admitted (the buffers
+    // themselves go in OnDone, moments later).
+    ticket_ = ExecutionBudget::Ticket();
     Finish(ToGrpcStatus(status));
   }
 
@@ -133,6 +137,12 @@ class ExecuteReactor final
         }
         if (!request.run()) {
           return absl::InvalidArgumentError("'run' must be true");
+        }
+        if (context_load_.has_value()) {
+          // Only now: a query that appends rows stores them before 'run'.
+          RINGATTN_RETURN_IF_ERROR(
+              contexts_.Copy(context_load_->name, context_load_->chunks,
+                             context_load_->k, context_load_->v));
         }
         RINGATTN_RETURN_IF_ERROR(CheckComplete());
         run_requested_ = true;
@@ -227,11 +237,8 @@ class ExecuteReactor final
         ShardRowsTarget("V", executor_->v(), &executor_->kv_layout(), rank_);
     if (!header.context().empty()) {
       // K and V come from the resident context, not from the stream.
-      RINGATTN_RETURN_IF_ERROR(
-          contexts_.Copy(header.context(), executor_->kv_layout().Chunks(rank_),
-                         executor_->k(), executor_->v()));
-      targets_[1].MarkAllArrived();
-      targets_[2].MarkAllArrived();
+      LoadContextAtRun(header.context(), executor_->kv_layout().Chunks(rank_),
+                       executor_->k(), executor_->v());
     }
     Log(spdlog::level::info,
         absl::StrCat("header: batch ", spec_.batch, ", q_len ", spec_.q_len,
@@ -265,11 +272,8 @@ class ExecuteReactor final
     targets_[1] = ShardRowsTarget("K", e.host_k(), &e.kv_layout(), rank_);
     targets_[2] = ShardRowsTarget("V", e.host_v(), &e.kv_layout(), rank_);
     if (!header.context().empty()) {
-      RINGATTN_RETURN_IF_ERROR(contexts_.Copy(header.context(),
-                                              e.kv_layout().Chunks(rank_),
-                                              e.host_k(), e.host_v()));
-      targets_[1].MarkAllArrived();
-      targets_[2].MarkAllArrived();
+      LoadContextAtRun(header.context(), e.kv_layout().Chunks(rank_),
+                       e.host_k(), e.host_v());
     }
     Log(spdlog::level::info,
         absl::StrCat("header: batch ", spec_.batch, ", q_len ", spec_.q_len,
@@ -300,10 +304,8 @@ class ExecuteReactor final
     targets_[1] = ShardRowsTarget("K", e.k(), &e.kv_layout(), rank_);
     targets_[2] = ShardRowsTarget("V", e.v(), &e.kv_layout(), rank_);
     if (!header.context().empty()) {
-      RINGATTN_RETURN_IF_ERROR(contexts_.Copy(
-          header.context(), e.kv_layout().Chunks(rank_), e.k(), e.v()));
-      targets_[1].MarkAllArrived();
-      targets_[2].MarkAllArrived();
+      LoadContextAtRun(header.context(), e.kv_layout().Chunks(rank_), e.k(),
+                       e.v());
     }
     Log(spdlog::level::info,
         absl::StrCat("header (broadcast-Q): batch ", spec_.batch, ", q_len ",
@@ -342,6 +344,16 @@ class ExecuteReactor final
                          static_cast<int>(rows.tensor())));
     }
     return targets_[index].Place(rows, wire_dtype_);
+  }
+
+  // Marks this rank's K/V as coming from resident context `name` (the rows of
+  // `chunks`, copied into k and v when 'run' arrives) rather than from the
+  // stream.
+  void LoadContextAtRun(const std::string& name, std::vector<Range> chunks,
+                        View<float> k, View<float> v) {
+    context_load_ = ContextLoad{name, std::move(chunks), k, v};
+    targets_[1].MarkAllArrived();
+    targets_[2].MarkAllArrived();
   }
 
   // OK once every row of the shard arrived; INVALID_ARGUMENT naming the first
@@ -518,6 +530,14 @@ class ExecuteReactor final
   // Instead of executor_ for broadcast-Q.
   std::unique_ptr<BroadcastExecutor> broadcast_executor_;
   std::array<ShardRowsTarget, 3> targets_;
+  // Where K/V come from for a query of a resident context.
+  struct ContextLoad {
+    std::string name;
+    std::vector<Range> chunks;
+    View<float> k;
+    View<float> v;
+  };
+  std::optional<ContextLoad> context_load_;
   bool run_requested_ = false;
 
   // The computation.
