@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -40,7 +41,10 @@ constexpr char kUsage[] = R"(usage:
   ringattn context append --target HOST:PORT --name NAME --k K.npy --v V.npy
       [--wire_dtype fp32|fp16|bf16]
   ringattn context query --target HOST:PORT --name NAME --q Q.npy --out O.npy
-      [--lse_out L.npy] [the attention flags of attend]
+      [--lse_out L.npy] [--k_new K.npy --v_new V.npy] [the attention flags of
+      attend, --strategy auto|pass_kv|pass_q|broadcast_q among them]
+      (with --k_new/--v_new the rows are appended first, so the context grows
+      and the queries see them)
   ringattn context delete --target HOST:PORT --name NAME
   ringattn context list --target HOST:PORT
 
@@ -312,7 +316,7 @@ int RunContextQuery(const std::vector<std::string>& args) {
   absl::StatusOr<Flags> flags =
       ParseCommand(args,
                    Union(Union(ConnectionFlagNames(), SpecFlagNames()),
-                         {"name", "q", "out", "lse_out"}),
+                         {"name", "q", "out", "lse_out", "k_new", "v_new"}),
                    SpecSwitchNames(), {"target", "name", "q", "out"});
   if (!flags.ok()) return UsageError(flags.status());
   v1::AttentionSpec spec;
@@ -344,10 +348,28 @@ int RunContextQuery(const std::vector<std::string>& args) {
   spec.set_kv_len(context->length());
   spec.set_kv_heads(context->kv_heads());
   spec.set_return_lse(flags->Has("lse_out"));
+  // With --k_new/--v_new the rows are appended first and attended to as well.
+  if (flags->Has("k_new") != flags->Has("v_new")) {
+    return UsageError(absl::InvalidArgumentError(
+        "--k_new and --v_new go together: both or neither"));
+  }
+  std::optional<InputTensor> k_new, v_new;
+  if (flags->Has("k_new")) {
+    absl::StatusOr<InputTensor> k = ReadInput(*flags->Get("k_new"));
+    if (!k.ok()) return Failure(k.status());
+    absl::StatusOr<InputTensor> v = ReadInput(*flags->Get("v_new"));
+    if (!v.ok()) return Failure(v.status());
+    k_new = std::move(*k);
+    v_new = std::move(*v);
+    spec.set_kv_len(context->length() + k_new->shape.seq);
+  }
 
   const absl::Time start = absl::Now();
   absl::StatusOr<AttendResult> result =
-      connection->client->Query(name, spec, q->view());
+      k_new.has_value()
+          ? connection->client->Query(name, spec, q->view(), k_new->view(),
+                                      v_new->view())
+          : connection->client->Query(name, spec, q->view());
   if (!result.ok()) return Failure(result.status());
   const absl::Duration wall = absl::Now() - start;
   if (absl::Status s = WriteOutputs(*flags, *q, *result); !s.ok()) {

@@ -342,6 +342,22 @@ absl::StatusOr<AttendResult> Client::Attend(const v1::AttentionSpec& spec,
 absl::StatusOr<AttendResult> Client::Query(const std::string& context_name,
                                            const v1::AttentionSpec& spec,
                                            const HostTensor& q) {
+  return RunQuery(context_name, spec, q, nullptr, nullptr);
+}
+
+absl::StatusOr<AttendResult> Client::Query(const std::string& context_name,
+                                           const v1::AttentionSpec& spec,
+                                           const HostTensor& q,
+                                           const HostTensor& k_new,
+                                           const HostTensor& v_new) {
+  return RunQuery(context_name, spec, q, &k_new, &v_new);
+}
+
+absl::StatusOr<AttendResult> Client::RunQuery(const std::string& context_name,
+                                              const v1::AttentionSpec& spec,
+                                              const HostTensor& q,
+                                              const HostTensor* k_new,
+                                              const HostTensor* v_new) {
   v1::QueryRequest header;
   header.mutable_header()->set_context(context_name);
   *header.mutable_header()->mutable_spec() = WithWireDType(spec);
@@ -354,6 +370,15 @@ absl::StatusOr<AttendResult> Client::Query(const std::string& context_name,
 
   ChunkStream chunks(*dtype, options_.chunk_bytes);
   chunks.Add(v1::Q, q);
+  if (k_new != nullptr) {
+    const Shape kv_shape{sent.batch(), k_new->shape().seq, sent.kv_heads(),
+                         sent.head_dim()};
+    RINGATTN_RETURN_IF_ERROR(CheckShape("new K", *k_new, kv_shape));
+    RINGATTN_RETURN_IF_ERROR(CheckShape("new V", *v_new, kv_shape));
+    header.mutable_header()->set_append_length(kv_shape.seq);
+    chunks.Add(v1::K, *k_new);
+    chunks.Add(v1::V, *v_new);
+  }
   OutputAssembler output(q_shape, sent.return_lse());
   ProgressReporter progress(options_.progress);
   grpc::ClientContext context;

@@ -106,6 +106,14 @@ class Client {
   absl::StatusOr<AttendResult> Query(const std::string& context,
                                      const v1::AttentionSpec& spec,
                                      const HostTensor& q);
+  // A decode step in one call: appends K and V [batch, n, kv_heads, head_dim]
+  // to the context, then attends Q to the whole context including them. If
+  // the call fails the context is left as it was.
+  absl::StatusOr<AttendResult> Query(const std::string& context,
+                                     const v1::AttentionSpec& spec,
+                                     const HostTensor& q,
+                                     const HostTensor& k_new,
+                                     const HostTensor& v_new);
 
   absl::Status DeleteContext(const std::string& name);
   absl::StatusOr<std::vector<v1::ContextInfo>> ListContexts();
@@ -115,6 +123,12 @@ class Client {
 
   // Sets the deadline and metadata of a new call on `context`.
   void Prepare(grpc::ClientContext* context) const;
+
+  absl::StatusOr<AttendResult> RunQuery(const std::string& context,
+                                        const v1::AttentionSpec& spec,
+                                        const HostTensor& q,
+                                        const HostTensor* k_new,
+                                        const HostTensor* v_new);
 
   absl::StatusOr<v1::ContextInfo> UploadContext(bool create,
                                                 const std::string& name,

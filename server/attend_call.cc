@@ -22,6 +22,8 @@
 #include "proto/grpc_status.h"
 #include "proto/spec_conversion.h"
 #include "ringattn/v1/worker.grpc.pb.h"
+#include "server/context_append.h"
+#include "server/context_upload.h"
 #include "server/request_layout.h"
 #include "server/row_coverage.h"
 #include "server/strategy_choice.h"
@@ -82,6 +84,8 @@ class Call {
   absl::Status Run();
 
  private:
+  // Everything Run does but settling a decode step's appended rows.
+  absl::Status RunSteps();
   absl::Status ReadHeader();
   absl::Status UseResidentContext();
   absl::Status CheckSize();
@@ -110,6 +114,9 @@ class Call {
   v1::AttentionSpec spec_proto_;
   AttentionSpec spec_;
   std::optional<ResidentContext> resident_;  // Query only
+  bool appending_ =
+      false;  // a Query that appends new K/V first (holds the context)
+  std::unique_ptr<ContextAppend> append_;
   DType dtype_ = DType::kFloat32;
   v1::Strategy strategy_ = v1::PASS_KV;
   std::optional<RequestLayout> layout_;
@@ -165,9 +172,19 @@ absl::Status Call::ReadHeader() {
 }
 
 absl::Status Call::UseResidentContext() {
+  const int64_t appended = stream_->append_length();
+  if (appended < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("field 'append_length' must be >= 0, got ", appended));
+  }
+  // A query that appends holds its context like an upload does, so that no
+  // other upload interleaves; a plain query reads a snapshot.
   absl::StatusOr<ResidentContext> resident =
-      state_.contexts->Find(stream_->context_name());
+      appended > 0 ? state_.contexts->BeginUpload(stream_->context_name(),
+                                                  /*create=*/false)
+                   : state_.contexts->Find(stream_->context_name());
   if (!resident.ok()) return resident.status();
+  appending_ = appended > 0;
   resident_ = std::move(*resident);
   const auto check = [&](const char* field, int64_t got,
                          int64_t want) -> absl::Status {
@@ -182,7 +199,7 @@ absl::Status Call::UseResidentContext() {
       check("kv_heads", spec_proto_.kv_heads(), resident_->kv_heads));
   RINGATTN_RETURN_IF_ERROR(
       check("head_dim", spec_proto_.head_dim(), resident_->head_dim));
-  spec_proto_.set_kv_len(resident_->length);
+  spec_proto_.set_kv_len(resident_->length + appended);
   return absl::OkStatus();
 }
 
@@ -192,7 +209,10 @@ absl::Status Call::CheckSize() {
       spec_.batch * spec_.q_len * spec_.q_heads * spec_.head_dim * element;
   const int64_t kv_bytes =
       spec_.batch * spec_.kv_len * spec_.kv_heads * spec_.head_dim * element;
-  const int64_t total = q_bytes + (resident_.has_value() ? 0 : 2 * kv_bytes);
+  const int64_t appended_bytes = 2 * spec_.batch * stream_->append_length() *
+                                 spec_.kv_heads * spec_.head_dim * element;
+  const int64_t total =
+      q_bytes + (resident_.has_value() ? appended_bytes : 2 * kv_bytes);
   if (total > state_.options.max_request_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the request uploads ", total, " bytes of Q, K and V but the limit is ",
@@ -239,14 +259,15 @@ absl::Status Call::OpenWorkers() {
     }
   }
   if (resident_.has_value()) {
-    for (const Cluster::Member& member : *members) {
-      if (resident_->addresses[member.rank] != member.address) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "context '", resident_->name, "' lost its part on rank ",
-            member.rank, " when worker ", resident_->addresses[member.rank],
-            " left the cluster; delete the context and create it again"));
-      }
-    }
+    RINGATTN_RETURN_IF_ERROR(CheckContextMembers(*resident_, *members));
+  }
+  if (appending_) {
+    absl::StatusOr<std::unique_ptr<ContextAppend>> append =
+        ContextAppend::Start(state_.cluster, *members, *resident_,
+                             /*create=*/false, stream_->append_length(), dtype_,
+                             context_->deadline());
+    if (!append.ok()) return append.status();
+    append_ = std::move(*append);
   }
   layout_.emplace(spec_, p);
   done_.assign(static_cast<size_t>(p), v1::ExecuteDone());
@@ -273,7 +294,8 @@ absl::Status Call::OpenWorkers() {
       absl::ToDoubleSeconds(std::min(remaining, state_.options.ring_timeout)));
   if (resident_.has_value()) {
     h->set_context(resident_->name);
-    for (const std::vector<Range>& chunks : resident_->chunks) {
+    const ResidentContext& layout = appending_ ? append_->after() : *resident_;
+    for (const std::vector<Range>& chunks : layout.chunks) {
       v1::KvChunks* held = h->add_kv_layout();
       for (const Range& chunk : chunks) {
         held->add_begin(chunk.begin);
@@ -351,8 +373,14 @@ absl::Status Call::Upload() {
     return absl::CancelledError(
         "the client cancelled or went away during upload");
   }
+  RINGATTN_RETURN_IF_ERROR(CheckComplete());
+  if (appending_) {
+    // The new rows are stored on the workers before the query runs on them.
+    RINGATTN_RETURN_IF_ERROR(append_->CheckComplete());
+    RINGATTN_RETURN_IF_ERROR(append_->Finish());
+  }
   upload_seconds_ = SecondsSince(start);
-  return CheckComplete();
+  return absl::OkStatus();
 }
 
 absl::Status Call::RouteChunk(const v1::TensorChunk& chunk, int64_t index) {
@@ -364,11 +392,12 @@ absl::Status Call::RouteChunk(const v1::TensorChunk& chunk, int64_t index) {
   }
   const char* name = TensorLabel(tensor);
   const bool keys = tensor != v1::Q;
+  if (keys && appending_) return append_->Route(chunk, index);
   if (keys && resident_.has_value()) {
     return absl::InvalidArgumentError(
         absl::StrCat("chunk ", index,
-                     ": a Query sends only Q chunks; K and V come from "
-                     "context '",
+                     ": a Query sends only Q chunks unless its header sets "
+                     "append_length; K and V come from context '",
                      resident_->name, "'"));
   }
   const int64_t len = keys ? spec_.kv_len : spec_.q_len;
@@ -698,6 +727,22 @@ v1::Summary Call::MakeSummary() {
 }
 
 absl::Status Call::Run() {
+  const absl::Status status = RunSteps();
+  if (appending_) {
+    // A decode step commits its rows only if the query succeeded.
+    std::optional<ResidentContext> committed;
+    if (status.ok()) {
+      committed = append_->after();
+    } else if (append_ != nullptr) {
+      append_.reset();
+      DropOnWorkers(state_, resident_->name, resident_->length);
+    }
+    state_.contexts->EndUpload(resident_->name, std::move(committed));
+  }
+  return status;
+}
+
+absl::Status Call::RunSteps() {
   RINGATTN_RETURN_IF_ERROR(ReadHeader());
   RINGATTN_RETURN_IF_ERROR(CheckSize());
   RINGATTN_RETURN_IF_ERROR(OpenWorkers());

@@ -45,6 +45,8 @@ class RequestStream {
   // The context a Query's header named (known once the header was read); empty
   // for Attend.
   virtual const std::string& context_name() const = 0;
+  // New K/V tokens a Query appends to its context before it runs (0: none).
+  virtual int64_t append_length() const = 0;
 };
 
 // Runs the whole call on `stream`; returns the status to end it with.

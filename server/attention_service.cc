@@ -98,6 +98,7 @@ class AttendStream final : public RequestStream {
     return stream_->Write(response);
   }
   const std::string& context_name() const override { return none_; }
+  int64_t append_length() const override { return 0; }
 
  private:
   grpc::ServerReaderWriter<v1::AttendResponse, v1::AttendRequest>* const
@@ -119,6 +120,7 @@ class QueryStream final : public RequestStream {
     if (query.has_header()) {
       context_ = query.header().context();
       if (context_.empty()) context_ = "(unnamed)";
+      append_length_ = query.header().append_length();
       *request->mutable_header() = query.header().spec();
     } else if (query.has_chunk()) {
       *request->mutable_chunk() = query.chunk();
@@ -129,10 +131,12 @@ class QueryStream final : public RequestStream {
     return stream_->Write(response);
   }
   const std::string& context_name() const override { return context_; }
+  int64_t append_length() const override { return append_length_; }
 
  private:
   grpc::ServerReaderWriter<v1::AttendResponse, v1::QueryRequest>* const stream_;
   std::string context_;
+  int64_t append_length_ = 0;
 };
 
 }  // namespace

@@ -12,19 +12,11 @@
 #include "proto/grpc_status.h"
 #include "proto/spec_conversion.h"
 #include "ringattn/v1/worker.grpc.pb.h"
-#include "server/row_coverage.h"
+#include "server/context_append.h"
 #include "spdlog/spdlog.h"
 
 namespace ringattn {
 namespace {
-
-// One worker's StoreContext stream for this upload.
-struct StoreLink {
-  Cluster::Member member;
-  grpc::ClientContext context;
-  v1::StoreContextResponse response;
-  std::unique_ptr<grpc::ClientWriter<v1::StoreContextRequest>> writer;
-};
 
 class Upload {
  public:
@@ -36,10 +28,7 @@ class Upload {
 
  private:
   absl::Status ReadHeader();
-  absl::Status OpenWorkers();
-  absl::Status RouteChunk(const v1::TensorChunk& chunk, int64_t index);
-  absl::Status FinishWorkers();
-  absl::Status WorkerError(const StoreLink& link, const grpc::Status& status);
+  absl::Status Start();
 
   const CoordinatorState& state_;
   grpc::ServerContext* const context_;
@@ -49,9 +38,7 @@ class Upload {
   v1::ContextHeader header_;
   DType dtype_ = DType::kFloat32;
   ResidentContext before_;
-  std::vector<Range> runs_;  // new positions per rank
-  std::vector<std::unique_ptr<StoreLink>> links_;
-  std::vector<RowCoverage> coverage_;  // K batches, then V batches
+  std::unique_ptr<ContextAppend> append_;
   AdmissionControl::Ticket ticket_;
 };
 
@@ -76,24 +63,10 @@ absl::Status Upload::ReadHeader() {
   return absl::OkStatus();
 }
 
-absl::Status Upload::WorkerError(const StoreLink& link,
-                                 const grpc::Status& status) {
-  if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
-    state_.cluster->MarkDead(link.member.rank, link.member.address);
-    return absl::UnavailableError(
-        absl::StrCat("worker ", link.member.rank, " (", link.member.address,
-                     ") failed during the upload: ", status.error_message()));
-  }
-  return absl::Status(
-      static_cast<absl::StatusCode>(status.error_code()),
-      absl::StrCat("worker ", link.member.rank, ": ", status.error_message()));
-}
-
-absl::Status Upload::OpenWorkers() {
+absl::Status Upload::Start() {
   absl::StatusOr<std::vector<Cluster::Member>> members =
       state_.cluster->ReadyMembers();
   if (!members.ok()) return members.status();
-  const int64_t p = static_cast<int64_t>(members->size());
   if (create_) {
     auto positive = [](const char* field, int64_t value) -> absl::Status {
       if (value >= 1) return absl::OkStatus();
@@ -110,19 +83,12 @@ absl::Status Upload::OpenWorkers() {
     before_.batch = header_.batch();
     before_.kv_heads = header_.kv_heads();
     before_.head_dim = header_.head_dim();
-    before_.chunks.assign(static_cast<size_t>(p), {});
+    before_.chunks.assign(members->size(), {});
     for (const Cluster::Member& member : *members) {
       before_.addresses.push_back(member.address);
     }
   } else {
-    for (const Cluster::Member& member : *members) {
-      if (before_.addresses[member.rank] != member.address) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "context '", before_.name, "' lost its part on rank ", member.rank,
-            " when worker ", before_.addresses[member.rank],
-            " left the cluster; delete the context and create it again"));
-      }
-    }
+    RINGATTN_RETURN_IF_ERROR(CheckContextMembers(before_, *members));
   }
   const int64_t bytes = 2 * before_.batch * header_.length() *
                         before_.kv_heads * before_.head_dim * DTypeSize(dtype_);
@@ -136,105 +102,12 @@ absl::Status Upload::OpenWorkers() {
       state_.admission->Admit(bytes, absl::FromChrono(context_->deadline()));
   if (!ticket.ok()) return ticket.status();
   ticket_ = std::move(*ticket);
-
-  std::vector<int64_t> held;
-  for (const std::vector<Range>& chunks : before_.chunks) {
-    int64_t rows = 0;
-    for (const Range& chunk : chunks) rows += chunk.size();
-    held.push_back(rows);
-  }
-  runs_ = BalancedRuns(held, before_.length, header_.length());
-  for (int b = 0; b < 2 * before_.batch; ++b) {
-    coverage_.emplace_back(header_.length());
-  }
-  for (const Cluster::Member& member : *members) {
-    auto link = std::make_unique<StoreLink>();
-    link->member = member;
-    link->context.set_deadline(context_->deadline());
-    link->writer = member.stub->StoreContext(&link->context, &link->response);
-    v1::StoreContextRequest request;
-    v1::StoreContextHeader* h = request.mutable_header();
-    h->set_name(header_.name());
-    h->set_create(create_);
-    h->set_batch(before_.batch);
-    h->set_kv_heads(before_.kv_heads);
-    h->set_head_dim(before_.head_dim);
-    h->set_wire_dtype(header_.wire_dtype());
-    h->set_first_position(runs_[member.rank].begin);
-    h->set_count(runs_[member.rank].size());
-    if (!link->writer->Write(request)) {
-      return WorkerError(*link, link->writer->Finish());
-    }
-    links_.push_back(std::move(link));
-  }
+  absl::StatusOr<std::unique_ptr<ContextAppend>> append =
+      ContextAppend::Start(state_.cluster, *members, before_, create_,
+                           header_.length(), dtype_, context_->deadline());
+  if (!append.ok()) return append.status();
+  append_ = std::move(*append);
   return absl::OkStatus();
-}
-
-absl::Status Upload::RouteChunk(const v1::TensorChunk& chunk, int64_t index) {
-  if (chunk.tensor() != v1::K && chunk.tensor() != v1::V) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("chunk ", index,
-                     ": a context holds K and V; field 'tensor' must be "
-                     "K or V"));
-  }
-  const char* name = chunk.tensor() == v1::K ? "K" : "V";
-  if (chunk.batch() < 0 || chunk.batch() >= before_.batch) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("chunk ", index, ": tensor ", name, " batch ",
-                     chunk.batch(), " is outside [0, ", before_.batch, ")"));
-  }
-  const int64_t begin = chunk.token_offset();
-  const int64_t count = chunk.token_count();
-  if (count < 1 || begin < 0 || begin + count > header_.length()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "chunk ", index, ": tensor ", name, " tokens [", begin, ", ",
-        begin + count, ") are not inside [0, ", header_.length(),
-        ") (this upload adds ", header_.length(), " tokens)"));
-  }
-  const int64_t row_bytes =
-      before_.kv_heads * before_.head_dim * DTypeSize(dtype_);
-  if (static_cast<int64_t>(chunk.data().size()) != count * row_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "chunk ", index, ": tensor ", name, " carries ", chunk.data().size(),
-        " bytes but ", count, " tokens x ", before_.kv_heads, " heads x ",
-        before_.head_dim, " dims of ", DTypeName(dtype_), " need ",
-        count * row_bytes));
-  }
-  RowCoverage& coverage =
-      coverage_[(chunk.tensor() == v1::K ? 0 : before_.batch) + chunk.batch()];
-  if (std::optional<Range> twice = coverage.Mark(begin, begin + count)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("chunk ", index, ": tensor ", name, " batch ",
-                     chunk.batch(), " tokens [", twice->begin, ", ", twice->end,
-                     ") were already sent (duplicate or overlapping chunk)"));
-  }
-  const Range positions{before_.length + begin, before_.length + begin + count};
-  for (const auto& link : links_) {
-    const Range part = positions.Intersect(runs_[link->member.rank]);
-    if (part.empty()) continue;
-    v1::StoreContextRequest request;
-    v1::ShardRows* rows = request.mutable_rows();
-    rows->set_tensor(chunk.tensor());
-    rows->set_batch(chunk.batch());
-    rows->set_first_position(part.begin);
-    rows->set_count(part.size());
-    rows->set_data(chunk.data().substr(
-        (part.begin - positions.begin) * row_bytes, part.size() * row_bytes));
-    if (!link->writer->Write(request)) {
-      return WorkerError(*link, link->writer->Finish());
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status Upload::FinishWorkers() {
-  absl::Status first = absl::OkStatus();
-  for (const auto& link : links_) {
-    link->writer->WritesDone();
-    const grpc::Status status = link->writer->Finish();
-    if (!status.ok() && first.ok()) first = WorkerError(*link, status);
-  }
-  return first;
 }
 
 absl::StatusOr<v1::ContextInfo> Upload::Run() {
@@ -247,59 +120,47 @@ absl::StatusOr<v1::ContextInfo> Upload::Run() {
   absl::Cleanup end_upload = [&] {
     state_.contexts->EndUpload(header_.name(), std::move(committed));
   };
-  absl::Status status = OpenWorkers();
+  absl::Status status = Start();
   v1::ContextUpload message;
   for (int64_t index = 1; status.ok() && reader_->Read(&message); ++index) {
-    status = message.has_chunk() ? RouteChunk(message.chunk(), index)
-                                 : absl::InvalidArgumentError(absl::StrCat(
-                                       "message ", index,
-                                       " is not a tensor chunk (send the "
-                                       "header once, first)"));
+    status = message.has_chunk()
+                 ? append_->Route(message.chunk(), index)
+                 : absl::InvalidArgumentError(absl::StrCat(
+                       "message ", index,
+                       " is not a tensor chunk (send the header once, first)"));
   }
   if (status.ok() && context_->IsCancelled()) {
     status = absl::CancelledError("the client went away during the upload");
   }
-  for (size_t i = 0; status.ok() && i < coverage_.size(); ++i) {
-    if (std::optional<Range> missing = coverage_[i].FirstMissing()) {
-      status = absl::InvalidArgumentError(absl::StrCat(
-          "tensor ", i < static_cast<size_t>(before_.batch) ? "K" : "V",
-          " batch ", i % before_.batch, " is missing tokens [", missing->begin,
-          ", ", missing->end, "); send every token row exactly once"));
-    }
-  }
-  if (status.ok()) {
-    status = FinishWorkers();
-  } else {
-    for (const auto& link : links_) link->context.TryCancel();
-  }
+  if (status.ok()) status = append_->CheckComplete();
+  if (status.ok()) status = append_->Finish();
   if (!status.ok()) {
     // Workers that stored their part drop it again.
+    append_.reset();
     DropOnWorkers(state_, header_.name(), create_ ? 0 : before_.length);
     return status;
   }
-  ResidentContext after = before_;
-  after.name = header_.name();
-  after.length += header_.length();
-  after.bytes = 0;
-  for (const auto& link : links_) {
-    const Range run = runs_[link->member.rank];
-    std::vector<Range>& chunks = after.chunks[link->member.rank];
-    if (!run.empty()) {
-      if (!chunks.empty() && chunks.back().end == run.begin) {
-        chunks.back().end = run.end;
-      } else {
-        chunks.push_back(run);
-      }
-    }
-    after.bytes += link->response.bytes();
-  }
-  committed = after;
-  spdlog::info("context '{}': {} tokens ({} bytes over {} workers)", after.name,
-               after.length, after.bytes, links_.size());
-  return after.Info();
+  committed = append_->after();
+  spdlog::info("context '{}': {} tokens ({} bytes over {} workers)",
+               committed->name, committed->length, committed->bytes,
+               committed->addresses.size());
+  return committed->Info();
 }
 
 }  // namespace
+
+absl::Status CheckContextMembers(const ResidentContext& context,
+                                 const std::vector<Cluster::Member>& members) {
+  for (const Cluster::Member& member : members) {
+    if (context.addresses[member.rank] != member.address) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "context '", context.name, "' lost its part on rank ", member.rank,
+          " when worker ", context.addresses[member.rank],
+          " left the cluster; delete the context and create it again"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 void DropOnWorkers(const CoordinatorState& state, const std::string& name,
                    int64_t keep_length) {

@@ -11,6 +11,7 @@
 #include "grpcpp/grpcpp.h"
 #include "ringattn/v1/attention.grpc.pb.h"
 #include "server/attend_call.h"
+#include "server/context_registry.h"
 
 namespace ringattn {
 
@@ -18,6 +19,11 @@ grpc::Status RunContextUpload(const CoordinatorState& state,
                               grpc::ServerContext* context,
                               grpc::ServerReader<v1::ContextUpload>* reader,
                               bool create, v1::ContextInfo* response);
+
+// OK if the workers holding `context` are still the cluster's members;
+// FAILED_PRECONDITION naming the rank whose worker left otherwise.
+absl::Status CheckContextMembers(const ResidentContext& context,
+                                 const std::vector<Cluster::Member>& members);
 
 // Drops context `name` (or, with keep_length > 0, its positions from
 // keep_length on) on every live worker, best effort.

@@ -107,6 +107,51 @@ TEST_F(Contexts, FewerTokensThanWorkers) {
   EXPECT_TRUE(client->DeleteContext("tiny").ok());
 }
 
+// Decoding: each call appends the new token's K/V and attends its query row to
+// the whole context, new token included; a failed step leaves the context as it
+// was.
+TEST_F(Contexts, DecodeStepsAppendAndAttendInOneCall) {
+  const int64_t n = 131, steps = 5;
+  const RandomInputs all =
+      MakeRandomInputs(ContextSpec(n + steps, n + steps, true), 50);
+  std::unique_ptr<Client> client = cluster_->NewClient();
+  RandomInputs prefix;
+  prefix.k = Tensor<float>({1, n, 2, 80});
+  prefix.v = Tensor<float>({1, n, 2, 80});
+  CopyView(all.k.view().Slice(0, n), prefix.k.view());
+  CopyView(all.v.view().Slice(0, n), prefix.v.view());
+  Upload(*client, "chat", prefix, {n});
+  for (int64_t step = 0; step < steps; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    const int64_t length = n + step + 1;
+    const AttentionSpec spec = ContextSpec(1, length, true);
+    RandomInputs in = MakeRandomInputs(spec, 60 + static_cast<uint32_t>(step));
+    CopyView(all.k.view().Slice(0, length), in.k.view());
+    CopyView(all.v.view().Slice(0, length), in.v.view());
+    absl::StatusOr<AttendResult> result =
+        client->Query("chat", RequestSpec(spec), in.q.view(),
+                      in.k.view().Slice(length - 1, length),
+                      in.v.view().Slice(length - 1, length));
+    ASSERT_TRUE(result.ok()) << result.status();
+    ExpectMatchesReference(spec, in, *result);
+  }
+  // A step whose query is malformed appends nothing.
+  AttentionSpec bad = ContextSpec(1, n + steps + 1, true);
+  bad.q_heads = 3;  // not a multiple of kv_heads
+  const RandomInputs wrong = MakeRandomInputs(bad, 70);
+  EXPECT_EQ(client
+                ->Query("chat", RequestSpec(bad), wrong.q.view(),
+                        wrong.k.view().Slice(0, 1), wrong.v.view().Slice(0, 1))
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<std::vector<v1::ContextInfo>> listed = client->ListContexts();
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].length(), n + steps);
+  EXPECT_TRUE(client->DeleteContext("chat").ok());
+}
+
 TEST_F(Contexts, BadUsesGetPreciseStatuses) {
   const RandomInputs context = MakeRandomInputs(ContextSpec(20, 20, true), 7);
   std::unique_ptr<Client> client = cluster_->NewClient();

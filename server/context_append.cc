@@ -1,0 +1,182 @@
+#include "server/context_append.h"
+
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "proto/spec_conversion.h"
+#include "ringattn/v1/worker.grpc.pb.h"
+
+namespace ringattn {
+
+// One worker's StoreContext stream.
+struct ContextAppend::Link {
+  Cluster::Member member;
+  grpc::ClientContext context;
+  v1::StoreContextResponse response;
+  std::unique_ptr<grpc::ClientWriter<v1::StoreContextRequest>> writer;
+};
+
+ContextAppend::ContextAppend(Cluster* cluster, ResidentContext before,
+                             int64_t count, DType wire_dtype)
+    : cluster_(cluster),
+      before_(std::move(before)),
+      count_(count),
+      dtype_(wire_dtype) {}
+
+ContextAppend::~ContextAppend() {
+  if (finished_) return;
+  for (const auto& link : links_) link->context.TryCancel();
+}
+
+absl::Status ContextAppend::WorkerError(const Link& link,
+                                        const grpc::Status& status) {
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    cluster_->MarkDead(link.member.rank, link.member.address);
+    return absl::UnavailableError(absl::StrCat(
+        "worker ", link.member.rank, " (", link.member.address,
+        ") failed while storing context rows: ", status.error_message()));
+  }
+  return absl::Status(
+      static_cast<absl::StatusCode>(status.error_code()),
+      absl::StrCat("worker ", link.member.rank, ": ", status.error_message()));
+}
+
+absl::StatusOr<std::unique_ptr<ContextAppend>> ContextAppend::Start(
+    Cluster* cluster, const std::vector<Cluster::Member>& members,
+    const ResidentContext& before, bool create, int64_t count, DType wire_dtype,
+    std::chrono::system_clock::time_point deadline) {
+  std::unique_ptr<ContextAppend> append(
+      new ContextAppend(cluster, before, count, wire_dtype));
+  std::vector<int64_t> held;
+  for (const std::vector<Range>& chunks : before.chunks) {
+    int64_t rows = 0;
+    for (const Range& chunk : chunks) rows += chunk.size();
+    held.push_back(rows);
+  }
+  append->runs_ = BalancedRuns(held, before.length, count);
+  // The layout the context will have.
+  append->after_ = before;
+  append->after_.length += count;
+  for (size_t rank = 0; rank < append->runs_.size(); ++rank) {
+    const Range run = append->runs_[rank];
+    std::vector<Range>& chunks = append->after_.chunks[rank];
+    if (run.empty()) continue;
+    if (!chunks.empty() && chunks.back().end == run.begin) {
+      chunks.back().end = run.end;
+    } else {
+      chunks.push_back(run);
+    }
+  }
+  for (int64_t b = 0; b < 2 * before.batch; ++b) {
+    append->coverage_.emplace_back(count);
+  }
+  for (const Cluster::Member& member : members) {
+    auto link = std::make_unique<Link>();
+    link->member = member;
+    link->context.set_deadline(deadline);
+    link->writer = member.stub->StoreContext(&link->context, &link->response);
+    v1::StoreContextRequest request;
+    v1::StoreContextHeader* h = request.mutable_header();
+    h->set_name(before.name);
+    h->set_create(create);
+    h->set_batch(before.batch);
+    h->set_kv_heads(before.kv_heads);
+    h->set_head_dim(before.head_dim);
+    h->set_wire_dtype(DTypeToProto(wire_dtype));
+    h->set_first_position(append->runs_[member.rank].begin);
+    h->set_count(append->runs_[member.rank].size());
+    const bool sent = link->writer->Write(request);
+    append->links_.push_back(std::move(link));
+    if (!sent) {
+      const Link& failed = *append->links_.back();
+      return append->WorkerError(failed, failed.writer->Finish());
+    }
+  }
+  return append;
+}
+
+absl::Status ContextAppend::Route(const v1::TensorChunk& chunk, int64_t index) {
+  if (chunk.tensor() != v1::K && chunk.tensor() != v1::V) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk ", index,
+        ": a context holds K and V; field 'tensor' must be K or V"));
+  }
+  const char* name = chunk.tensor() == v1::K ? "K" : "V";
+  if (chunk.batch() < 0 || chunk.batch() >= before_.batch) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk ", index, ": tensor ", name, " batch ",
+                     chunk.batch(), " is outside [0, ", before_.batch, ")"));
+  }
+  const int64_t begin = chunk.token_offset();
+  const int64_t count = chunk.token_count();
+  if (count < 1 || begin < 0 || begin + count > count_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk ", index, ": tensor ", name, " tokens [", begin, ", ",
+        begin + count, ") are not inside [0, ", count_, ") (the new tokens)"));
+  }
+  const int64_t row_bytes =
+      before_.kv_heads * before_.head_dim * DTypeSize(dtype_);
+  if (static_cast<int64_t>(chunk.data().size()) != count * row_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk ", index, ": tensor ", name, " carries ", chunk.data().size(),
+        " bytes but ", count, " tokens x ", before_.kv_heads, " heads x ",
+        before_.head_dim, " dims of ", DTypeName(dtype_), " need ",
+        count * row_bytes));
+  }
+  RowCoverage& coverage =
+      coverage_[(chunk.tensor() == v1::K ? 0 : before_.batch) + chunk.batch()];
+  if (std::optional<Range> twice = coverage.Mark(begin, begin + count)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk ", index, ": tensor ", name, " batch ",
+                     chunk.batch(), " tokens [", twice->begin, ", ", twice->end,
+                     ") were already sent (duplicate or overlapping chunk)"));
+  }
+  const Range positions{before_.length + begin, before_.length + begin + count};
+  for (const auto& link : links_) {
+    const Range part = positions.Intersect(runs_[link->member.rank]);
+    if (part.empty()) continue;
+    v1::StoreContextRequest request;
+    v1::ShardRows* rows = request.mutable_rows();
+    rows->set_tensor(chunk.tensor());
+    rows->set_batch(chunk.batch());
+    rows->set_first_position(part.begin);
+    rows->set_count(part.size());
+    rows->set_data(chunk.data().substr(
+        (part.begin - positions.begin) * row_bytes, part.size() * row_bytes));
+    if (!link->writer->Write(request)) {
+      return WorkerError(*link, link->writer->Finish());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ContextAppend::CheckComplete() const {
+  for (size_t i = 0; i < coverage_.size(); ++i) {
+    if (std::optional<Range> missing = coverage_[i].FirstMissing()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", i < static_cast<size_t>(before_.batch) ? "K" : "V",
+          " batch ", i % before_.batch, " is missing new tokens [",
+          missing->begin, ", ", missing->end,
+          "); send every token row exactly once"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ContextAppend::Finish() {
+  absl::Status first = absl::OkStatus();
+  for (const auto& link : links_) {
+    link->writer->WritesDone();
+    const grpc::Status status = link->writer->Finish();
+    if (!status.ok() && first.ok()) first = WorkerError(*link, status);
+  }
+  finished_ = true;
+  if (!first.ok()) return first;
+  after_.bytes = 0;
+  for (const auto& link : links_) after_.bytes += link->response.bytes();
+  return absl::OkStatus();
+}
+
+}  // namespace ringattn

@@ -1,0 +1,71 @@
+#ifndef RINGATTN_SERVER_CONTEXT_APPEND_H_
+#define RINGATTN_SERVER_CONTEXT_APPEND_H_
+
+// ContextAppend: stores new K/V tokens of a resident context on its workers.
+// The new tokens are cut into one run per worker so every worker stays within
+// one token of an even share; each chunk's rows stream straight to the worker
+// that keeps them, and a worker keeps its part only once all of it arrived.
+// Used by CreateContext and AppendContext, and by a Query that appends the rows
+// it attends to (a decode step). Not thread-safe.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/dtype.h"
+#include "server/cluster.h"
+#include "server/context_registry.h"
+#include "server/row_coverage.h"
+
+namespace ringattn {
+
+class ContextAppend {
+ public:
+  // Opens a StoreContext stream to every member for `count` tokens after
+  // `before` (a new context when `create`). `before` must have one entry per
+  // member in chunks and addresses. `cluster` must outlive the append.
+  static absl::StatusOr<std::unique_ptr<ContextAppend>> Start(
+      Cluster* cluster, const std::vector<Cluster::Member>& members,
+      const ResidentContext& before, bool create, int64_t count,
+      DType wire_dtype, std::chrono::system_clock::time_point deadline);
+  // Cancels streams that did not finish.
+  ~ContextAppend();
+
+  ContextAppend(const ContextAppend&) = delete;
+  ContextAppend& operator=(const ContextAppend&) = delete;
+
+  // Routes one K or V chunk; its offsets count from the first new token.
+  // INVALID_ARGUMENT naming the problem; a worker's failure as WorkerError
+  // says.
+  absl::Status Route(const v1::TensorChunk& chunk, int64_t index);
+  // INVALID_ARGUMENT naming the first missing rows, if any.
+  absl::Status CheckComplete() const;
+  // Closes the streams; OK once every worker stored its part.
+  absl::Status Finish();
+
+  // The context as it will stand: its length and layout from Start on, its bytes
+  // once Finish succeeded.
+  const ResidentContext& after() const { return after_; }
+
+ private:
+  struct Link;
+  ContextAppend(Cluster* cluster, ResidentContext before, int64_t count,
+                DType wire_dtype);
+  absl::Status WorkerError(const Link& link, const grpc::Status& status);
+
+  Cluster* const cluster_;
+  const ResidentContext before_;
+  const int64_t count_;
+  const DType dtype_;
+  std::vector<Range> runs_;  // new positions per rank
+  std::vector<std::unique_ptr<Link>> links_;
+  std::vector<RowCoverage> coverage_;  // K batches, then V batches
+  ResidentContext after_;
+  bool finished_ = false;
+};
+
+}  // namespace ringattn
+
+#endif  // RINGATTN_SERVER_CONTEXT_APPEND_H_
