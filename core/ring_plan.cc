@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <optional>
 
+#include "absl/strings/str_cat.h"
 #include "core/dilated.h"
+#include "core/status_macros.h"
 
 namespace ringattn {
 namespace {
@@ -98,6 +100,29 @@ std::vector<Range> Rings(const AttentionSpec& spec,
 ShardKind ChooseShardKind(const AttentionSpec& spec) {
   return spec.causal && spec.dilated.empty() ? ShardKind::kZigzag
                                              : ShardKind::kContiguous;
+}
+
+ShardLayout LayoutFor(const AttentionSpec& spec, int64_t seq_len,
+                      int64_t workers) {
+  return ShardLayout::Make(ChooseShardKind(spec), seq_len, workers);
+}
+
+absl::StatusOr<ShardLayout> KvLayoutFor(
+    const AttentionSpec& spec, int64_t workers,
+    std::optional<ShardLayout> explicit_layout) {
+  if (!explicit_layout.has_value()) {
+    return LayoutFor(spec, spec.kv_len, workers);
+  }
+  if (explicit_layout->num_workers() != workers ||
+      explicit_layout->seq_len() != spec.kv_len) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the K/V layout covers ", explicit_layout->seq_len(),
+                     " positions over ", explicit_layout->num_workers(),
+                     " workers; the request has kv_len ", spec.kv_len, " and ",
+                     workers, " workers"));
+  }
+  RINGATTN_RETURN_IF_ERROR(explicit_layout->Validate());
+  return std::move(*explicit_layout);
 }
 
 RingPlan RingPlan::Build(const AttentionSpec& spec, const ShardLayout& q_layout,

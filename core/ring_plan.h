@@ -12,8 +12,10 @@
 // to share between threads.
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "core/attention_spec.h"
 #include "core/block_mask.h"
 #include "core/range.h"
@@ -78,6 +80,19 @@ class RingPlan {
 // The layout that balances a spec's work: zigzag for causal attention without
 // dilated branches (whose segments want to stay whole), contiguous otherwise.
 ShardKind ChooseShardKind(const AttentionSpec& spec);
+
+// `seq_len` positions of a request under `spec` spread over `workers` workers
+// in the layout ChooseShardKind picks.
+ShardLayout LayoutFor(const AttentionSpec& spec, int64_t seq_len,
+                      int64_t workers);
+
+// The K/V layout of a request on `workers` workers: `explicit_layout` if given
+// (a resident context's pieces; INVALID_ARGUMENT unless it partitions
+// spec.kv_len over that many workers), else LayoutFor(spec, spec.kv_len,
+// workers).
+absl::StatusOr<ShardLayout> KvLayoutFor(
+    const AttentionSpec& spec, int64_t workers,
+    std::optional<ShardLayout> explicit_layout);
 
 }  // namespace ringattn
 

@@ -1,5 +1,6 @@
 #include "core/shard_layout.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -78,6 +79,14 @@ int64_t ShardLayout::ShardLength(int64_t worker) const {
   int64_t length = 0;
   for (const Range& chunk : chunks_[worker]) length += chunk.size();
   return length;
+}
+
+int64_t ShardLayout::LargestShard() const {
+  int64_t largest = 0;
+  for (int64_t w = 0; w < num_workers(); ++w) {
+    largest = std::max(largest, ShardLength(w));
+  }
+  return largest;
 }
 
 ShardLayout::Location ShardLayout::Locate(int64_t position) const {

@@ -46,6 +46,8 @@ class ShardLayout {
   }
   // How many positions worker `worker` holds.
   int64_t ShardLength(int64_t worker) const;
+  // The most positions any worker holds.
+  int64_t LargestShard() const;
   // The local row of `position` on the worker that holds it, and that worker.
   struct Location {
     int64_t worker;

@@ -6,9 +6,8 @@
 namespace ringattn {
 
 RequestLayout::RequestLayout(const AttentionSpec& spec, int64_t workers)
-    : q_layout_(ShardLayout::Make(ChooseShardKind(spec), spec.q_len, workers)),
-      kv_layout_(
-          ShardLayout::Make(ChooseShardKind(spec), spec.kv_len, workers)) {
+    : q_layout_(LayoutFor(spec, spec.q_len, workers)),
+      kv_layout_(LayoutFor(spec, spec.kv_len, workers)) {
   if (spec.hilbert.has_value()) {
     order_ = HilbertOrder(spec.hilbert->height, spec.hilbert->width);
     position_of_ = InversePermutation(order_);

@@ -40,19 +40,10 @@ absl::StatusOr<std::unique_ptr<BroadcastExecutor>> BroadcastExecutor::Create(
         absl::StrCat("rank ", rank, " is not a rank of a world of size ",
                      world_size, ": need 0 <= rank < world size"));
   }
-  if (kv_layout.has_value()) {
-    if (kv_layout->num_workers() != world_size ||
-        kv_layout->seq_len() != spec.kv_len) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the K/V layout covers ", kv_layout->seq_len(), " positions over ",
-          kv_layout->num_workers(), " workers; the request has kv_len ",
-          spec.kv_len, " and ", world_size, " workers"));
-    }
-    RINGATTN_RETURN_IF_ERROR(kv_layout->Validate());
-  } else {
-    kv_layout =
-        ShardLayout::Make(ChooseShardKind(spec), spec.kv_len, world_size);
-  }
+  absl::StatusOr<ShardLayout> layout =
+      KvLayoutFor(spec, world_size, std::move(kv_layout));
+  if (!layout.ok()) return layout.status();
+  kv_layout = std::move(*layout);
   const int64_t bytes = BytesNeeded(spec, rank, world_size, &*kv_layout);
   if (bytes >= kMostBytes) {
     return absl::ResourceExhaustedError(
@@ -76,8 +67,7 @@ int64_t BroadcastExecutor::BytesNeeded(const AttentionSpec& spec, int rank,
   const double kv_rows = static_cast<double>(
       kv_layout != nullptr
           ? kv_layout->ShardLength(rank)
-          : ShardLayout::Make(ChooseShardKind(spec), spec.kv_len, world_size)
-                .ShardLength(rank));
+          : LayoutFor(spec, spec.kv_len, world_size).ShardLength(rank));
   const double batch = static_cast<double>(spec.batch);
   const double q_values = batch * spec.q_len * spec.q_heads * spec.head_dim;
   const double lse_values = batch * spec.q_len * spec.q_heads;

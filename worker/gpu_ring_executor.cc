@@ -22,19 +22,6 @@ constexpr double kMostBytes = 9.0e18;
 // fp32 values Upload moves per chunk through its device staging buffer.
 constexpr int64_t kUploadChunk = int64_t{8} << 20;
 
-ShardLayout MakeLayout(const AttentionSpec& spec, int64_t seq_len,
-                       int world_size) {
-  return ShardLayout::Make(ChooseShardKind(spec), seq_len, world_size);
-}
-
-int64_t LargestShard(const ShardLayout& layout) {
-  int64_t largest = 0;
-  for (int64_t w = 0; w < layout.num_workers(); ++w) {
-    largest = std::max(largest, layout.ShardLength(w));
-  }
-  return largest;
-}
-
 double AlignUp(double bytes) {
   return static_cast<double>(
       static_cast<int64_t>((bytes + kAlignment - 1) / kAlignment) * kAlignment);
@@ -202,10 +189,11 @@ int64_t GpuRingExecutor::DeviceBytesNeeded(const AttentionSpec& spec, int rank,
                                            int world_size,
                                            const GpuRingConfig& config,
                                            const ShardLayout* kv_layout) {
-  const ShardLayout q_layout = MakeLayout(spec, spec.q_len, world_size);
-  const int64_t block_rows = LargestShard(
-      kv_layout != nullptr ? *kv_layout
-                           : MakeLayout(spec, spec.kv_len, world_size));
+  const ShardLayout q_layout = LayoutFor(spec, spec.q_len, world_size);
+  const int64_t block_rows =
+      (kv_layout != nullptr ? *kv_layout
+                            : LayoutFor(spec, spec.kv_len, world_size))
+          .LargestShard();
   const double bytes =
       LayOutPool(spec, q_layout.ShardLength(rank), block_rows, world_size > 1,
                  config.tile_q_rows, /*element_bytes=*/2)
@@ -237,18 +225,10 @@ absl::StatusOr<std::unique_ptr<GpuRingExecutor>> GpuRingExecutor::Create(
         "dilated attention is not implemented on GPU workers yet; CPU workers "
         "run it");
   }
-  if (kv_layout.has_value()) {
-    if (kv_layout->num_workers() != world_size ||
-        kv_layout->seq_len() != spec.kv_len) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the K/V layout covers ", kv_layout->seq_len(), " positions over ",
-          kv_layout->num_workers(), " workers; the request has kv_len ",
-          spec.kv_len, " and ", world_size, " workers"));
-    }
-    RINGATTN_RETURN_IF_ERROR(kv_layout->Validate());
-  } else {
-    kv_layout = MakeLayout(spec, spec.kv_len, world_size);
-  }
+  absl::StatusOr<ShardLayout> layout =
+      KvLayoutFor(spec, world_size, std::move(kv_layout));
+  if (!layout.ok()) return layout.status();
+  kv_layout = std::move(*layout);
   const int64_t bytes =
       DeviceBytesNeeded(spec, rank, world_size, config, &*kv_layout);
   if (bytes >= kMostBytes) {
@@ -270,14 +250,14 @@ GpuRingExecutor::GpuRingExecutor(const AttentionSpec& spec, int rank,
       rank_(rank),
       world_size_(world_size),
       config_(config),
-      q_layout_(MakeLayout(spec, spec.q_len, world_size)),
+      q_layout_(LayoutFor(spec, spec.q_len, world_size)),
       kv_layout_(std::move(kv_layout)),
       plan_(RingPlan::Build(spec, q_layout_, kv_layout_, nullptr)),
       element_bytes_(2) {}
 
 absl::Status GpuRingExecutor::Initialize() {
   const PoolLayout layout =
-      LayOutPool(spec_, q_layout_.ShardLength(rank_), LargestShard(kv_layout_),
+      LayOutPool(spec_, q_layout_.ShardLength(rank_), kv_layout_.LargestShard(),
                  world_size_ > 1, config_.tile_q_rows, element_bytes_);
   const int64_t total = static_cast<int64_t>(layout.total);
   if (total > 0) {

@@ -18,19 +18,6 @@ std::optional<BlockMask> MakeBlocks(const AttentionSpec& spec) {
   return BlockMask::FromRules(*spec.block_sparse, spec.kv_len);
 }
 
-ShardLayout MakeLayout(const AttentionSpec& spec, int64_t seq_len,
-                       int world_size) {
-  return ShardLayout::Make(ChooseShardKind(spec), seq_len, world_size);
-}
-
-int64_t LargestShard(const ShardLayout& layout) {
-  int64_t largest = 0;
-  for (int64_t w = 0; w < layout.num_workers(); ++w) {
-    largest = std::max(largest, layout.ShardLength(w));
-  }
-  return largest;
-}
-
 // Where BytesNeeded saturates: below the largest int64_t.
 constexpr double kMostBytes = 9.0e18;
 
@@ -49,18 +36,10 @@ absl::StatusOr<std::unique_ptr<RingExecutor>> RingExecutor::Create(
         absl::StrCat("rank ", rank, " is not a rank of a world of size ",
                      world_size, ": need 0 <= rank < world size"));
   }
-  if (kv_layout.has_value()) {
-    if (kv_layout->num_workers() != world_size ||
-        kv_layout->seq_len() != spec.kv_len) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the K/V layout covers ", kv_layout->seq_len(), " positions over ",
-          kv_layout->num_workers(), " workers; the request has kv_len ",
-          spec.kv_len, " and ", world_size, " workers"));
-    }
-    RINGATTN_RETURN_IF_ERROR(kv_layout->Validate());
-  } else {
-    kv_layout = MakeLayout(spec, spec.kv_len, world_size);
-  }
+  absl::StatusOr<ShardLayout> layout =
+      KvLayoutFor(spec, world_size, std::move(kv_layout));
+  if (!layout.ok()) return layout.status();
+  kv_layout = std::move(*layout);
   const int64_t bytes = BytesNeeded(spec, rank, world_size, &*kv_layout);
   if (bytes >= kMostBytes) {
     return absl::ResourceExhaustedError(
@@ -82,10 +61,11 @@ int64_t RingExecutor::BytesNeeded(const AttentionSpec& spec, int rank,
                                   const ShardLayout* kv_layout) {
   // In double, so that absurd shapes saturate instead of overflowing.
   const double q_rows = static_cast<double>(
-      MakeLayout(spec, spec.q_len, world_size).ShardLength(rank));
-  const double block_rows = static_cast<double>(LargestShard(
-      kv_layout != nullptr ? *kv_layout
-                           : MakeLayout(spec, spec.kv_len, world_size)));
+      LayoutFor(spec, spec.q_len, world_size).ShardLength(rank));
+  const double block_rows = static_cast<double>(
+      (kv_layout != nullptr ? *kv_layout
+                            : LayoutFor(spec, spec.kv_len, world_size))
+          .LargestShard());
   const double batch = static_cast<double>(spec.batch);
   const double q_values = batch * q_rows * spec.q_heads * spec.head_dim;
   const double lse_values = batch * q_rows * spec.q_heads;
@@ -103,7 +83,7 @@ RingExecutor::RingExecutor(const AttentionSpec& spec, int rank, int world_size,
     : spec_(spec),
       rank_(rank),
       world_size_(world_size),
-      q_layout_(MakeLayout(spec, spec.q_len, world_size)),
+      q_layout_(LayoutFor(spec, spec.q_len, world_size)),
       kv_layout_(std::move(kv_layout)),
       blocks_(MakeBlocks(spec)),
       plan_(RingPlan::Build(spec, q_layout_, kv_layout_,
@@ -115,7 +95,7 @@ RingExecutor::RingExecutor(const AttentionSpec& spec, int rank, int world_size,
   lse_ = Tensor<float>(Shape{q_shape.batch, q_shape.seq, q_shape.heads, 1});
   std::fill(lse_.values().begin(), lse_.values().end(), -INFINITY);
   const size_t block_values =
-      static_cast<size_t>(2 * spec.batch * LargestShard(kv_layout_) *
+      static_cast<size_t>(2 * spec.batch * kv_layout_.LargestShard() *
                           spec.kv_heads * spec.head_dim);
   block_storage_.resize(2 * block_values);
   front_ = block_storage_.data();
