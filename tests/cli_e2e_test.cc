@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -98,6 +99,33 @@ TEST(Cli, AttendAndContextQueryThroughNpyFiles) {
     ASSERT_NEAR(tail_result.output.values()[i], o_ref.values()[i],
                 2e-5 * (1 + std::fabs(o_ref.values()[i])));
   }
+
+  // A decode step: two new rows appended and attended in the same call.
+  AttentionSpec grown = tail;
+  grown.kv_len = 213;
+  grown.q_len = 2;
+  RandomInputs step = MakeRandomInputs(grown, 42);
+  CopyView(in.k.view(), step.k.view().Slice(0, 211));
+  CopyView(in.v.view(), step.v.view().Slice(0, 211));
+  Tensor<float> k_new({1, 2, 2, 64}), v_new({1, 2, 2, 64});
+  CopyView(std::as_const(step.k).view().Slice(211, 213), k_new.view());
+  CopyView(std::as_const(step.v).view().Slice(211, 213), v_new.view());
+  Write(TempPath("q2.npy"), step.q);
+  Write(TempPath("k_new.npy"), k_new);
+  Write(TempPath("v_new.npy"), v_new);
+  ASSERT_TRUE(RunCli({"context", "query", "--target", target, "--name", "ctx",
+                      "--q", TempPath("q2.npy"), "--out", TempPath("o2.npy"),
+                      "--lse_out", TempPath("lse2.npy"), "--causal", "--k_new",
+                      TempPath("k_new.npy"), "--v_new", TempPath("v_new.npy")})
+                  .success());
+  absl::StatusOr<NpyArray> o2 = ReadNpy(TempPath("o2.npy"));
+  absl::StatusOr<NpyArray> lse2 = ReadNpy(TempPath("lse2.npy"));
+  ASSERT_TRUE(o2.ok() && lse2.ok());
+  AttendResult step_result;
+  step_result.output = Tensor<float>(step.q.shape());
+  step_result.output.values() = o2->values;
+  step_result.lse = lse2->values;
+  ExpectMatchesReference(grown, step, step_result);
 
   // A bad request exits non-zero.
   EXPECT_FALSE(RunCli({"attend", "--target", target, "--q", TempPath("q.npy"),
