@@ -107,6 +107,28 @@ void AddCausalTiles(int64_t q_row, int64_t q_len, int64_t k_row, int64_t kv_len,
   }
 }
 
+// Appends the tiles of global query positions `q` (shard row `q_row` on)
+// against global key positions `k` (block row `k_row` on), all visible unless
+// `causal`, in tiles of at most tile_q_rows x tile_kv_rows.
+void AddRectangleTiles(const AttentionSpec& spec, bool causal, const Range& q,
+                       int64_t q_row, const Range& k, int64_t k_row,
+                       int64_t tile_q_rows, int64_t tile_kv_rows,
+                       std::vector<AttentionTile>& tiles) {
+  // Key k is visible from query q iff k <= q + Nk - Nq (global positions).
+  const int64_t shift = q.begin - k.begin + spec.kv_len - spec.q_len;
+  for (const Range& qt : Tiles(q.size(), tile_q_rows)) {
+    for (const Range& kt : Tiles(k.size(), tile_kv_rows)) {
+      if (!causal) {
+        tiles.push_back(
+            {q_row + qt.begin, qt.size(), k_row + kt.begin, kt.size(), false});
+        continue;
+      }
+      AddCausalTiles(q_row + qt.begin, qt.size(), k_row + kt.begin, kt.size(),
+                     shift + qt.begin - kt.begin, tiles);
+    }
+  }
+}
+
 // Lends AttentionDispatchers (a cuDNN handle, its plans and workspace) per
 // device, so that the plans built for one request serve the next. Never
 // destroyed: cuDNN handles must not outlive the CUDA runtime at exit.
@@ -165,23 +187,61 @@ DeviceDType ComputeDTypeFor(DType wire) {
 std::vector<AttentionTile> TileTask(const AttentionSpec& spec,
                                     const AttentionTask& task,
                                     int64_t tile_q_rows, int64_t tile_kv_rows) {
+  return TileTask(spec, nullptr, task, tile_q_rows, tile_kv_rows);
+}
+
+std::vector<AttentionTile> TileTask(const AttentionSpec& spec,
+                                    const BlockMask* blocks,
+                                    const AttentionTask& task,
+                                    int64_t tile_q_rows, int64_t tile_kv_rows) {
   std::vector<AttentionTile> tiles;
-  const bool causal = spec.causal && task.kind != TaskKind::kFull;
-  // Key k is visible from query q iff k <= q + Nk - Nq (global positions).
-  const int64_t task_shift =
-      task.q.begin - task.k.begin + spec.kv_len - spec.q_len;
-  for (const Range& q : Tiles(task.q.size(), tile_q_rows)) {
-    for (const Range& k : Tiles(task.k.size(), tile_kv_rows)) {
-      const int64_t q_row = task.q_row + q.begin;
-      const int64_t k_row = task.k_row + k.begin;
-      if (!causal) {
-        tiles.push_back({q_row, q.size(), k_row, k.size(), false});
-        continue;
-      }
-      AddCausalTiles(q_row, q.size(), k_row, k.size(),
-                     task_shift + q.begin - k.begin, tiles);
-    }
+  if (task.kind != TaskKind::kBlockSparse || blocks == nullptr) {
+    AddRectangleTiles(spec, spec.causal && task.kind != TaskKind::kFull, task.q,
+                      task.q_row, task.k, task.k_row, tile_q_rows, tile_kv_rows,
+                      tiles);
+    return tiles;
   }
+  // Block-sparse: per query block, the runs of consecutive allowed key blocks
+  // (clipped to the task); consecutive query blocks with the same runs go
+  // together, and each (query blocks, key run) rectangle is tiled as a dense
+  // or causal block.
+  const int64_t size = blocks->block_size();
+  const int64_t k_first = task.k.begin / size;
+  const int64_t k_last = (task.k.end - 1) / size;
+  std::vector<Range> group_runs;
+  std::vector<Range> runs;
+  Range group_q{task.q.begin, task.q.begin};
+  const auto flush = [&] {
+    for (const Range& k : group_runs) {
+      AddRectangleTiles(spec, spec.causal, group_q,
+                        task.q_row + group_q.begin - task.q.begin, k,
+                        task.k_row + k.begin - task.k.begin, tile_q_rows,
+                        tile_kv_rows, tiles);
+    }
+  };
+  for (int64_t qb = task.q.begin / size; qb <= (task.q.end - 1) / size; ++qb) {
+    const Range q{std::max(task.q.begin, qb * size),
+                  std::min(task.q.end, (qb + 1) * size)};
+    runs.clear();
+    for (int64_t kb = k_first; kb <= k_last; ++kb) {
+      if (!blocks->Allowed(qb, kb)) continue;
+      const Range k{std::max(task.k.begin, kb * size),
+                    std::min(task.k.end, (kb + 1) * size)};
+      if (!runs.empty() && runs.back().end == k.begin) {
+        runs.back().end = k.end;
+      } else {
+        runs.push_back(k);
+      }
+    }
+    if (!group_q.empty() && runs == group_runs) {
+      group_q.end = q.end;
+      continue;
+    }
+    flush();
+    group_q = q;
+    group_runs.swap(runs);
+  }
+  flush();
   return tiles;
 }
 
@@ -215,15 +275,10 @@ absl::StatusOr<std::unique_ptr<GpuRingExecutor>> GpuRingExecutor::Create(
         absl::StrCat("tile sizes must be positive, got ", config.tile_q_rows,
                      " x ", config.tile_kv_rows));
   }
-  if (spec.block_sparse.has_value()) {
-    return absl::UnimplementedError(
-        "block-sparse attention is not implemented on GPU workers yet; CPU "
-        "workers run it");
-  }
   if (!spec.dilated.empty()) {
     return absl::UnimplementedError(
-        "dilated attention is not implemented on GPU workers yet; CPU workers "
-        "run it");
+        "dilated attention is not implemented on GPU workers yet (dense, "
+        "causal and block-sparse are); CPU workers run it");
   }
   absl::StatusOr<ShardLayout> layout =
       KvLayoutFor(spec, world_size, std::move(kv_layout));
@@ -252,7 +307,11 @@ GpuRingExecutor::GpuRingExecutor(const AttentionSpec& spec, int rank,
       config_(config),
       q_layout_(LayoutFor(spec, spec.q_len, world_size)),
       kv_layout_(std::move(kv_layout)),
-      plan_(RingPlan::Build(spec, q_layout_, kv_layout_, nullptr)),
+      blocks_(spec.block_sparse.has_value()
+                  ? std::optional<BlockMask>(
+                        BlockMask::FromRules(*spec.block_sparse, spec.kv_len))
+                  : std::nullopt),
+      plan_(RingPlan::Build(spec, q_layout_, kv_layout_, blocks())),
       element_bytes_(2) {}
 
 absl::Status GpuRingExecutor::Initialize() {
@@ -305,10 +364,10 @@ absl::Status GpuRingExecutor::Initialize() {
   step_tasks_.assign(static_cast<size_t>(plan_.num_steps()), 0);
   for (int64_t s = 0; s < plan_.num_steps(); ++s) {
     for (const AttentionTask& task : plan_.Step(rank_, s).tasks) {
-      std::vector<AttentionTile> tiles =
-          TileTask(spec_, task, config_.tile_q_rows, config_.tile_kv_rows);
+      std::vector<AttentionTile> tiles = TileTask(
+          spec_, blocks(), task, config_.tile_q_rows, config_.tile_kv_rows);
       step_tiles_[s].insert(step_tiles_[s].end(), tiles.begin(), tiles.end());
-      step_flops_[s] += TaskFlops(spec_, nullptr, task);
+      step_flops_[s] += TaskFlops(spec_, blocks(), task);
       ++step_tasks_[s];
     }
   }

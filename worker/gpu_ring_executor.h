@@ -14,8 +14,13 @@
 // are folded into the accumulators by an LSE merge; then waits for both and
 // swaps the buffers.
 //
-// Dense and causal attention (zigzag shards, GQA/MQA, any lengths) run here;
-// block-sparse and dilated requests get UNIMPLEMENTED.
+// Dense and causal attention (zigzag shards, GQA/MQA, any lengths) and
+// block-sparse attention (causal or not) run here; dilated requests get
+// UNIMPLEMENTED. A block-sparse task is cut at the mask's block boundaries:
+// the block pairs the mask (built once per executor) allows run as dense or
+// causal tiles, consecutive allowed key blocks of a query block (and
+// consecutive query blocks allowing the same key blocks) sharing tiles, and
+// the pairs it hides are never computed.
 //
 // Precision: Q, K and V are rounded to the compute dtype (bf16 for bf16 and
 // fp32 wire data, fp16 for fp16), each tile's partial O is rounded to it once
@@ -33,6 +38,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/attention_spec.h"
+#include "core/block_mask.h"
 #include "core/dtype.h"
 #include "core/ring_plan.h"
 #include "core/shard_layout.h"
@@ -76,10 +82,18 @@ struct AttentionTile {
   }
 };
 
-// The tiles that compute `task` (kFull or kCausal) of `spec`: every visible
-// (query, key) pair in exactly one tile, no tile without one. A causal task is
-// cut into tiles with no mask, tiles whose own bottom-right diagonal is the
-// task's, and nothing for pairs the mask hides. Requires positive tile sizes.
+// The tiles that compute `task` (kFull, kCausal or kBlockSparse) of `spec`:
+// every visible (query, key) pair in exactly one tile, no tile without one. A
+// causal task is cut into tiles with no mask, tiles whose own bottom-right
+// diagonal is the task's, and nothing for pairs the mask hides. A
+// block-sparse task is cut at the block boundaries of `blocks` (the spec's
+// mask, required for it), each allowed rectangle then tiled like a dense or,
+// if spec.causal, a causal task. Requires positive tile sizes.
+std::vector<AttentionTile> TileTask(const AttentionSpec& spec,
+                                    const BlockMask* blocks,
+                                    const AttentionTask& task,
+                                    int64_t tile_q_rows, int64_t tile_kv_rows);
+// TileTask with no block mask, for kFull and kCausal tasks.
 std::vector<AttentionTile> TileTask(const AttentionSpec& spec,
                                     const AttentionTask& task,
                                     int64_t tile_q_rows, int64_t tile_kv_rows);
@@ -99,9 +113,9 @@ class GpuRingExecutor {
   // An executor for rank `rank` of `world_size`, its device pool allocated.
   // K/V are sharded as the spec's usual layout, or as `kv_layout` when given
   // (a resident context's pieces). INVALID_ARGUMENT for a bad spec, rank,
-  // world size, layout or tile size; UNIMPLEMENTED for block-sparse and
-  // dilated specs; NOT_FOUND for a missing device; RESOURCE_EXHAUSTED if the
-  // pool does not fit on the device.
+  // world size, layout or tile size; UNIMPLEMENTED for dilated specs; NOT_FOUND
+  // for a missing device; RESOURCE_EXHAUSTED if the pool does not fit on the
+  // device.
   static absl::StatusOr<std::unique_ptr<GpuRingExecutor>> Create(
       const AttentionSpec& spec, int rank, int world_size,
       const GpuRingConfig& config,
@@ -125,6 +139,10 @@ class GpuRingExecutor {
   const ShardLayout& q_layout() const { return q_layout_; }
   const ShardLayout& kv_layout() const { return kv_layout_; }
   const RingPlan& plan() const { return plan_; }
+  // The spec's block mask; null unless the spec is block-sparse.
+  const BlockMask* blocks() const {
+    return blocks_.has_value() ? &*blocks_ : nullptr;
+  }
   // OK when cuDNN serves this executor's tiles; otherwise why our kernel does.
   const absl::Status& cudnn_status() const;
 
@@ -198,6 +216,7 @@ class GpuRingExecutor {
   const GpuRingConfig config_;
   const ShardLayout q_layout_;
   const ShardLayout kv_layout_;
+  const std::optional<BlockMask> blocks_;  // set iff spec_.block_sparse is
   const RingPlan plan_;
   const int64_t element_bytes_;
 

@@ -3,9 +3,12 @@
 // inputs: on one GPU (world size 1; dense and causal, GQA, odd lengths, head
 // dims 64 / 80 / 128, bf16 and fp16, small tiles that force many LSE merges,
 // unequal query and key lengths), and as a two-rank NCCL ring with one thread
-// per GPU (prime N, N < 2, causal zigzag). Fault tests: a rank whose peer stops
-// taking part, or whose run is cancelled, fails within its timeout. Tolerances:
-// |O - O_ref| <= tol * (1 + |O_ref|) with tol 2e-2 (bf16) or 1e-2 (fp16), |LSE
+// per GPU (prime N, N < 2, causal zigzag); block-sparse masks of every rule
+// (local, global, dilated, random, explicit pairs leaving rows with no key),
+// causal or not, odd lengths and block sizes, on one GPU and two. Fault tests:
+// a rank whose peer stops taking part, or whose run is cancelled, fails within
+// its timeout. Tolerances: |O - O_ref| <= tol * (1 + |O_ref|) with tol 2e-2
+// (bf16) or 1e-2 (fp16), |LSE
 // - LSE_ref| <= 1e-2 * (1
 // + |LSE_ref|), and rows that see no key exactly O = 0, LSE = -inf. Skips,
 // saying why, where there are too few GPUs.
@@ -18,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -76,6 +80,7 @@ struct Case {
   int64_t tile_kv = 16384;
   // Rows of the reference to check; 0: all of them.
   int64_t sampled_rows = 0;
+  std::optional<BlockSparseRules> block_sparse;
 };
 
 // Random inputs (normal, rounded to the case's dtype), and the reference.
@@ -107,6 +112,7 @@ Problem MakeProblem(const Case& c) {
   p.spec.kv_heads = c.kv_heads;
   p.spec.head_dim = c.head_dim;
   p.spec.causal = c.causal;
+  p.spec.block_sparse = c.block_sparse;
   p.q = RandomTensor({c.batch, c.q_len, c.q_heads, c.head_dim}, c.dtype, 1);
   p.k = RandomTensor({c.batch, c.kv_len, c.kv_heads, c.head_dim}, c.dtype, 2);
   p.v = RandomTensor({c.batch, c.kv_len, c.kv_heads, c.head_dim}, c.dtype, 3);
@@ -353,6 +359,115 @@ std::vector<Case> OneGpuCases() {
   return cases;
 }
 
+BlockSparseRules Rules(int64_t block_size) {
+  BlockSparseRules rules;
+  rules.block_size = block_size;
+  return rules;
+}
+
+Case Sparse(std::string name, int64_t n, bool causal, BlockSparseRules rules) {
+  Case c = Make(std::move(name), n, n, causal);
+  c.block_sparse = std::move(rules);
+  return c;
+}
+
+std::vector<Case> OneGpuBlockSparseCases() {
+  std::vector<Case> cases;
+  BlockSparseRules local = Rules(64);  // 1001 = 15 * 64 + 41
+  local.local = 1;
+  Case local_causal =
+      Sparse("sparse_local_causal_gqa_tiled", 1001, true, local);
+  local_causal.q_heads = 8;
+  local_causal.kv_heads = 2;
+  local_causal.head_dim = 128;
+  local_causal.tile_q = 128;
+  local_causal.tile_kv = 96;
+  cases.push_back(local_causal);
+  BlockSparseRules global_random = Rules(37);
+  global_random.global = 1;
+  global_random.random = 2;
+  global_random.seed = 42;
+  Case dense = Sparse("sparse_global_random_batch2", 999, false, global_random);
+  dense.batch = 2;
+  cases.push_back(dense);
+  BlockSparseRules dilated = Rules(33);
+  dilated.dilated = 3;
+  Case strided = Sparse("sparse_dilated_rule_causal", 513, true, dilated);
+  strided.tile_q = strided.tile_kv = 64;
+  cases.push_back(strided);
+  // Query blocks 1, 3 and 4 allow no key block, and causal hides (2, 4):
+  // their rows must come out O = 0, LSE = -inf.
+  BlockSparseRules pairs = Rules(50);
+  pairs.pairs = {{0, 0}, {2, 1}, {2, 4}, {5, 5}, {5, 0}};
+  cases.push_back(Sparse("sparse_pairs_causal_empty_rows", 300, true, pairs));
+  cases.push_back(Sparse("sparse_pairs_dense_empty_rows", 300, false, pairs));
+  BlockSparseRules band = Rules(16);
+  band.local = 2;
+  Case mqa = Sparse("sparse_local_mqa_d80", 131, false, band);
+  mqa.kv_heads = 1;
+  mqa.head_dim = 80;
+  cases.push_back(mqa);
+  BlockSparseRules big_blocks = Rules(2048);
+  big_blocks.local = 1;
+  big_blocks.global = 1;
+  Case long_case =
+      Sparse("sparse_local_global_default_tiles", 20000, true, big_blocks);
+  long_case.q_heads = long_case.kv_heads = 2;
+  long_case.sampled_rows = 64;
+  cases.push_back(long_case);
+  return cases;
+}
+
+TEST(GpuRingExecutorTest, OneGpuBlockSparseMatchesReference) {
+  SKIP_WITHOUT_GPUS(1);
+  for (const Case& base : OneGpuBlockSparseCases()) {
+    for (const DeviceDType dtype :
+         {DeviceDType::kBFloat16, DeviceDType::kFloat16}) {
+      Case c = base;
+      c.dtype = dtype;
+      ExpectMatchesReference(c, 1);
+    }
+  }
+}
+
+TEST(GpuRingExecutorTest, TwoGpuRingBlockSparseMatchesReference) {
+  SKIP_WITHOUT_GPUS(2);
+  std::vector<Case> cases;
+  BlockSparseRules local = Rules(61);
+  local.local = 1;
+  cases.push_back(Sparse("sparse_local_causal_prime", 997, true, local));
+  BlockSparseRules random = Rules(50);
+  random.global = 1;
+  random.random = 3;
+  random.seed = 9;
+  cases.push_back(Sparse("sparse_global_random_prime", 997, false, random));
+  BlockSparseRules pairs = Rules(40);  // 11 blocks, the last of 1 position
+  pairs.pairs = {{0, 0}, {3, 1}, {3, 2}, {6, 9}, {9, 6}, {10, 0}, {10, 10}};
+  Case explicit_pairs = Sparse("sparse_pairs_causal_tiled", 401, true, pairs);
+  explicit_pairs.tile_q = 64;
+  explicit_pairs.tile_kv = 48;
+  cases.push_back(explicit_pairs);
+  BlockSparseRules mixed = Rules(128);
+  mixed.local = 2;
+  mixed.dilated = 5;
+  Case gqa = Sparse("sparse_local_dilated_gqa_tiled", 4099, true, mixed);
+  gqa.q_heads = 8;
+  gqa.kv_heads = 2;
+  gqa.head_dim = 128;
+  gqa.tile_q = 512;
+  gqa.tile_kv = 700;
+  gqa.sampled_rows = 300;
+  cases.push_back(gqa);
+  for (const Case& base : cases) {
+    for (const DeviceDType dtype :
+         {DeviceDType::kBFloat16, DeviceDType::kFloat16}) {
+      Case c = base;
+      c.dtype = dtype;
+      ExpectMatchesReference(c, 2);
+    }
+  }
+}
+
 TEST(GpuRingExecutorTest, OneGpuMatchesReference) {
   SKIP_WITHOUT_GPUS(1);
   for (const Case& base : OneGpuCases()) {
@@ -407,12 +522,13 @@ TEST(GpuRingExecutorTest, RejectsPatternsItDoesNotRun) {
   EXPECT_EQ(
       GpuRingExecutor::Create(spec, 0, 1, GpuRingConfig()).status().code(),
       absl::StatusCode::kUnimplemented);
+  // Block-sparse specs are taken (NOT_FOUND where there is no GPU).
   spec.dilated.clear();
   BlockSparseRules rules;
   rules.block_size = 16;
   rules.local = 1;
   spec.block_sparse = rules;
-  EXPECT_EQ(
+  EXPECT_NE(
       GpuRingExecutor::Create(spec, 0, 1, GpuRingConfig()).status().code(),
       absl::StatusCode::kUnimplemented);
 }

@@ -1,11 +1,15 @@
 // TileTask, which cuts the GPU ring's tasks into tiles, checked pair by pair
 // against the mask's definition over whole ring plans (dense and causal, equal
-// and unequal lengths, several world sizes, tiny tiles). Needs no GPU.
+// and unequal lengths, several world sizes, tiny tiles; block-sparse masks of
+// every rule, causal or not, odd lengths and block sizes). Needs no GPU.
 
 #include <cstdint>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/block_mask.h"
 #include "core/ring_plan.h"
 #include "core/shard_layout.h"
 #include "gtest/gtest.h"
@@ -21,15 +25,19 @@ struct Case {
   int world_size;
   int64_t tile_q;
   int64_t tile_kv;
+  std::optional<BlockSparseRules> rules = std::nullopt;
 };
 
 // For every task of the plan: each visible (query, key) pair lies in exactly
 // one tile, no tile holds a hidden pair, tiles respect the tile sizes, and
 // every row of a tile sees at least one key.
 void CheckPlan(const Case& c) {
-  SCOPED_TRACE(absl::StrCat("q_len ", c.q_len, " kv_len ", c.kv_len,
-                            c.causal ? " causal" : " dense", " world ",
-                            c.world_size, " tiles ", c.tile_q, "x", c.tile_kv));
+  SCOPED_TRACE(absl::StrCat(
+      "q_len ", c.q_len, " kv_len ", c.kv_len, c.causal ? " causal" : " dense",
+      " world ", c.world_size, " tiles ", c.tile_q, "x", c.tile_kv,
+      c.rules.has_value()
+          ? absl::StrCat(" block-sparse, blocks of ", c.rules->block_size)
+          : ""));
   AttentionSpec spec;
   spec.q_len = c.q_len;
   spec.kv_len = c.kv_len;
@@ -37,23 +45,34 @@ void CheckPlan(const Case& c) {
   spec.kv_heads = 1;
   spec.head_dim = 8;
   spec.causal = c.causal;
-  ASSERT_TRUE(spec.Validate().ok());
+  spec.block_sparse = c.rules;
+  ASSERT_TRUE(spec.Validate().ok()) << spec.Validate();
+  std::optional<BlockMask> mask;
+  if (c.rules.has_value()) mask = BlockMask::FromRules(*c.rules, c.kv_len);
+  const BlockMask* blocks = mask.has_value() ? &*mask : nullptr;
+  const auto visible = [&](int64_t qp, int64_t kp) {
+    if (c.causal && kp > qp + c.kv_len - c.q_len) return false;
+    return blocks == nullptr || blocks->Allowed(qp / blocks->block_size(),
+                                                kp / blocks->block_size());
+  };
   const ShardKind kind = ChooseShardKind(spec);
   const ShardLayout q_layout = ShardLayout::Make(kind, c.q_len, c.world_size);
   const ShardLayout kv_layout = ShardLayout::Make(kind, c.kv_len, c.world_size);
-  const RingPlan plan = RingPlan::Build(spec, q_layout, kv_layout, nullptr);
+  const RingPlan plan = RingPlan::Build(spec, q_layout, kv_layout, blocks);
+  // Visible pairs the plan's tiles cover, over all ranks and steps.
+  int64_t covered_pairs = 0;
   for (int rank = 0; rank < c.world_size; ++rank) {
     for (int64_t s = 0; s < plan.num_steps(); ++s) {
       for (const AttentionTask& task : plan.Step(rank, s).tasks) {
-        const auto visible = [&](int64_t qp, int64_t kp) {
-          return !c.causal || kp <= qp + c.kv_len - c.q_len;
-        };
+        if (blocks != nullptr) {
+          ASSERT_EQ(task.kind, TaskKind::kBlockSparse);
+        }
         // covered[i][j]: tiles holding (query row i, key row j) of the task.
         std::vector<std::vector<int>> covered(
             static_cast<size_t>(task.q.size()),
             std::vector<int>(static_cast<size_t>(task.k.size()), 0));
         for (const AttentionTile& tile :
-             TileTask(spec, task, c.tile_q, c.tile_kv)) {
+             TileTask(spec, blocks, task, c.tile_q, c.tile_kv)) {
           ASSERT_GT(tile.q_len, 0);
           ASSERT_GT(tile.kv_len, 0);
           ASSERT_LE(tile.q_len, c.tile_q);
@@ -73,6 +92,7 @@ void CheckPlan(const Case& c) {
                   << ", key " << task.k.begin + kj;
               ++covered[qi][kj];
               ++seen;
+              ++covered_pairs;
             }
             ASSERT_GT(seen, 0) << "a tile row sees no key";
           }
@@ -89,6 +109,14 @@ void CheckPlan(const Case& c) {
       }
     }
   }
+  // Every visible pair of the whole problem is some rank's, exactly once.
+  int64_t visible_pairs = 0;
+  for (int64_t qp = 0; qp < c.q_len; ++qp) {
+    for (int64_t kp = 0; kp < c.kv_len; ++kp) {
+      visible_pairs += visible(qp, kp) ? 1 : 0;
+    }
+  }
+  EXPECT_EQ(covered_pairs, visible_pairs);
 }
 
 TEST(TileTaskTest, CoversEveryVisiblePairOnce) {
@@ -136,6 +164,124 @@ TEST(TileTaskTest, CausalTaskSkipsTilesAboveTheDiagonal) {
   for (const AttentionTile& tile : tiles) causal += tile.causal ? 1 : 0;
   EXPECT_EQ(tiles.size(), 10u);
   EXPECT_EQ(causal, 4);
+}
+
+BlockSparseRules Rules(int64_t block_size) {
+  BlockSparseRules rules;
+  rules.block_size = block_size;
+  return rules;
+}
+
+TEST(TileTaskTest, BlockSparseCoversEveryAllowedPairOnce) {
+  std::vector<BlockSparseRules> rule_sets;
+  BlockSparseRules local = Rules(7);
+  local.local = 1;
+  rule_sets.push_back(local);
+  BlockSparseRules local0 = Rules(16);
+  local0.local = 0;
+  rule_sets.push_back(local0);
+  BlockSparseRules global = Rules(9);
+  global.global = 2;
+  rule_sets.push_back(global);
+  BlockSparseRules dilated = Rules(5);
+  dilated.dilated = 3;
+  rule_sets.push_back(dilated);
+  BlockSparseRules random = Rules(11);
+  random.random = 2;
+  random.seed = 12345;
+  rule_sets.push_back(random);
+  BlockSparseRules pairs = Rules(13);
+  pairs.pairs = {{0, 0}, {1, 0}, {3, 1}, {3, 2}, {3, 3}, {6, 6}, {2, 5}};
+  rule_sets.push_back(pairs);
+  BlockSparseRules mixed = Rules(6);
+  mixed.local = 1;
+  mixed.global = 1;
+  mixed.random = 1;
+  mixed.seed = 7;
+  rule_sets.push_back(mixed);
+  BlockSparseRules everything = Rules(4);
+  everything.global = 1000;
+  rule_sets.push_back(everything);
+  BlockSparseRules one_block = Rules(1000);
+  one_block.local = 0;
+  rule_sets.push_back(one_block);
+
+  for (const BlockSparseRules& rules : rule_sets) {
+    for (const int64_t n : {int64_t{1}, int64_t{37}, int64_t{97}}) {
+      // Explicit pairs must name blocks that exist.
+      const int64_t blocks = (n + rules.block_size - 1) / rules.block_size;
+      bool fits = true;
+      for (const auto& [i, j] : rules.pairs) {
+        fits = fits && i < blocks && j < blocks;
+      }
+      if (!fits) continue;
+      for (const bool causal : {false, true}) {
+        for (const int world : {1, 2, 3}) {
+          for (const auto& [tile_q, tile_kv] :
+               {std::pair<int64_t, int64_t>{1000, 1000},
+                std::pair<int64_t, int64_t>{8, 5},
+                std::pair<int64_t, int64_t>{3, 17}}) {
+            Case c{n, n, causal, world, tile_q, tile_kv, rules};
+            CheckPlan(c);
+            if (HasFatalFailure()) return;
+          }
+        }
+      }
+    }
+  }
+}
+
+// A mask that allows every pair tiles a task just like dense attention.
+TEST(TileTaskTest, FullyAllowedMaskTilesLikeDense) {
+  AttentionSpec spec;
+  spec.q_len = spec.kv_len = 100;
+  spec.q_heads = spec.kv_heads = 1;
+  spec.head_dim = 8;
+  BlockSparseRules rules = Rules(7);
+  rules.global = 1000;
+  spec.block_sparse = rules;
+  const BlockMask mask = BlockMask::FromRules(rules, spec.kv_len);
+  AttentionTask task;
+  task.q = Range{10, 60};
+  task.k = Range{0, 100};
+  task.q_row = 3;
+  task.k_row = 0;
+  task.kind = TaskKind::kBlockSparse;
+  AttentionTask dense = task;
+  dense.kind = TaskKind::kFull;
+  EXPECT_EQ(TileTask(spec, &mask, task, 64, 64), TileTask(spec, dense, 64, 64));
+  const std::vector<AttentionTile> tiles = TileTask(spec, &mask, task, 64, 128);
+  ASSERT_EQ(tiles.size(), 1u);
+  EXPECT_EQ(tiles[0], (AttentionTile{3, 50, 0, 100, false}));
+}
+
+// A local band of width 1 gives each query block one tile of its (up to)
+// three key blocks; causal keeps only the diagonal block and the one before.
+TEST(TileTaskTest, LocalBandGroupsNeighbouringKeyBlocks) {
+  AttentionSpec spec;
+  spec.q_len = spec.kv_len = 40;
+  spec.q_heads = spec.kv_heads = 1;
+  spec.head_dim = 8;
+  BlockSparseRules rules = Rules(10);
+  rules.local = 1;
+  spec.block_sparse = rules;
+  const BlockMask mask = BlockMask::FromRules(rules, spec.kv_len);
+  AttentionTask task;
+  task.q = task.k = Range{0, 40};
+  task.kind = TaskKind::kBlockSparse;
+  const std::vector<AttentionTile> dense = TileTask(spec, &mask, task, 64, 64);
+  const std::vector<AttentionTile> want_dense = {{0, 10, 0, 20, false},
+                                                 {10, 10, 0, 30, false},
+                                                 {20, 10, 10, 30, false},
+                                                 {30, 10, 20, 20, false}};
+  EXPECT_EQ(dense, want_dense);
+  spec.causal = true;
+  const std::vector<AttentionTile> causal = TileTask(spec, &mask, task, 64, 64);
+  const std::vector<AttentionTile> want_causal = {{0, 10, 0, 10, true},
+                                                  {10, 10, 0, 20, true},
+                                                  {20, 10, 10, 20, true},
+                                                  {30, 10, 20, 20, true}};
+  EXPECT_EQ(causal, want_causal);
 }
 
 }  // namespace
