@@ -1,7 +1,8 @@
-"""Draws docs/ring_scaling.png and docs/ring_memory.png from the ring benchmark tables.
+"""Draws ring scaling and memory plots from the ring benchmark tables of one session.
 
-Usage: python3 bench/plots/ring_plots.py docs/results/h200x2-ring_bench.md \
-           docs/results/h200x2-peer_cp_1gpu.md docs/results/h200x2-peer_cp_2gpu.md
+Usage: python3 bench/plots/ring_plots.py OUT_PREFIX TABLE.md [TABLE.md ...]
+e.g.   python3 bench/plots/ring_plots.py docs/ring_2gpu docs/results/h200x2-*.md
+writes OUT_PREFIX_scaling.png and OUT_PREFIX_memory.png.
 
 Reads the markdown tables that bench/ring/ring_bench and peer_context_parallel.py print
 (columns: implementation, GPUs, mask, N, ms, TFLOP/s per GPU, memory per GPU, ...) and
@@ -49,19 +50,22 @@ def memory_column(row_keys):
     raise KeyError("no memory column")
 
 
-def main(paths):
+def main(prefix, paths):
     rows = read_rows(paths)
     lines = [
         ("ringattn", 1, "ringattn, 1 GPU", "-o"),
         ("ringattn", 2, "ringattn, 2 GPUs", "-s"),
+        ("ringattn", 4, "ringattn, 4 GPUs", "-^"),
         ("PyTorch SDPA cuDNN via CP", 1, "PyTorch SDPA cuDNN, 1 GPU", "--o"),
         ("PyTorch CP cuDNN (allgather)", 2, "PyTorch CP allgather, 2 GPUs", "--s"),
         ("PyTorch CP cuDNN (alltoall)", 2, "PyTorch CP alltoall, 2 GPUs", ":s"),
+        ("PyTorch CP cuDNN (allgather)", 4, "PyTorch CP allgather, 4 GPUs", "--^"),
+        ("PyTorch CP cuDNN (alltoall)", 4, "PyTorch CP alltoall, 4 GPUs", ":^"),
     ]
     for column, title, out, label in (
-        ("TFLOP/s per GPU", "Causal attention, bf16, 32 heads, D=128 (2x H200)",
-         "docs/ring_scaling.png", "TFLOP/s per GPU"),
-        (None, "Memory per GPU, causal (2x H200)", "docs/ring_memory.png",
+        ("TFLOP/s per GPU", "Causal attention, bf16, 32 heads, D=128 (H200)",
+         prefix + "_scaling.png", "TFLOP/s per GPU"),
+        (None, "Memory per GPU, causal (H200)", prefix + "_memory.png",
          "GiB per GPU"),
     ):
         plt.figure(figsize=(7, 4.2))
@@ -85,4 +89,4 @@ def main(paths):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main(sys.argv[1], sys.argv[2:])
