@@ -20,6 +20,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "core/random_tensor.h"
 #include "core/tensor.h"
 #include "kernels/cpu/block_attention.h"
 
@@ -132,13 +133,6 @@ Peak MeasurePeak() {
 }
 
 // A tensor of the given shape with values uniform in [-1, 1].
-Tensor<float> RandomTensor(Shape shape, std::mt19937& rng) {
-  Tensor<float> t(shape);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  for (float& x : t.values()) x = uniform(rng);
-  return t;
-}
-
 // GFLOP/s of BlockAttention on N x N attention (4 N^2 H D flops, half that
 // when causal).
 double KernelGflops(int64_t batch, int64_t seq, int64_t heads, int64_t dim,

@@ -102,6 +102,15 @@ ShardKind ChooseShardKind(const AttentionSpec& spec) {
                                              : ShardKind::kContiguous;
 }
 
+absl::Status CheckRank(int64_t rank, int64_t world_size) {
+  if (world_size >= 1 && rank >= 0 && rank < world_size) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("rank ", rank, " is not a rank of a world of size ",
+                   world_size, ": need 0 <= rank < world size"));
+}
+
 ShardLayout LayoutFor(const AttentionSpec& spec, int64_t seq_len,
                       int64_t workers) {
   return ShardLayout::Make(ChooseShardKind(spec), seq_len, workers);

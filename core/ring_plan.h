@@ -81,6 +81,10 @@ class RingPlan {
 // dilated branches (whose segments want to stay whole), contiguous otherwise.
 ShardKind ChooseShardKind(const AttentionSpec& spec);
 
+// OK if `rank` is a rank of a world of `world_size` workers; INVALID_ARGUMENT
+// saying which bound it breaks otherwise.
+absl::Status CheckRank(int64_t rank, int64_t world_size);
+
 // `seq_len` positions of a request under `spec` spread over `workers` workers
 // in the layout ChooseShardKind picks.
 ShardLayout LayoutFor(const AttentionSpec& spec, int64_t seq_len,

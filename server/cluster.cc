@@ -98,11 +98,6 @@ int Cluster::LiveWorkers() {
   return live;
 }
 
-int64_t Cluster::epoch() {
-  absl::MutexLock lock(&mutex_);
-  return epoch_;
-}
-
 v1::ClusterInfo Cluster::Info() {
   absl::MutexLock lock(&mutex_);
   const Clock::time_point now = Clock::now();

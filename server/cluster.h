@@ -54,7 +54,6 @@ class Cluster {
   bool Ready();
   int LiveWorkers();
   int world_size() const { return world_size_; }
-  int64_t epoch();
   v1::ClusterInfo Info();
 
  private:

@@ -79,14 +79,6 @@ void Metrics::Observe(const std::string& name, const Labels& labels,
   ++series.count;
 }
 
-double Metrics::Value(const std::string& name, const Labels& labels) {
-  absl::MutexLock lock(&mutex_);
-  auto family = families_.find(name);
-  if (family == families_.end()) return 0;
-  auto series = family->second.series.find(labels);
-  return series == family->second.series.end() ? 0 : series->second.value;
-}
-
 std::string Metrics::Render() {
   absl::MutexLock lock(&mutex_);
   std::string out;

@@ -27,9 +27,6 @@ class Metrics {
   void Set(const std::string& name, const Labels& labels, double value);
   void Observe(const std::string& name, const Labels& labels, double value);
 
-  // The current value of a counter or gauge (0 if never touched).
-  double Value(const std::string& name, const Labels& labels);
-
   std::string Render();
 
  private:

@@ -4,6 +4,7 @@
 #include <random>
 
 #include "core/dtype.h"
+#include "core/random_tensor.h"
 #include "kernels/cpu/reference_attention.h"
 #include "proto/spec_conversion.h"
 
@@ -12,12 +13,10 @@ namespace ringattn {
 RandomInputs MakeRandomInputs(const AttentionSpec& spec, uint32_t seed,
                               v1::DType wire) {
   std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   const DType dtype = *DTypeFromProto(wire);
   auto random = [&](Shape shape) {
-    Tensor<float> t(shape);
+    Tensor<float> t = RandomTensor(shape, rng);
     std::vector<uint16_t> narrow(t.values().size());
-    for (float& x : t.values()) x = uniform(rng);
     if (dtype != DType::kFloat32) {
       ConvertFromFloat(dtype, t.data(), narrow.data(), t.shape().NumElements());
       ConvertToFloat(dtype, narrow.data(), t.data(), t.shape().NumElements());

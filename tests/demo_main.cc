@@ -12,6 +12,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "client/client.h"
+#include "core/random_tensor.h"
 #include "kernels/cpu/reference_attention.h"
 #include "proto/spec_conversion.h"
 
@@ -36,12 +37,7 @@ struct Row {
 absl::StatusOr<Row> RunOne(Client& client, const std::string& name,
                            const AttentionSpec& spec) {
   std::mt19937 rng(11);
-  std::uniform_real_distribution<float> uniform(-1, 1);
-  auto random = [&](Shape shape) {
-    Tensor<float> t(shape);
-    for (float& x : t.values()) x = uniform(rng);
-    return t;
-  };
+  auto random = [&](Shape shape) { return RandomTensor(shape, rng); };
   const Tensor<float> q = random({1, spec.q_len, spec.q_heads, spec.head_dim});
   const Tensor<float> k =
       random({1, spec.kv_len, spec.kv_heads, spec.head_dim});

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "core/ring_plan.h"
 #include "core/status_macros.h"
 #include "core/strategy_support.h"
 #include "kernels/cpu/run_task.h"
@@ -35,11 +36,7 @@ absl::StatusOr<std::unique_ptr<BroadcastExecutor>> BroadcastExecutor::Create(
     std::optional<ShardLayout> kv_layout) {
   RINGATTN_RETURN_IF_ERROR(spec.Validate());
   RINGATTN_RETURN_IF_ERROR(CheckBroadcastQSupports(spec));
-  if (world_size < 1 || rank < 0 || rank >= world_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", rank, " is not a rank of a world of size ",
-                     world_size, ": need 0 <= rank < world size"));
-  }
+  RINGATTN_RETURN_IF_ERROR(CheckRank(rank, world_size));
   absl::StatusOr<ShardLayout> layout =
       KvLayoutFor(spec, world_size, std::move(kv_layout));
   if (!layout.ok()) return layout.status();
@@ -109,8 +106,8 @@ absl::StatusOr<RingOutput> BroadcastExecutor::Run(
       BytesNeeded(spec_, rank_, kv_layout_.num_workers(), &kv_layout_);
   stats.steps = 1;
   const absl::Time start = absl::Now();
-  const WorkerBuffers buffers{q_.view(), k_.view(), v_.view(), o_.view(),
-                              lse_.view()};
+  const WorkerBuffers buffers{q_.view(), k_.view(),   v_.view(),
+                              o_.view(), lse_.view(), &task_scratch_};
   for (const AttentionTask& task : plan_.Step(0, 0).tasks) {
     if (cancelled != nullptr && cancelled->load()) {
       return absl::CancelledError(absl::StrCat(

@@ -72,6 +72,7 @@ class BroadcastExecutor {
   Tensor<float> v_;
   Tensor<float> o_;
   Tensor<float> lse_;
+  std::vector<float> task_scratch_;  // one task's partial result
   bool ran_ = false;
 };
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/random_tensor.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/merge_with_lse.h"
 #include "kernels/cpu/reference_attention.h"
@@ -19,14 +20,6 @@ namespace ringattn {
 namespace {
 
 constexpr double kTolerance = 2e-5;
-
-Tensor<float> RandomTensor(Shape shape, uint32_t seed) {
-  Tensor<float> t(shape);
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  for (float& x : t.values()) x = uniform(rng);
-  return t;
-}
 
 // Copies the rows of `chunks` of `from` ([B, N, H, D]) into `to` in order.
 void CopyChunks(const Tensor<float>& from, const std::vector<Range>& chunks,

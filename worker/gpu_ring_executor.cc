@@ -7,6 +7,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "core/ring_plan.h"
 #include "core/status_macros.h"
 #include "kernels/cuda/convert.h"
 #include "kernels/cuda/partial_merge.h"
@@ -265,11 +266,7 @@ absl::StatusOr<std::unique_ptr<GpuRingExecutor>> GpuRingExecutor::Create(
     const AttentionSpec& spec, int rank, int world_size,
     const GpuRingConfig& config, std::optional<ShardLayout> kv_layout) {
   RINGATTN_RETURN_IF_ERROR(spec.Validate());
-  if (world_size < 1 || rank < 0 || rank >= world_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", rank, " is not a rank of a world of size ",
-                     world_size, ": need 0 <= rank < world size"));
-  }
+  RINGATTN_RETURN_IF_ERROR(CheckRank(rank, world_size));
   if (config.tile_q_rows < 1 || config.tile_kv_rows < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("tile sizes must be positive, got ", config.tile_q_rows,

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/ring_plan.h"
 #include "core/status_macros.h"
 #include "kernels/cuda/device_buffer.h"
 
@@ -77,10 +78,7 @@ absl::StatusOr<ncclUniqueId> NewNcclUniqueId() {
 absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
     const ncclUniqueId& id, int rank, int world_size, int device,
     absl::Duration timeout) {
-  if (world_size < 1 || rank < 0 || rank >= world_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rank ", rank, " is not a rank of a world of size ", world_size));
-  }
+  RINGATTN_RETURN_IF_ERROR(CheckRank(rank, world_size));
   RINGATTN_RETURN_IF_ERROR(UseCudaDevice(device));
   absl::StatusOr<CudaStream> stream =
       CudaStream::Create(/*high_priority=*/true);
@@ -339,10 +337,7 @@ NcclConnector::NcclConnector(gloo::rendezvous::Store& store, int device)
 absl::StatusOr<std::unique_ptr<RingCommunicator>> NcclConnector::Connect(
     const std::string& group, int rank, int world_size,
     absl::Duration timeout) {
-  if (world_size < 1 || rank < 0 || rank >= world_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rank ", rank, " is not a rank of a world of size ", world_size));
-  }
+  RINGATTN_RETURN_IF_ERROR(CheckRank(rank, world_size));
   const absl::Time deadline = absl::Now() + timeout;
   const std::string key = absl::StrCat(group, "/nccl-unique-id");
   ncclUniqueId id;

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/ring_plan.h"
 #include "core/status_macros.h"
 #include "kernels/cpu/run_task.h"
 #include "worker/task_flops.h"
@@ -31,11 +32,7 @@ absl::StatusOr<std::unique_ptr<RingExecutor>> RingExecutor::Create(
     const AttentionSpec& spec, int rank, int world_size,
     std::optional<ShardLayout> kv_layout) {
   RINGATTN_RETURN_IF_ERROR(spec.Validate());
-  if (world_size < 1 || rank < 0 || rank >= world_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", rank, " is not a rank of a world of size ",
-                     world_size, ": need 0 <= rank < world size"));
-  }
+  RINGATTN_RETURN_IF_ERROR(CheckRank(rank, world_size));
   absl::StatusOr<ShardLayout> layout =
       KvLayoutFor(spec, world_size, std::move(kv_layout));
   if (!layout.ok()) return layout.status();
@@ -180,9 +177,12 @@ absl::StatusOr<RingOutput> RingExecutor::Run(RingCommunicator& communicator,
       stats.bytes_sent += BlockBytes(held);
     }
     const absl::Time compute_start = absl::Now();
-    const WorkerBuffers buffers{q_.view(), BlockKeys(front_, held),
-                                BlockValues(front_, held), o_.view(),
-                                lse_.view()};
+    const WorkerBuffers buffers{q_.view(),
+                                BlockKeys(front_, held),
+                                BlockValues(front_, held),
+                                o_.view(),
+                                lse_.view(),
+                                &task_scratch_};
     for (const AttentionTask& task : step.tasks) {
       if (options.cancelled != nullptr && options.cancelled->load()) {
         return Cancel(communicator, in_flight, s);

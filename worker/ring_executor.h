@@ -126,6 +126,7 @@ class RingExecutor {
   Tensor<float> q_;
   Tensor<float> o_;
   Tensor<float> lse_;
+  std::vector<float> task_scratch_;  // one task's partial result
   // Two K/V blocks of the largest size, each K then V: [front | back].
   std::vector<float> block_storage_;
   float* front_ = nullptr;

@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "core/hilbert.h"
+#include "core/random_tensor.h"
 #include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/reference_attention.h"
@@ -31,14 +32,6 @@ namespace ringattn {
 namespace {
 
 constexpr double kTolerance = 2e-5;
-
-Tensor<float> RandomTensor(Shape shape, uint32_t seed) {
-  Tensor<float> t(shape);
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  for (float& x : t.values()) x = uniform(rng);
-  return t;
-}
 
 // A request's tensors in the caller's order, its reference output, and the
 // masking order (order[t]: the caller's row at masking position t).

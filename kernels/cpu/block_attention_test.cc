@@ -17,6 +17,7 @@
 
 #include "core/attention_spec.h"
 #include "core/block_mask.h"
+#include "core/random_tensor.h"
 #include "core/tensor.h"
 #include "gtest/gtest.h"
 
@@ -46,13 +47,6 @@ struct Task {
 constexpr int64_t kPadBefore = 3;
 constexpr int64_t kPadAfter = 5;
 constexpr float kSentinel = 12345.0f;
-
-Tensor<float> RandomTensor(Shape shape, std::mt19937& rng) {
-  Tensor<float> t(shape);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  for (float& x : t.values()) x = uniform(rng);
-  return t;
-}
 
 // A tensor holding `shape` as a view: all of it, or when `strided` a slice
 // between padding rows.

@@ -126,6 +126,7 @@ absl::StatusOr<AttentionOutput> SimulateRing(const AttentionSpec& spec,
                  2 * state[i].q.shape().seq + 2 * 2 * largest_block);
   }
 
+  std::vector<float> scratch;  // task results; workers take turns
   for (int64_t s = 0; s < plan.num_steps(); ++s) {
     for (int64_t i = 0; i < workers; ++i) {
       const RingStep& step = plan.Step(i, s);
@@ -135,8 +136,8 @@ absl::StatusOr<AttentionOutput> SimulateRing(const AttentionSpec& spec,
             "ring plan: worker ", i, " at step ", s, " needs the block of ",
             step.kv_owner, " but holds ", w.held_owner));
       }
-      const WorkerBuffers buffers{w.q.view(), w.k.view(), w.v.view(),
-                                  w.o.view(), w.lse.view()};
+      const WorkerBuffers buffers{w.q.view(), w.k.view(),   w.v.view(),
+                                  w.o.view(), w.lse.view(), &scratch};
       for (const AttentionTask& task : step.tasks) {
         RunAttentionTask(spec, blocks ? &*blocks : nullptr, task, buffers);
       }

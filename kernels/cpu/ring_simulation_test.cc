@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/random_tensor.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/reference_attention.h"
 
@@ -18,14 +19,6 @@ namespace ringattn {
 namespace {
 
 constexpr double kTolerance = 2e-5;
-
-Tensor<float> RandomTensor(Shape shape, uint32_t seed) {
-  Tensor<float> t(shape);
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  for (float& x : t.values()) x = uniform(rng);
-  return t;
-}
 
 struct Inputs {
   Tensor<float> q, k, v;

@@ -23,13 +23,17 @@ View<T> StridedHead(View<T> view, int64_t first, int64_t stride, int64_t count,
 
 // Computes args into scratch and merges the result into (o, lse).
 void AttendAndMerge(const BlockAttentionArgs& args, View<float> o,
-                    View<float> lse) {
-  Tensor<float> part_o(o.shape());
-  Shape lse_shape = o.shape();
+                    View<float> lse, std::vector<float>& scratch) {
+  const Shape o_shape = o.shape();
+  Shape lse_shape = o_shape;
   lse_shape.dim = 1;
-  Tensor<float> part_lse(lse_shape);
-  BlockAttention(args, part_o.view(), part_lse.view());
-  MergeWithLse(o, lse, part_o.view(), part_lse.view());
+  const size_t needed =
+      static_cast<size_t>(o_shape.NumElements() + lse_shape.NumElements());
+  if (scratch.size() < needed) scratch.resize(needed);
+  const View<float> part_o(scratch.data(), o_shape);
+  const View<float> part_lse(scratch.data() + o_shape.NumElements(), lse_shape);
+  BlockAttention(args, part_o, part_lse);
+  MergeWithLse(o, lse, part_o, part_lse);
 }
 
 void RunDilatedTask(const AttentionSpec& spec, const AttentionTask& task,
@@ -58,7 +62,8 @@ void RunDilatedTask(const AttentionSpec& spec, const AttentionTask& task,
       args.scale = spec.EffectiveScale();
       args.mask.causal = spec.causal;
       AttendAndMerge(args, StridedHead(buffers.o, q_first, r, kq.count, h),
-                     StridedHead(buffers.lse, q_first, r, kq.count, h));
+                     StridedHead(buffers.lse, q_first, r, kq.count, h),
+                     *buffers.scratch);
     }
   }
 }
@@ -84,7 +89,7 @@ void RunAttentionTask(const AttentionSpec& spec, const BlockMask* blocks,
   args.mask.causal_shift = spec.kv_len - spec.q_len;
   if (task.kind == TaskKind::kBlockSparse) args.mask.blocks = blocks;
   AttendAndMerge(args, buffers.o.Slice(task.q_row, q_end),
-                 buffers.lse.Slice(task.q_row, q_end));
+                 buffers.lse.Slice(task.q_row, q_end), *buffers.scratch);
 }
 
 void FinishAttention(const AttentionSpec& spec, View<float> o) {

@@ -5,6 +5,8 @@
 // accumulated output. Dilated tasks run one (head, segment) at a time over
 // strided views of the kept positions, so no compacted copy is made.
 
+#include <vector>
+
 #include "core/attention_spec.h"
 #include "core/block_mask.h"
 #include "core/ring_plan.h"
@@ -21,6 +23,9 @@ struct WorkerBuffers {
   View<const float> v;
   View<float> o;
   View<float> lse;
+  // One task's partial result before it is merged; grown when a task needs
+  // more, so a worker that keeps it across tasks allocates it once.
+  std::vector<float>* scratch;
 };
 
 // Computes `task` and merges it into buffers.o / buffers.lse. `blocks` must be
