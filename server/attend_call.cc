@@ -263,7 +263,7 @@ absl::Status Call::OpenWorkers() {
   }
   if (appending_) {
     absl::StatusOr<std::unique_ptr<ContextAppend>> append =
-        ContextAppend::Start(state_.cluster, *members, *resident_,
+        ContextAppend::Start(*members, *resident_,
                              /*create=*/false, stream_->append_length(), dtype_,
                              context_->deadline());
     if (!append.ok()) return append.status();
@@ -338,9 +338,8 @@ absl::Status Call::WorkerError(int rank, const grpc::Status& status) {
         static_cast<absl::StatusCode>(status.error_code()),
         absl::StrCat("worker ", rank, ": ", status.error_message()));
   }
-  if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
-    state_.cluster->MarkDead(rank, link.member.address);
-  }
+  // Whether the worker itself is gone is for its heartbeats to tell: a live
+  // worker reports a peer it lost with UNAVAILABLE too.
   return absl::UnavailableError(
       absl::StrCat("worker ", rank, " (", link.member.address,
                    ") failed during the request: ", status.error_message(),

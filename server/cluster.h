@@ -36,8 +36,9 @@ class Cluster {
   // Records a heartbeat; false if `rank` is not held by `address` (it must
   // register).
   bool Heartbeat(int rank, const std::string& address);
-  // Marks the worker at `rank` dead now (its request failed), so the cluster is
-  // not ready until a worker registers for that rank again.
+  // Evicts the worker at `rank` now, so the cluster is not ready until a worker
+  // registers for that rank again. Requests do not call it: a live worker
+  // reports lost peers with UNAVAILABLE too, and heartbeats tell the dead.
   void MarkDead(int rank, const std::string& address);
 
   // One live worker as a request sees it.

@@ -18,12 +18,9 @@ struct ContextAppend::Link {
   std::unique_ptr<grpc::ClientWriter<v1::StoreContextRequest>> writer;
 };
 
-ContextAppend::ContextAppend(Cluster* cluster, ResidentContext before,
-                             int64_t count, DType wire_dtype)
-    : cluster_(cluster),
-      before_(std::move(before)),
-      count_(count),
-      dtype_(wire_dtype) {}
+ContextAppend::ContextAppend(ResidentContext before, int64_t count,
+                             DType wire_dtype)
+    : before_(std::move(before)), count_(count), dtype_(wire_dtype) {}
 
 ContextAppend::~ContextAppend() {
   if (finished_) return;
@@ -33,7 +30,6 @@ ContextAppend::~ContextAppend() {
 absl::Status ContextAppend::WorkerError(const Link& link,
                                         const grpc::Status& status) {
   if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
-    cluster_->MarkDead(link.member.rank, link.member.address);
     return absl::UnavailableError(absl::StrCat(
         "worker ", link.member.rank, " (", link.member.address,
         ") failed while storing context rows: ", status.error_message()));
@@ -44,11 +40,11 @@ absl::Status ContextAppend::WorkerError(const Link& link,
 }
 
 absl::StatusOr<std::unique_ptr<ContextAppend>> ContextAppend::Start(
-    Cluster* cluster, const std::vector<Cluster::Member>& members,
-    const ResidentContext& before, bool create, int64_t count, DType wire_dtype,
+    const std::vector<Cluster::Member>& members, const ResidentContext& before,
+    bool create, int64_t count, DType wire_dtype,
     std::chrono::system_clock::time_point deadline) {
   std::unique_ptr<ContextAppend> append(
-      new ContextAppend(cluster, before, count, wire_dtype));
+      new ContextAppend(before, count, wire_dtype));
   std::vector<int64_t> held;
   for (const std::vector<Range>& chunks : before.chunks) {
     int64_t rows = 0;

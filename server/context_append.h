@@ -25,9 +25,9 @@ class ContextAppend {
  public:
   // Opens a StoreContext stream to every member for `count` tokens after
   // `before` (a new context when `create`). `before` must have one entry per
-  // member in chunks and addresses. `cluster` must outlive the append.
+  // member in chunks and addresses.
   static absl::StatusOr<std::unique_ptr<ContextAppend>> Start(
-      Cluster* cluster, const std::vector<Cluster::Member>& members,
+      const std::vector<Cluster::Member>& members,
       const ResidentContext& before, bool create, int64_t count,
       DType wire_dtype, std::chrono::system_clock::time_point deadline);
   // Cancels streams that did not finish.
@@ -45,17 +45,15 @@ class ContextAppend {
   // Closes the streams; OK once every worker stored its part.
   absl::Status Finish();
 
-  // The context as it will stand: its length and layout from Start on, its bytes
-  // once Finish succeeded.
+  // The context as it will stand: its length and layout from Start on, its
+  // bytes once Finish succeeded.
   const ResidentContext& after() const { return after_; }
 
  private:
   struct Link;
-  ContextAppend(Cluster* cluster, ResidentContext before, int64_t count,
-                DType wire_dtype);
+  ContextAppend(ResidentContext before, int64_t count, DType wire_dtype);
   absl::Status WorkerError(const Link& link, const grpc::Status& status);
 
-  Cluster* const cluster_;
   const ResidentContext before_;
   const int64_t count_;
   const DType dtype_;

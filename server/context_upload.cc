@@ -103,8 +103,8 @@ absl::Status Upload::Start() {
   if (!ticket.ok()) return ticket.status();
   ticket_ = std::move(*ticket);
   absl::StatusOr<std::unique_ptr<ContextAppend>> append =
-      ContextAppend::Start(state_.cluster, *members, before_, create_,
-                           header_.length(), dtype_, context_->deadline());
+      ContextAppend::Start(*members, before_, create_, header_.length(), dtype_,
+                           context_->deadline());
   if (!append.ok()) return append.status();
   append_ = std::move(*append);
   return absl::OkStatus();

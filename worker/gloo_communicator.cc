@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "gloo/barrier.h"
 #include "gloo/rendezvous/prefix_store.h"
 #include "gloo/transport/tcp/attr.h"
 #include "gloo/transport/tcp/device.h"
@@ -114,6 +115,12 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Connect(
   const absl::Time start = absl::Now();
   try {
     context->connectFullMesh(recording, device);
+    // Nobody starts (and so nobody can finish and close its connections) until
+    // every rank has connected: a fast rank tearing down would otherwise break
+    // a slower rank's connect.
+    gloo::BarrierOptions barrier(context);
+    barrier.setTimeout(absl::ToChronoMilliseconds(timeout));
+    gloo::barrier(barrier);
   } catch (const std::exception& e) {
     const std::string where = absl::StrCat("rank ", rank, " of ", world_size,
                                            " in group '", prefix, "'");
