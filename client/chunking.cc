@@ -71,11 +71,20 @@ std::vector<v1::TensorChunk> SplitTensor(v1::TensorName name,
   return chunks;
 }
 
-OutputAssembler::OutputAssembler(Shape shape, bool with_lse)
+OutputAssembler::OutputAssembler(Shape shape, bool with_lse, DType dtype)
     : shape_(shape),
       with_lse_(with_lse),
+      dtype_(dtype),
       output_(shape),
       lse_(with_lse ? shape.batch * shape.heads * shape.seq : 0),
+      received_(shape.batch * shape.seq, false) {}
+
+OutputAssembler::OutputAssembler(Shape shape, bool with_lse, DType dtype,
+                                 Consumer consumer)
+    : shape_(shape),
+      with_lse_(with_lse),
+      dtype_(dtype),
+      consumer_(std::move(consumer)),
       received_(shape.batch * shape.seq, false) {}
 
 absl::Status OutputAssembler::Add(const v1::OutputChunk& chunk) {
@@ -92,7 +101,7 @@ absl::Status OutputAssembler::Add(const v1::OutputChunk& chunk) {
         " batch entries of ", shape_.seq, " tokens"));
   }
   const int64_t row_values = shape_.heads * shape_.dim;
-  const size_t data_bytes = count * row_values * sizeof(float);
+  const size_t data_bytes = count * row_values * DTypeSize(dtype_);
   if (chunk.data().size() != data_bytes) {
     return absl::InternalError(
         absl::StrCat("the server sent ", rows, " with ", chunk.data().size(),
@@ -114,15 +123,16 @@ absl::Status OutputAssembler::Add(const v1::OutputChunk& chunk) {
     }
   }
   std::fill(received_.begin() + first, received_.begin() + first + count, true);
-  std::memcpy(output_.data() + first * row_values, chunk.data().data(),
-              data_bytes);
+  rows_received_ += count;
+  bytes_received_ += data_bytes + lse_bytes;
+  if (consumer_) return consumer_(chunk);
+  ConvertToFloat(dtype_, chunk.data().data(),
+                 output_.data() + first * row_values, count * row_values);
   for (int64_t h = 0; h < shape_.heads && with_lse_; ++h) {
     std::memcpy(lse_.data() + (batch * shape_.heads + h) * shape_.seq + offset,
                 chunk.lse().data() + h * count * sizeof(float),
                 count * sizeof(float));
   }
-  rows_received_ += count;
-  bytes_received_ += data_bytes + lse_bytes;
   return absl::OkStatus();
 }
 
@@ -138,8 +148,10 @@ absl::Status OutputAssembler::CheckComplete() const {
 }
 
 int64_t OutputAssembler::total_bytes() const {
-  return (shape_.NumElements() + static_cast<int64_t>(lse_.size())) *
-         static_cast<int64_t>(sizeof(float));
+  const int64_t lse_values =
+      with_lse_ ? shape_.batch * shape_.heads * shape_.seq : 0;
+  return shape_.NumElements() * DTypeSize(dtype_) +
+         lse_values * static_cast<int64_t>(sizeof(float));
 }
 
 }  // namespace ringattn

@@ -7,6 +7,7 @@
 // the Client streams what these produce. None of the types is thread-safe.
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -16,12 +17,24 @@
 
 namespace ringattn {
 
+// Where the TensorChunks of an upload come from, one at a time, so that
+// memory stays at one chunk whatever the tensor size: ChunkStream for host
+// tensors, or a caller's own source that reads or generates rows as they go.
+class ChunkSource {
+ public:
+  virtual ~ChunkSource() = default;
+  // Fills `chunk` with the next chunk, reusing its buffers, and returns true;
+  // returns false once every chunk has been handed out.
+  virtual bool Next(v1::TensorChunk* chunk) = 0;
+  // Data bytes of all chunks, for progress reports.
+  virtual int64_t total_bytes() const = 0;
+};
+
 // Hands out the chunks of one or more tensors in order: for each tensor, batch
 // entry by batch entry, runs of whole token rows of at most `chunk_bytes` wire
 // bytes (one row per chunk where a single row is larger), converted to the
-// wire dtype. Chunks are produced one at a time, so memory stays at one chunk
-// whatever the tensor size.
-class ChunkStream {
+// wire dtype.
+class ChunkStream : public ChunkSource {
  public:
   // Requires chunk_bytes >= 1.
   ChunkStream(DType wire_dtype, int64_t chunk_bytes);
@@ -33,12 +46,9 @@ class ChunkStream {
   // the stream) to be sent as tensor `name` after those added before it.
   void Add(v1::TensorName name, View<const float> tensor);
 
-  // Fills `chunk` with the next chunk, reusing its buffers, and returns true;
-  // returns false once every row of every tensor has been handed out.
-  bool Next(v1::TensorChunk* chunk);
-
+  bool Next(v1::TensorChunk* chunk) override;
   // Wire bytes of the data of all chunks of all tensors added.
-  int64_t total_bytes() const;
+  int64_t total_bytes() const override;
 
  private:
   struct Entry {
@@ -60,21 +70,28 @@ std::vector<v1::TensorChunk> SplitTensor(v1::TensorName name,
                                          View<const float> tensor,
                                          DType wire_dtype, int64_t chunk_bytes);
 
-// Collects the OutputChunks of one response into O [batch, q_len, q_heads,
-// head_dim] and, if asked, LSE [batch, q_heads, q_len], checking that every
-// token row arrives exactly once with data of the right size.
+// Checks the OutputChunks of one response: every token row exactly once, with
+// data of the right size. It collects them into fp32 O [batch, q_len, q_heads,
+// head_dim] and, if asked, LSE [batch, q_heads, q_len], or, for outputs too
+// large to hold, hands each checked chunk to the caller instead.
 class OutputAssembler {
  public:
-  // `shape` is O's shape (every extent >= 1).
-  OutputAssembler(Shape shape, bool with_lse);
+  // Called with each checked chunk instead of keeping it.
+  using Consumer = std::function<absl::Status(const v1::OutputChunk&)>;
+
+  // `shape` is O's shape (every extent >= 1); O arrives in `dtype`.
+  OutputAssembler(Shape shape, bool with_lse, DType dtype = DType::kFloat32);
+  // Keeps no rows: passes each checked chunk to `consumer`, whose error ends
+  // the call.
+  OutputAssembler(Shape shape, bool with_lse, DType dtype, Consumer consumer);
 
   OutputAssembler(const OutputAssembler&) = delete;
   OutputAssembler& operator=(const OutputAssembler&) = delete;
 
-  // Copies the rows of `chunk` into place. INTERNAL, naming the rows, if they
-  // fall outside the output, repeat rows already received, or carry data or
-  // LSE of the wrong size (or LSE that was not asked for); nothing is copied
-  // then.
+  // Copies the rows of `chunk` into place (widened to fp32), or passes it to
+  // the consumer. INTERNAL, naming the rows, if they fall outside the output,
+  // repeat rows already received, or carry data or LSE of the wrong size (or
+  // LSE that was not asked for); nothing is copied then.
   absl::Status Add(const v1::OutputChunk& chunk);
 
   // OK once every row has arrived; DATA_LOSS naming how many rows are missing
@@ -85,13 +102,16 @@ class OutputAssembler {
   int64_t bytes_received() const { return bytes_received_; }
   int64_t total_bytes() const;
 
-  // O, and LSE (empty without with_lse). Complete once CheckComplete() is OK.
+  // O, and LSE (empty without with_lse or with a consumer). Complete once
+  // CheckComplete() is OK.
   Tensor<float>& output() { return output_; }
   std::vector<float>& lse() { return lse_; }
 
  private:
   Shape shape_;
   bool with_lse_;
+  DType dtype_;
+  Consumer consumer_;
   Tensor<float> output_;
   std::vector<float> lse_;
   // One flag per (batch, token): whether that row has arrived.

@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -99,7 +100,7 @@ class Completion {
 template <typename Request>
 class RequestSequence {
  public:
-  RequestSequence(Request header, ChunkStream* chunks,
+  RequestSequence(Request header, ChunkSource* chunks,
                   ProgressReporter* progress)
       : request_(std::move(header)), chunks_(chunks), progress_(progress) {}
 
@@ -116,7 +117,7 @@ class RequestSequence {
 
  private:
   Request request_;
-  ChunkStream* chunks_;
+  ChunkSource* chunks_;
   ProgressReporter* progress_;
   int64_t uploaded_ = 0;
 };
@@ -129,7 +130,7 @@ template <typename Request>
 class OutputCall final
     : public grpc::ClientBidiReactor<Request, v1::AttendResponse> {
  public:
-  OutputCall(grpc::ClientContext* context, Request header, ChunkStream* chunks,
+  OutputCall(grpc::ClientContext* context, Request header, ChunkSource* chunks,
              OutputAssembler* output, ProgressReporter* progress)
       : context_(context),
         requests_(std::move(header), chunks, progress),
@@ -225,7 +226,7 @@ class OutputCall final
 class ContextUploadCall final
     : public grpc::ClientWriteReactor<v1::ContextUpload> {
  public:
-  ContextUploadCall(v1::ContextUpload header, ChunkStream* chunks,
+  ContextUploadCall(v1::ContextUpload header, ChunkSource* chunks,
                     ProgressReporter* progress)
       : requests_(std::move(header), chunks, progress) {}
 
@@ -323,20 +324,55 @@ absl::StatusOr<AttendResult> Client::Attend(const v1::AttentionSpec& spec,
   RINGATTN_RETURN_IF_ERROR(CheckShape("K", k, kv_shape));
   RINGATTN_RETURN_IF_ERROR(CheckShape("V", v, kv_shape));
 
+  absl::StatusOr<DType> output_dtype = OutputDType(sent);
+  if (!output_dtype.ok()) return output_dtype.status();
   ChunkStream chunks(*dtype, options_.chunk_bytes);
   chunks.Add(v1::Q, q);
   chunks.Add(v1::K, k);
   chunks.Add(v1::V, v);
-  OutputAssembler output(q_shape, sent.return_lse());
+  OutputAssembler output(q_shape, sent.return_lse(), *output_dtype);
+  absl::StatusOr<v1::Summary> summary = Run(std::move(header), chunks, output);
+  if (!summary.ok()) return summary.status();
+  return AttendResult{std::move(output.output()), std::move(output.lse()),
+                      std::move(*summary)};
+}
+
+absl::StatusOr<v1::Summary> Client::AttendStreaming(
+    const v1::AttentionSpec& spec, ChunkSource& source,
+    OutputAssembler::Consumer consumer) {
+  v1::AttendRequest header;
+  *header.mutable_header() = WithWireDType(spec);
+  const v1::AttentionSpec& sent = header.header();
+  absl::StatusOr<DType> output_dtype = OutputDType(sent);
+  if (!output_dtype.ok()) return output_dtype.status();
+  const Shape q_shape{sent.batch(), sent.q_len(), sent.q_heads(),
+                      sent.head_dim()};
+  if (q_shape.batch < 1 || q_shape.seq < 1 || q_shape.heads < 1 ||
+      q_shape.dim < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the request gives Q the shape ", ShapeString(q_shape),
+                     "; every extent must be >= 1"));
+  }
+  OutputAssembler output(q_shape, sent.return_lse(), *output_dtype,
+                         std::move(consumer));
+  return Run(std::move(header), source, output);
+}
+
+template <typename Request>
+absl::StatusOr<v1::Summary> Client::Run(Request header, ChunkSource& source,
+                                        OutputAssembler& output) {
   ProgressReporter progress(options_.progress);
   grpc::ClientContext context;
   Prepare(&context);
-  OutputCall<v1::AttendRequest> call(&context, std::move(header), &chunks,
-                                     &output, &progress);
-  stub_->async()->Attend(&context, &call);
+  OutputCall<Request> call(&context, std::move(header), &source, &output,
+                           &progress);
+  if constexpr (std::is_same_v<Request, v1::AttendRequest>) {
+    stub_->async()->Attend(&context, &call);
+  } else {
+    stub_->async()->Query(&context, &call);
+  }
   RINGATTN_RETURN_IF_ERROR(call.Run());
-  return AttendResult{std::move(output.output()), std::move(output.lse()),
-                      std::move(call.summary())};
+  return std::move(call.summary());
 }
 
 absl::StatusOr<AttendResult> Client::Query(const std::string& context_name,
@@ -379,16 +415,13 @@ absl::StatusOr<AttendResult> Client::RunQuery(const std::string& context_name,
     chunks.Add(v1::K, *k_new);
     chunks.Add(v1::V, *v_new);
   }
-  OutputAssembler output(q_shape, sent.return_lse());
-  ProgressReporter progress(options_.progress);
-  grpc::ClientContext context;
-  Prepare(&context);
-  OutputCall<v1::QueryRequest> call(&context, std::move(header), &chunks,
-                                    &output, &progress);
-  stub_->async()->Query(&context, &call);
-  RINGATTN_RETURN_IF_ERROR(call.Run());
+  absl::StatusOr<DType> output_dtype = OutputDType(sent);
+  if (!output_dtype.ok()) return output_dtype.status();
+  OutputAssembler output(q_shape, sent.return_lse(), *output_dtype);
+  absl::StatusOr<v1::Summary> summary = Run(std::move(header), chunks, output);
+  if (!summary.ok()) return summary.status();
   return AttendResult{std::move(output.output()), std::move(output.lse()),
-                      std::move(call.summary())};
+                      std::move(*summary)};
 }
 
 absl::StatusOr<v1::ContextInfo> Client::CreateContext(const std::string& name,
@@ -414,23 +447,28 @@ absl::StatusOr<v1::ContextInfo> Client::UploadContext(bool create,
   if (!dtype.ok()) return dtype.status();
   RINGATTN_RETURN_IF_ERROR(CheckShape("K", k, k.shape()));
   RINGATTN_RETURN_IF_ERROR(CheckShape("V", v, k.shape()));
-  v1::ContextUpload header;
-  v1::ContextHeader* fields = header.mutable_header();
-  fields->set_name(name);
-  fields->set_batch(k.shape().batch);
-  fields->set_kv_heads(k.shape().heads);
-  fields->set_head_dim(k.shape().dim);
-  fields->set_length(k.shape().seq);
-  fields->set_wire_dtype(wire_dtype);
-
+  v1::ContextHeader header;
+  header.set_name(name);
+  header.set_batch(k.shape().batch);
+  header.set_kv_heads(k.shape().heads);
+  header.set_head_dim(k.shape().dim);
+  header.set_length(k.shape().seq);
+  header.set_wire_dtype(wire_dtype);
   ChunkStream chunks(*dtype, options_.chunk_bytes);
   chunks.Add(v1::K, k);
   chunks.Add(v1::V, v);
+  return UploadContextStreaming(create, header, chunks);
+}
+
+absl::StatusOr<v1::ContextInfo> Client::UploadContextStreaming(
+    bool create, const v1::ContextHeader& header, ChunkSource& source) {
+  v1::ContextUpload first;
+  *first.mutable_header() = header;
   ProgressReporter progress(options_.progress);
   grpc::ClientContext context;
   Prepare(&context);
   v1::ContextInfo info;
-  ContextUploadCall call(std::move(header), &chunks, &progress);
+  ContextUploadCall call(std::move(first), &source, &progress);
   if (create) {
     stub_->async()->CreateContext(&context, &info, &call);
   } else {

@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "client/chunking.h"
 #include "core/tensor.h"
 #include "grpcpp/grpcpp.h"
 #include "ringattn/v1/attention.grpc.pb.h"
@@ -89,6 +90,14 @@ class Client {
                                       const HostTensor& q, const HostTensor& k,
                                       const HostTensor& v);
 
+  // Attend for tensors too large for host memory: the chunks of Q, K and V
+  // (spec's shapes, in spec.wire_dtype, in any order) come from `source`, and
+  // each output chunk, once checked (O in spec.output_dtype), goes to
+  // `consumer` instead of into a tensor; an error from it ends the call.
+  absl::StatusOr<v1::Summary> AttendStreaming(
+      const v1::AttentionSpec& spec, ChunkSource& source,
+      OutputAssembler::Consumer consumer);
+
   absl::StatusOr<v1::ClusterInfo> GetClusterInfo();
 
   // Uploads K and V [batch, length, kv_heads, head_dim] as a new resident
@@ -100,6 +109,11 @@ class Client {
   absl::StatusOr<v1::ContextInfo> AppendContext(
       const std::string& name, const HostTensor& k, const HostTensor& v,
       v1::DType wire_dtype = v1::FP32);
+  // CreateContext (create) or AppendContext for contexts too large for host
+  // memory: `header` names the context and gives its shapes and wire dtype,
+  // `source` yields the K and V chunks of header.length tokens.
+  absl::StatusOr<v1::ContextInfo> UploadContextStreaming(
+      bool create, const v1::ContextHeader& header, ChunkSource& source);
 
   // Attention of Q against the resident context `context`: as Attend, with
   // spec.kv_len ignored.
@@ -123,6 +137,11 @@ class Client {
 
   // Sets the deadline and metadata of a new call on `context`.
   void Prepare(grpc::ClientContext* context) const;
+
+  // Runs one Attend or Query call whose first message is `header`.
+  template <typename Request>
+  absl::StatusOr<v1::Summary> Run(Request header, ChunkSource& source,
+                                  OutputAssembler& output);
 
   absl::StatusOr<AttendResult> RunQuery(const std::string& context,
                                         const v1::AttentionSpec& spec,

@@ -1,5 +1,6 @@
 #include "core/dtype.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace ringattn {
@@ -193,6 +194,32 @@ void ConvertFromFloat(DType dtype, const float* src, void* dst, int64_t count) {
         bfloat16s[i] = FloatToBFloat16(src[i]);
       return;
     }
+  }
+}
+
+void ConvertDType(DType from, const void* src, DType to, void* dst,
+                  int64_t count) {
+  if (count <= 0) return;
+  if (from == to) {
+    std::memcpy(dst, src, static_cast<size_t>(count * DTypeSize(from)));
+    return;
+  }
+  if (from == DType::kFloat32) {
+    ConvertFromFloat(to, static_cast<const float*>(src), dst, count);
+    return;
+  }
+  if (to == DType::kFloat32) {
+    ConvertToFloat(from, src, static_cast<float*>(dst), count);
+    return;
+  }
+  constexpr int64_t kBatch = 1024;
+  float widened[kBatch];
+  for (int64_t at = 0; at < count; at += kBatch) {
+    const int64_t n = std::min(kBatch, count - at);
+    ConvertToFloat(from, static_cast<const char*>(src) + at * DTypeSize(from),
+                   widened, n);
+    ConvertFromFloat(to, widened, static_cast<char*>(dst) + at * DTypeSize(to),
+                     n);
   }
 }
 

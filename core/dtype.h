@@ -45,6 +45,12 @@ void ConvertToFloat(DType dtype, const void* src, float* dst, int64_t count);
 // count >= 0 and non-overlapping buffers of the right sizes.
 void ConvertFromFloat(DType dtype, const float* src, void* dst, int64_t count);
 
+// Converts `count` elements of type `from` at `src` into elements of type `to`
+// at `dst`, through fp32 (exact widening, rounding narrowing): a copy when the
+// types agree. Same requirements as the functions above.
+void ConvertDType(DType from, const void* src, DType to, void* dst,
+                  int64_t count);
+
 }  // namespace ringattn
 
 #endif  // RINGATTN_CORE_DTYPE_H_

@@ -439,5 +439,23 @@ TEST(DTypeTest, BulkConversionsAcceptZeroCount) {
   ConvertFromFloat(DType::kFloat16, nullptr, nullptr, 0);
 }
 
+TEST(ConvertDTypeTest, HalfToBFloat16GoesThroughFp32PastOneBatch) {
+  // 2500 values: more than the 1024 the conversion widens at a time.
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 30.0f);
+  std::vector<uint16_t> halves(2500);
+  for (uint16_t& h : halves) h = FloatToHalf(normal(rng));
+  std::vector<uint16_t> bf16s(halves.size());
+  ConvertDType(DType::kFloat16, halves.data(), DType::kBFloat16, bf16s.data(),
+               static_cast<int64_t>(halves.size()));
+  for (size_t i = 0; i < halves.size(); ++i) {
+    ASSERT_EQ(bf16s[i], FloatToBFloat16(HalfToFloat(halves[i]))) << i;
+  }
+  std::vector<float> widened(halves.size());
+  ConvertDType(DType::kFloat16, halves.data(), DType::kFloat32, widened.data(),
+               static_cast<int64_t>(halves.size()));
+  EXPECT_EQ(widened[2499], HalfToFloat(halves[2499]));
+}
+
 }  // namespace
 }  // namespace ringattn

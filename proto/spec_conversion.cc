@@ -21,6 +21,17 @@ absl::StatusOr<DType> DTypeFromProto(v1::DType dtype) {
   }
 }
 
+absl::StatusOr<DType> OutputDType(const v1::AttentionSpec& spec) {
+  if (spec.output_dtype() == v1::DTYPE_UNSPECIFIED) return DType::kFloat32;
+  absl::StatusOr<DType> dtype = DTypeFromProto(spec.output_dtype());
+  if (!dtype.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "field 'output_dtype' must be unset, FP32, FP16 or BF16, got ",
+        static_cast<int>(spec.output_dtype())));
+  }
+  return dtype;
+}
+
 v1::DType DTypeToProto(DType dtype) {
   switch (dtype) {
     case DType::kFloat16:

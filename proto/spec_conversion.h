@@ -23,6 +23,10 @@ v1::AttentionSpec SpecToProto(const AttentionSpec& spec);
 absl::StatusOr<DType> DTypeFromProto(v1::DType dtype);
 v1::DType DTypeToProto(DType dtype);
 
+// The dtype of O that `spec` asks for: its output_dtype, fp32 where unset;
+// INVALID_ARGUMENT for unknown values.
+absl::StatusOr<DType> OutputDType(const v1::AttentionSpec& spec);
+
 }  // namespace ringattn
 
 #endif  // RINGATTN_PROTO_SPEC_CONVERSION_H_

@@ -61,7 +61,7 @@ struct WorkerEvent {
 // Output rows that arrived ahead of their turn: a run of consecutive tokens.
 struct OutputRun {
   int64_t count = 0;
-  std::vector<float> o;    // [count, Hq, D]
+  std::string o;           // [count, Hq, D] in the request's output dtype
   std::vector<float> lse;  // [count, Hq]
 };
 
@@ -95,7 +95,8 @@ class Call {
   absl::Status SendToWorker(int64_t worker, const v1::ExecuteRequest& request);
   absl::Status CheckComplete();
   absl::Status Compute();
-  absl::Status CheckOutputSize(const v1::ShardOutput& output) const;
+  // The dtype of a worker's output chunk, once its sizes are checked.
+  absl::StatusOr<DType> CheckOutputSize(const v1::ShardOutput& output) const;
   absl::Status TakeOutput(const v1::ShardOutput& output);
   absl::Status MergePartial(const v1::ShardOutput& output);
   absl::Status EmitMerged();
@@ -118,6 +119,7 @@ class Call {
       false;  // a Query that appends new K/V first (holds the context)
   std::unique_ptr<ContextAppend> append_;
   DType dtype_ = DType::kFloat32;
+  DType output_dtype_ = DType::kFloat32;
   v1::Strategy strategy_ = v1::PASS_KV;
   std::optional<RequestLayout> layout_;
   std::vector<std::unique_ptr<WorkerLink>> workers_;
@@ -163,6 +165,9 @@ absl::Status Call::ReadHeader() {
   absl::StatusOr<DType> dtype = DTypeFromProto(spec_proto_.wire_dtype());
   if (!dtype.ok()) return dtype.status();
   dtype_ = *dtype;
+  absl::StatusOr<DType> output_dtype = OutputDType(spec_proto_);
+  if (!output_dtype.ok()) return output_dtype.status();
+  output_dtype_ = *output_dtype;
   // Refuses what no cluster could run before anything is uploaded; the
   // choice itself waits for the workers (OpenWorkers).
   if (spec_proto_.strategy() == v1::STRATEGY_AUTO) return absl::OkStatus();
@@ -240,17 +245,21 @@ absl::Status Call::OpenWorkers() {
   strategy_ = *strategy;
   spec_proto_.set_strategy(strategy_);
   const bool broadcast = strategy_ == v1::BROADCAST_Q;
-  // Each worker holds fp32 Q, O and LSE rows of its shard (all rows for
+  // A CPU worker holds fp32 Q, O and LSE rows of its shard (all rows for
   // broadcast-Q) and three K/V blocks (its own and the double buffer; only
-  // its own for broadcast-Q).
+  // its own for broadcast-Q). A GPU holds Q and two K/V blocks in 16 bits
+  // and fp32 O and LSE.
   const int64_t q_rows = broadcast ? spec_.q_len : (spec_.q_len + p - 1) / p;
   const int64_t kv_rows = (spec_.kv_len + p - 1) / p + 1;
-  const int64_t kv_blocks = broadcast ? 1 : 3;
-  const int64_t per_worker =
-      4 * spec_.batch *
-      (q_rows * spec_.q_heads * (2 * spec_.head_dim + 1) +
-       kv_blocks * 2 * kv_rows * spec_.kv_heads * spec_.head_dim);
+  const int64_t q_values = spec_.batch * q_rows * spec_.q_heads;
+  const int64_t kv_values =
+      2 * spec_.batch * kv_rows * spec_.kv_heads * spec_.head_dim;
   for (const Cluster::Member& member : *members) {
+    const int64_t per_worker =
+        member.device == "cpu"
+            ? 4 * (q_values * (2 * spec_.head_dim + 1) +
+                   (broadcast ? 1 : 3) * kv_values)
+            : q_values * (6 * spec_.head_dim + 4) + 2 * 2 * kv_values;
     if (member.memory_bytes > 0 && per_worker > member.memory_bytes) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "the request needs about ", per_worker, " bytes on each of ", p,
@@ -546,22 +555,30 @@ absl::Status Call::Compute() {
   return absl::OkStatus();
 }
 
-absl::Status Call::CheckOutputSize(const v1::ShardOutput& output) const {
-  const int64_t row_floats = spec_.q_heads * spec_.head_dim;
+absl::StatusOr<DType> Call::CheckOutputSize(
+    const v1::ShardOutput& output) const {
+  absl::StatusOr<DType> dtype = output.dtype() == v1::DTYPE_UNSPECIFIED
+                                    ? DType::kFloat32
+                                    : DTypeFromProto(output.dtype());
   const int64_t count = output.count();
-  if (output.batch() < 0 || output.batch() >= spec_.batch ||
-      static_cast<int64_t>(output.data().size()) != count * row_floats * 4 ||
+  if (!dtype.ok() || count < 0 || output.batch() < 0 ||
+      output.batch() >= spec_.batch ||
+      static_cast<int64_t>(output.data().size()) !=
+          count * spec_.q_heads * spec_.head_dim * DTypeSize(*dtype) ||
       static_cast<int64_t>(output.lse().size()) != count * spec_.q_heads * 4) {
     return absl::InternalError("a worker sent a malformed output chunk");
   }
-  return absl::OkStatus();
+  return dtype;
 }
 
 absl::Status Call::TakeOutput(const v1::ShardOutput& output) {
-  RINGATTN_RETURN_IF_ERROR(CheckOutputSize(output));
-  const int64_t row_floats = spec_.q_heads * spec_.head_dim;
+  absl::StatusOr<DType> dtype = CheckOutputSize(output);
+  if (!dtype.ok()) return dtype.status();
+  const int64_t row_values = spec_.q_heads * spec_.head_dim;
+  const int64_t in_row_bytes = row_values * DTypeSize(*dtype);
+  const int64_t out_row_bytes = row_values * DTypeSize(output_dtype_);
   const int64_t count = output.count();
-  const float* o = reinterpret_cast<const float*>(output.data().data());
+  const char* o = output.data().data();
   const float* lse = reinterpret_cast<const float*>(output.lse().data());
   // Split into runs of consecutive caller tokens.
   OutputRun* run = nullptr;
@@ -576,7 +593,10 @@ absl::Status Call::TakeOutput(const v1::ShardOutput& output) {
       run = &pending_[key];
       run_end = key;
     }
-    run->o.insert(run->o.end(), o + i * row_floats, o + (i + 1) * row_floats);
+    const size_t at = run->o.size();
+    run->o.resize(at + static_cast<size_t>(out_row_bytes));
+    ConvertDType(*dtype, o + i * in_row_bytes, output_dtype_, &run->o[at],
+                 row_values);
     run->lse.insert(run->lse.end(), lse + i * spec_.q_heads,
                     lse + (i + 1) * spec_.q_heads);
     ++run->count;
@@ -586,7 +606,12 @@ absl::Status Call::TakeOutput(const v1::ShardOutput& output) {
 }
 
 absl::Status Call::MergePartial(const v1::ShardOutput& output) {
-  RINGATTN_RETURN_IF_ERROR(CheckOutputSize(output));
+  absl::StatusOr<DType> dtype = CheckOutputSize(output);
+  if (!dtype.ok()) return dtype.status();
+  if (*dtype != DType::kFloat32) {
+    return absl::InternalError(
+        "a worker sent broadcast-Q partial output that is not fp32");
+  }
   const int64_t first = output.first_position();
   const int64_t count = output.count();
   if (output.positions_size() > 0 || first < 0 || count < 0 ||
@@ -619,15 +644,20 @@ absl::Status Call::EmitMerged() {
   }
   OutputRun& all = pending_[0];
   all.count = rows;
-  all.o = std::move(merged_o_);
+  all.o.resize(merged_o_.size() *
+               static_cast<size_t>(DTypeSize(output_dtype_)));
+  ConvertDType(DType::kFloat32, merged_o_.data(), output_dtype_, all.o.data(),
+               static_cast<int64_t>(merged_o_.size()));
+  merged_o_ = {};
   all.lse = std::move(merged_lse_);
   return EmitReady(/*flush=*/true);
 }
 
 absl::Status Call::EmitReady(bool flush) {
-  const int64_t row_floats = spec_.q_heads * spec_.head_dim;
-  const int64_t rows_per_chunk = std::max<int64_t>(
-      1, state_.options.output_chunk_bytes / (row_floats * 4));
+  const int64_t row_bytes =
+      spec_.q_heads * spec_.head_dim * DTypeSize(output_dtype_);
+  const int64_t rows_per_chunk =
+      std::max<int64_t>(1, state_.options.output_chunk_bytes / row_bytes);
   std::vector<float> lse_rows;  // [rows, Hq] of the chunk being built
   auto send = [&]() -> absl::Status {
     if (chunk_.token_count() == 0) return absl::OkStatus();
@@ -666,9 +696,8 @@ absl::Status Call::EmitReady(bool flush) {
         chunk_.set_batch(batch);
         chunk_.set_token_offset(token);
       }
-      chunk_.mutable_data()->append(
-          reinterpret_cast<const char*>(run.o.data() + i * row_floats),
-          row_floats * 4);
+      chunk_.mutable_data()->append(run.o, static_cast<size_t>(i * row_bytes),
+                                    static_cast<size_t>(row_bytes));
       lse_rows.insert(lse_rows.end(), run.lse.begin() + i * spec_.q_heads,
                       run.lse.begin() + (i + 1) * spec_.q_heads);
       chunk_.set_token_count(chunk_.token_count() + 1);
@@ -699,6 +728,7 @@ v1::Summary Call::MakeSummary() {
     v1::WorkerUsage* usage = summary.add_workers();
     usage->set_rank(static_cast<int>(w));
     usage->set_peak_bytes(done_[w].peak_bytes());
+    usage->set_compute_seconds(done_[w].compute_seconds());
     usage->set_tokens(
         strategy_ == v1::BROADCAST_Q
             ? spec_.q_len

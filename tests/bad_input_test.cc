@@ -137,6 +137,13 @@ TEST_F(BadInput, UnknownDType) {
                {"wire_dtype", "9"});
 }
 
+TEST_F(BadInput, UnknownOutputDType) {
+  v1::AttentionSpec spec = SmallSpec();
+  spec.set_output_dtype(static_cast<v1::DType>(7));
+  ExpectStatus(Send({Header(spec)}), grpc::StatusCode::INVALID_ARGUMENT,
+               {"output_dtype", "7"});
+}
+
 TEST_F(BadInput, ChunkPastTheEnd) {
   ExpectStatus(Send({Header(SmallSpec()), Chunk(v1::K, 6, 4, 64)}),
                grpc::StatusCode::INVALID_ARGUMENT,

@@ -2,10 +2,14 @@
 // loopback, requests through the client library, results against the float64
 // reference.
 
+#include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "client/chunking.h"
 #include "core/block_mask.h"
+#include "core/dtype.h"
 #include "gtest/gtest.h"
 #include "tests/attention_checks.h"
 #include "tests/test_cluster.h"
@@ -123,6 +127,82 @@ TEST_F(ThreeWorkers, HalfAndBfloat16OnTheWire) {
   ExpectServiceMatchesReference(*cluster_, Spec(130, 4, 2, 64, true), v1::FP16);
   ExpectServiceMatchesReference(*cluster_, Spec(130, 4, 2, 64, false),
                                 v1::BF16);
+}
+
+TEST_F(ThreeWorkers, SixteenBitOutputIsTheRoundedFp32Output) {
+  const AttentionSpec spec = Spec(131, 4, 2, 80, true);
+  const RandomInputs in = MakeRandomInputs(spec, 5, v1::BF16);
+  std::unique_ptr<Client> client = cluster_->NewClient();
+  absl::StatusOr<AttendResult> fp32 = client->Attend(
+      RequestSpec(spec, v1::BF16), in.q.view(), in.k.view(), in.v.view());
+  ASSERT_TRUE(fp32.ok()) << fp32.status();
+  ExpectMatchesReference(spec, in, *fp32);
+  for (const v1::DType output : {v1::BF16, v1::FP16}) {
+    v1::AttentionSpec request = RequestSpec(spec, v1::BF16);
+    request.set_output_dtype(output);
+    absl::StatusOr<AttendResult> narrow =
+        client->Attend(request, in.q.view(), in.k.view(), in.v.view());
+    ASSERT_TRUE(narrow.ok()) << narrow.status();
+    const DType dtype = output == v1::BF16 ? DType::kBFloat16 : DType::kFloat16;
+    const std::vector<float>& want = fp32->output.values();
+    const std::vector<float>& got = narrow->output.values();
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      float rounded;
+      uint16_t bits;
+      ConvertFromFloat(dtype, &want[i], &bits, 1);
+      ConvertToFloat(dtype, &bits, &rounded, 1);
+      ASSERT_EQ(got[i], rounded) << v1::DType_Name(output) << " element " << i;
+    }
+    EXPECT_EQ(narrow->lse, fp32->lse);
+  }
+}
+
+TEST_F(ThreeWorkers, StreamingAttendHandsOnEveryRowOnce) {
+  AttentionSpec spec = Spec(97, 4, 2, 64, true);
+  spec.batch = 2;
+  const RandomInputs in = MakeRandomInputs(spec, 6);
+  ClientOptions options;
+  options.chunk_bytes = 4096;  // many chunks each way
+  std::unique_ptr<Client> client = cluster_->NewClient(options);
+  const v1::AttentionSpec request = RequestSpec(spec);
+  absl::StatusOr<AttendResult> whole =
+      client->Attend(request, in.q.view(), in.k.view(), in.v.view());
+  ASSERT_TRUE(whole.ok()) << whole.status();
+
+  ChunkStream source(DType::kFloat32, options.chunk_bytes);
+  source.Add(v1::V, in.v.view());  // any tensor order will do
+  source.Add(v1::Q, in.q.view());
+  source.Add(v1::K, in.k.view());
+  Tensor<float> o(in.q.shape());
+  int64_t chunks = 0;
+  absl::StatusOr<v1::Summary> summary = client->AttendStreaming(
+      request, source, [&](const v1::OutputChunk& chunk) {
+        const int64_t values =
+            chunk.token_count() * spec.q_heads * spec.head_dim;
+        std::memcpy(o.view().Row(chunk.batch(), chunk.token_offset(), 0),
+                    chunk.data().data(), sizeof(float) * values);
+        ++chunks;
+        return absl::OkStatus();
+      });
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_GT(chunks, 1);
+  EXPECT_EQ(o.values(), whole->output.values());
+  EXPECT_GT(summary->flops(), 0);
+}
+
+TEST_F(ThreeWorkers, StreamingAttendStopsAtTheConsumersError) {
+  const AttentionSpec spec = Spec(64, 2, 2, 64, false);
+  const RandomInputs in = MakeRandomInputs(spec, 7);
+  ChunkStream source(DType::kFloat32, 1 << 20);
+  source.Add(v1::Q, in.q.view());
+  source.Add(v1::K, in.k.view());
+  source.Add(v1::V, in.v.view());
+  absl::StatusOr<v1::Summary> summary = cluster_->NewClient()->AttendStreaming(
+      RequestSpec(spec), source,
+      [](const v1::OutputChunk&) { return absl::DataLossError("disk full"); });
+  EXPECT_EQ(summary.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(summary.status().message().find("disk full"), std::string::npos);
 }
 
 TEST_F(ThreeWorkers, SummaryReportsWorkAndMemoryPerWorker) {

@@ -120,7 +120,7 @@ absl::StatusOr<RingOutput> BroadcastExecutor::Run(
   FinishAttention(spec_, o_.view());
   stats.compute_seconds = absl::ToDoubleSeconds(absl::Now() - start);
   RingOutput output;
-  output.o = std::move(o_);
+  output.o = TypedTensor(std::move(o_));
   output.lse = std::move(lse_);
   output.stats = stats;
   return output;

@@ -65,7 +65,7 @@ void ExpectMergedMatchesReference(const AttentionSpec& spec, int p,
     absl::StatusOr<RingOutput> part = e.Run(/*cancelled=*/nullptr);
     ASSERT_TRUE(part.ok()) << part.status();
     EXPECT_EQ(part->stats.transfers, 0);
-    MergeWithLse(o.view(), lse.view(), part->o.view(), part->lse.view());
+    MergeWithLse(o.view(), lse.view(), part->o.floats(), part->lse.view());
   }
   Tensor<double> o_ref(q_shape);
   Tensor<double> lse_ref(Shape{spec.batch, spec.q_len, spec.q_heads, 1});
@@ -119,7 +119,7 @@ TEST(BroadcastExecutor, RowsThatSeeNoneOfTheShardAreEmpty) {
   for (int64_t h = 0; h < spec.q_heads; ++h) {
     EXPECT_EQ(part->lse.view().At(0, 0, h, 0), -INFINITY);
     for (int64_t d = 0; d < spec.head_dim; ++d) {
-      EXPECT_EQ(part->o.view().At(0, 0, h, d), 0.0f);
+      EXPECT_EQ(part->o.floats().At(0, 0, h, d), 0.0f);
     }
     EXPECT_TRUE(std::isfinite(part->lse.view().At(0, 1, h, 0)));
   }

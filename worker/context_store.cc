@@ -8,7 +8,7 @@ namespace ringattn {
 
 absl::StatusOr<int64_t> ContextStore::Add(const std::string& name, bool create,
                                           const Layout& layout, Range positions,
-                                          Tensor<float> k, Tensor<float> v) {
+                                          TypedTensor k, TypedTensor v) {
   absl::MutexLock lock(&mutex_);
   auto found = contexts_.find(name);
   if (create && found != contexts_.end()) {
@@ -37,8 +37,7 @@ absl::StatusOr<int64_t> ContextStore::Add(const std::string& name, bool create,
       }
     }
   }
-  const int64_t added = static_cast<int64_t>(
-      (k.values().size() + v.values().size()) * sizeof(float));
+  const int64_t added = k.view().bytes() + v.view().bytes();
   if (bytes_ + added > capacity_) {
     return absl::ResourceExhaustedError(
         absl::StrCat("this worker's context memory is full: ", bytes_, " of ",
@@ -68,9 +67,8 @@ void ContextStore::Drop(const std::string& name, int64_t keep_length) {
   }
   for (auto piece = context.pieces.lower_bound(keep_length);
        piece != context.pieces.end();) {
-    const int64_t freed = static_cast<int64_t>(
-        (piece->second.k.values().size() + piece->second.v.values().size()) *
-        sizeof(float));
+    const int64_t freed =
+        piece->second.k.view().bytes() + piece->second.v.view().bytes();
     context.bytes -= freed;
     bytes_ -= freed;
     piece = context.pieces.erase(piece);
@@ -78,8 +76,8 @@ void ContextStore::Drop(const std::string& name, int64_t keep_length) {
 }
 
 absl::Status ContextStore::Copy(const std::string& name,
-                                const std::vector<Range>& chunks, View<float> k,
-                                View<float> v) {
+                                const std::vector<Range>& chunks,
+                                const TypedView& k, const TypedView& v) {
   absl::MutexLock lock(&mutex_);
   auto found = contexts_.find(name);
   if (found == contexts_.end()) {
@@ -100,10 +98,15 @@ absl::Status ContextStore::Copy(const std::string& name,
       const int64_t end = std::min(chunk.end, held.positions.end);
       const int64_t from = p - held.positions.begin;
       const int64_t count = end - p;
-      CopyView(held.k.view().Slice(from, from + count),
-               k.Slice(row, row + count));
-      CopyView(held.v.view().Slice(from, from + count),
-               v.Slice(row, row + count));
+      const int64_t values = count * k.shape().heads * k.shape().dim;
+      for (int64_t b = 0; b < k.shape().batch; ++b) {
+        const TypedView from_k = held.k.view();
+        const TypedView from_v = held.v.view();
+        ConvertDType(from_k.dtype(), from_k.Row(b, from), k.dtype(),
+                     k.Row(b, row), values);
+        ConvertDType(from_v.dtype(), from_v.Row(b, from), v.dtype(),
+                     v.Row(b, row), values);
+      }
       row += count;
       p = end;
     }

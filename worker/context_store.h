@@ -4,7 +4,7 @@
 // ContextStore: the K/V rows of resident contexts that this worker holds
 // between requests. A context grows by whole pieces (the rows one upload gave
 // this worker); memory is accounted against a fixed capacity and freed only by
-// Drop. Thread-safe.
+// Drop. Rows stay in the dtype they arrived in. Thread-safe.
 
 #include <cstdint>
 #include <map>
@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "core/range.h"
-#include "core/tensor.h"
+#include "core/typed_tensor.h"
 
 namespace ringattn {
 
@@ -38,25 +38,26 @@ class ContextStore {
   // positions already held, RESOURCE_EXHAUSTED past the capacity.
   absl::StatusOr<int64_t> Add(const std::string& name, bool create,
                               const Layout& layout, Range positions,
-                              Tensor<float> k, Tensor<float> v);
+                              TypedTensor k, TypedTensor v);
 
   // Forgets context `name` (nothing if unknown), or with keep_length > 0 only
   // its pieces that start at or after keep_length.
   void Drop(const std::string& name, int64_t keep_length = 0);
 
   // Copies the rows of `chunks` (context positions, in order) into k and v
-  // ([batch, total, kv_heads, head_dim]). NOT_FOUND for an unknown context,
-  // FAILED_PRECONDITION if this worker does not hold some of the positions.
+  // ([batch, total, kv_heads, head_dim], converted to their dtype). NOT_FOUND
+  // for an unknown context, FAILED_PRECONDITION if this worker does not hold
+  // some of the positions.
   absl::Status Copy(const std::string& name, const std::vector<Range>& chunks,
-                    View<float> k, View<float> v);
+                    const TypedView& k, const TypedView& v);
 
   int64_t bytes_in_use();
 
  private:
   struct Piece {
     Range positions;
-    Tensor<float> k;
-    Tensor<float> v;
+    TypedTensor k;
+    TypedTensor v;
   };
   struct Context {
     Layout layout;

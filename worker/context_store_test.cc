@@ -6,13 +6,13 @@ namespace ringattn {
 namespace {
 
 // Rows [first, first + n) whose values are their positions.
-Tensor<float> Rows(int64_t first, int64_t n) {
+TypedTensor Rows(int64_t first, int64_t n) {
   Tensor<float> t({1, n, 1, 2});
   for (int64_t i = 0; i < n; ++i) {
     t.view().At(0, i, 0, 0) = static_cast<float>(first + i);
     t.view().At(0, i, 0, 1) = -static_cast<float>(first + i);
   }
-  return t;
+  return TypedTensor(std::move(t));
 }
 
 const ContextStore::Layout kLayout{1, 1, 2};
@@ -24,14 +24,20 @@ TEST(ContextStore, CopiesRowsAcrossAppendedPieces) {
   ASSERT_TRUE(
       store.Add("c", false, kLayout, {7, 9}, Rows(7, 2), Rows(7, 2)).ok());
   Tensor<float> k({1, 4, 1, 2}), v({1, 4, 1, 2});
-  ASSERT_TRUE(store.Copy("c", {{1, 3}, {7, 9}}, k.view(), v.view()).ok());
+  ASSERT_TRUE(
+      store
+          .Copy("c", {{1, 3}, {7, 9}}, TypedView(k.view()), TypedView(v.view()))
+          .ok());
   EXPECT_EQ(k.view().At(0, 0, 0, 0), 1);
   EXPECT_EQ(k.view().At(0, 2, 0, 0), 7);
   EXPECT_EQ(v.view().At(0, 3, 0, 1), -8);
-  EXPECT_EQ(store.Copy("c", {{3, 5}}, k.view(), v.view()).code(),
+  EXPECT_EQ(store.Copy("c", {{3, 5}}, TypedView(k.view()), TypedView(v.view()))
+                .code(),
             absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(store.Copy("other", {{0, 1}}, k.view(), v.view()).code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(
+      store.Copy("other", {{0, 1}}, TypedView(k.view()), TypedView(v.view()))
+          .code(),
+      absl::StatusCode::kNotFound);
 }
 
 TEST(ContextStore, RefusesWrongCreateLayoutOverlapAndOverflow) {
@@ -64,6 +70,26 @@ TEST(ContextStore, RefusesWrongCreateLayoutOverlapAndOverflow) {
   EXPECT_EQ(store.bytes_in_use(), 32);
   store.Drop("c");
   EXPECT_EQ(store.bytes_in_use(), 0);
+}
+
+TEST(ContextStore, HoldsRowsInTheirDTypeAndConvertsOnCopy) {
+  ContextStore store(1 << 20);
+  TypedTensor k(DType::kBFloat16, {1, 2, 1, 2});
+  TypedTensor v(DType::kBFloat16, {1, 2, 1, 2});
+  const float values[4] = {1.5f, -2.0f, 0.25f, 3.0f};
+  ConvertFromFloat(DType::kBFloat16, values, k.view().data(), 4);
+  ConvertFromFloat(DType::kBFloat16, values, v.view().data(), 4);
+  absl::StatusOr<int64_t> bytes =
+      store.Add("c", true, kLayout, {0, 2}, std::move(k), std::move(v));
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(*bytes, 2 * 4 * 2);  // K and V, 4 bf16 values each
+  Tensor<float> k_out({1, 1, 1, 2}), v_out({1, 1, 1, 2});
+  ASSERT_TRUE(
+      store
+          .Copy("c", {{1, 2}}, TypedView(k_out.view()), TypedView(v_out.view()))
+          .ok());
+  EXPECT_EQ(k_out.view().At(0, 0, 0, 0), 0.25f);
+  EXPECT_EQ(v_out.view().At(0, 0, 0, 1), 3.0f);
 }
 
 }  // namespace

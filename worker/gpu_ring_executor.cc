@@ -185,6 +185,10 @@ DeviceDType ComputeDTypeFor(DType wire) {
                                  : DeviceDType::kBFloat16;
 }
 
+DType HostDTypeOf(DeviceDType dtype) {
+  return dtype == DeviceDType::kFloat16 ? DType::kFloat16 : DType::kBFloat16;
+}
+
 std::vector<AttentionTile> TileTask(const AttentionSpec& spec,
                                     const AttentionTask& task,
                                     int64_t tile_q_rows, int64_t tile_kv_rows) {
@@ -370,9 +374,10 @@ absl::Status GpuRingExecutor::Initialize() {
   }
 
   if (config_.host_staging) {
-    host_q_ = Tensor<float>(q_shape());
-    host_k_ = Tensor<float>(kv_shape());
-    host_v_ = Tensor<float>(kv_shape());
+    const DType host = HostDTypeOf(config_.dtype);
+    host_q_ = TypedTensor(host, q_shape());
+    host_k_ = TypedTensor(host, kv_shape());
+    host_v_ = TypedTensor(host, kv_shape());
   }
   return absl::OkStatus();
 }
@@ -628,21 +633,67 @@ absl::StatusOr<GpuRingStats> GpuRingExecutor::Run(
 }
 
 absl::StatusOr<RingOutput> GpuRingExecutor::RunStaged(
-    RingCommunicator& communicator, const RingOptions& options) {
+    RingCommunicator& communicator, const RingOptions& options,
+    DType output_dtype) {
   if (!config_.host_staging) {
     return absl::FailedPreconditionError(
         "RunStaged needs an executor created with host_staging");
   }
-  RINGATTN_RETURN_IF_ERROR(
-      Upload(host_q_.view(), host_k_.view(), host_v_.view()));
+  RINGATTN_RETURN_IF_ERROR(UseCudaDevice(config_.device));
+  const struct {
+    const TypedView host;
+    void* device;
+  } uploads[] = {{host_q_.view(), q_},
+                 {host_k_.view(), device_k()},
+                 {host_v_.view(), device_v()}};
+  for (const auto& upload : uploads) {
+    if (upload.host.bytes() == 0) continue;
+    RINGATTN_RETURN_IF_ERROR(
+        CudaStatus(cudaMemcpyAsync(upload.device, upload.host.data(),
+                                   static_cast<size_t>(upload.host.bytes()),
+                                   cudaMemcpyHostToDevice, stream_.get()),
+                   "uploading the shard"));
+  }
+  // The ring's first send reads the home block on another stream.
+  RINGATTN_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_.get()),
+                                      "waiting for the upload"));
   absl::StatusOr<GpuRingStats> stats = Run(communicator, options);
   if (!stats.ok()) return stats.status();
+
   RingOutput output;
-  output.o = Tensor<float>(q_shape());
   Shape lse_shape = q_shape();
   lse_shape.dim = 1;
   output.lse = Tensor<float>(lse_shape);
-  RINGATTN_RETURN_IF_ERROR(Download(output.o.view(), output.lse.view()));
+  if (output_dtype == DType::kFloat32) {
+    Tensor<float> o(q_shape());
+    RINGATTN_RETURN_IF_ERROR(Download(o.view(), output.lse.view()));
+    output.o = TypedTensor(std::move(o));
+  } else {
+    // Narrow O into the query buffer, which the run no longer needs, and
+    // bring it back in the 16-bit output dtype.
+    const DeviceDType narrow = ComputeDTypeFor(output_dtype);
+    output.o = output_dtype == host_q_.dtype()
+                   ? std::move(host_q_)
+                   : TypedTensor(output_dtype, q_shape());
+    const TypedView o = output.o.view();
+    if (o.bytes() > 0) {
+      RINGATTN_RETURN_IF_ERROR(CudaStatus(
+          LaunchConvertFromFloat(narrow, o_, q_, q_shape().NumElements(),
+                                 stream_.get()),
+          "narrowing O"));
+      RINGATTN_RETURN_IF_ERROR(CudaStatus(
+          cudaMemcpyAsync(o.data(), q_, static_cast<size_t>(o.bytes()),
+                          cudaMemcpyDeviceToHost, stream_.get()),
+          "downloading O"));
+      RINGATTN_RETURN_IF_ERROR(
+          CudaStatus(cudaMemcpyAsync(output.lse.data(), lse_,
+                                     sizeof(float) * lse_shape.NumElements(),
+                                     cudaMemcpyDeviceToHost, stream_.get()),
+                     "downloading the LSE"));
+    }
+    RINGATTN_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_.get()),
+                                        "waiting for the output"));
+  }
   output.stats = stats->ring;
   return output;
 }

@@ -43,6 +43,7 @@
 #include "core/ring_plan.h"
 #include "core/shard_layout.h"
 #include "core/tensor.h"
+#include "core/typed_tensor.h"
 #include "kernels/cuda/attention_args.h"
 #include "kernels/cuda/attention_dispatch.h"
 #include "kernels/cuda/device_buffer.h"
@@ -59,12 +60,16 @@ struct GpuRingConfig {
   // key rows (split evenly), each merged into the accumulators.
   int64_t tile_q_rows = 16384;
   int64_t tile_kv_rows = 16384;
-  // Also hold the shard in host fp32 tensors (host_q() ...), for RunStaged.
+  // Also hold the shard in host tensors of the compute dtype (host_q() ...),
+  // for RunStaged.
   bool host_staging = false;
 };
 
 // The compute dtype of a wire dtype: fp16 for fp16, bf16 for bf16 and fp32.
 DeviceDType ComputeDTypeFor(DType wire);
+
+// The host dtype with the same bits as `dtype`.
+DType HostDTypeOf(DeviceDType dtype);
 
 // One dense block of attention within a task: query rows [q_row, q_row +
 // q_len) of the shard against rows [k_row, k_row + kv_len) of the held K/V
@@ -181,16 +186,20 @@ class GpuRingExecutor {
   // sees no key).
   absl::Status Download(View<float> o, View<float> lse) const;
 
-  // With config().host_staging: where the caller loads the shard in fp32, as
-  // RingExecutor::q() / k() / v() take it (otherwise empty views).
-  View<float> host_q() { return host_q_.view(); }
-  View<float> host_k() { return host_k_.view(); }
-  View<float> host_v() { return host_v_.view(); }
+  // With config().host_staging: where the caller loads the shard, in the
+  // compute dtype (otherwise empty views). Q, K and V rows as
+  // RingExecutor::q() / k() / v() take them.
+  TypedView host_q() const { return host_q_.view(); }
+  TypedView host_k() const { return host_k_.view(); }
+  TypedView host_v() const { return host_v_.view(); }
 
-  // Upload from the host staging tensors, Run, and Download into a new
-  // RingOutput: RingExecutor::Run's contract, for the worker service.
+  // Copies the host staging tensors to the device, Runs, and brings O back in
+  // `output_dtype` (narrowed on the device; a 16-bit O reuses host_q()'s
+  // memory) with fp32 LSE: RingExecutor::Run's contract, for the worker
+  // service.
   absl::StatusOr<RingOutput> RunStaged(RingCommunicator& communicator,
-                                       const RingOptions& options);
+                                       const RingOptions& options,
+                                       DType output_dtype);
 
  private:
   GpuRingExecutor(const AttentionSpec& spec, int rank, int world_size,
@@ -241,9 +250,9 @@ class GpuRingExecutor {
   CudaEvent compute_end_;
   std::unique_ptr<AttentionDispatcher> dispatcher_;
 
-  Tensor<float> host_q_;
-  Tensor<float> host_k_;
-  Tensor<float> host_v_;
+  TypedTensor host_q_;
+  TypedTensor host_k_;
+  TypedTensor host_v_;
 };
 
 }  // namespace ringattn

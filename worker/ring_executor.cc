@@ -205,7 +205,7 @@ absl::StatusOr<RingOutput> RingExecutor::Run(RingCommunicator& communicator,
   }
   FinishAttention(spec_, o_.view());
   RingOutput output;
-  output.o = std::move(o_);
+  output.o = TypedTensor(std::move(o_));
   output.lse = std::move(lse_);
   output.stats = stats;
   return output;

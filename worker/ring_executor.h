@@ -24,6 +24,7 @@
 #include "core/ring_plan.h"
 #include "core/shard_layout.h"
 #include "core/tensor.h"
+#include "core/typed_tensor.h"
 #include "worker/communicator.h"
 
 namespace ringattn {
@@ -53,7 +54,7 @@ struct RingRunStats {
 // What one rank computed: rows of its query shard in the order of
 // q_layout().Chunks(rank).
 struct RingOutput {
-  Tensor<float> o;    // [B, n, Hq, D]
+  TypedTensor o;      // [B, n, Hq, D]; fp32 on CPU workers
   Tensor<float> lse;  // [B, n, Hq, 1], natural log; -inf where no key is seen
   RingRunStats stats;
 };

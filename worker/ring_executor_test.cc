@@ -168,7 +168,8 @@ void ExpectMatchesReference(const Problem& in, int p) {
   Tensor<float> lse({spec.batch, spec.q_len, spec.q_heads, 1});
   for (int r = 0; r < p; ++r) {
     ASSERT_TRUE(runs[r].status.ok()) << "rank " << r << ": " << runs[r].status;
-    Scatter(runs[r].output.o.view(), q_layout.Chunks(r), in.q_order, o.view());
+    Scatter(runs[r].output.o.floats(), q_layout.Chunks(r), in.q_order,
+            o.view());
     Scatter(runs[r].output.lse.view(), q_layout.Chunks(r), in.q_order,
             lse.view());
   }

@@ -4,7 +4,7 @@
 
 namespace ringattn {
 
-ShardRowsTarget::ShardRowsTarget(const char* name, View<float> rows,
+ShardRowsTarget::ShardRowsTarget(const char* name, TypedView rows,
                                  const ShardLayout* layout, int rank)
     : name_(name),
       rows_(rows),
@@ -79,8 +79,8 @@ absl::Status ShardRowsTarget::Place(const v1::ShardRows& rows,
           absl::StrCat("duplicate row: ", name_, " batch ", rows.batch(),
                        " position ", position, " arrived twice"));
     }
-    ConvertToFloat(wire_dtype, rows.data().data() + i * row_bytes,
-                   rows_.Row(rows.batch(), row, 0), values_per_row);
+    ConvertDType(wire_dtype, rows.data().data() + i * row_bytes, rows_.dtype(),
+                 rows_.Row(rows.batch(), row), values_per_row);
     arrived_[slot] = true;
     --missing_;
   }

@@ -2,9 +2,10 @@
 #define RINGATTN_WORKER_SHARD_ROWS_H_
 
 // ShardRowsTarget: where the rows of one tensor of this worker's shard land as
-// ShardRows messages arrive (converted from the wire dtype to fp32), and which
-// rows are still missing. Rows outside the shard, duplicates and wrong byte
-// counts are refused with a message that names them. Thread-compatible.
+// ShardRows messages arrive (converted from the wire dtype to the target's),
+// and which rows are still missing. Rows outside the shard, duplicates and
+// wrong byte counts are refused with a message that names them.
+// Thread-compatible.
 
 #include <cstdint>
 #include <vector>
@@ -12,7 +13,7 @@
 #include "absl/status/status.h"
 #include "core/dtype.h"
 #include "core/shard_layout.h"
-#include "core/tensor.h"
+#include "core/typed_tensor.h"
 #include "ringattn/v1/worker.pb.h"
 
 namespace ringattn {
@@ -20,9 +21,9 @@ namespace ringattn {
 class ShardRowsTarget {
  public:
   ShardRowsTarget() = default;
-  // Rows of `layout.Chunks(rank)` in chunk order land in `rows` ([B, n, H, D]).
-  // `layout` must outlive the target.
-  ShardRowsTarget(const char* name, View<float> rows, const ShardLayout* layout,
+  // Rows of `layout.Chunks(rank)` in chunk order land in `rows` ([B, n, H, D],
+  // contiguous, in any dtype). `layout` must outlive the target.
+  ShardRowsTarget(const char* name, TypedView rows, const ShardLayout* layout,
                   int rank);
 
   // Converts and stores `rows`. INVALID_ARGUMENT for a bad batch, positions
@@ -37,13 +38,13 @@ class ShardRowsTarget {
   absl::Status CheckComplete() const;
 
   const char* name() const { return name_; }
-  const View<float>& rows() const { return rows_; }
+  const TypedView& rows() const { return rows_; }
 
  private:
   int64_t LocalRow(int64_t position) const;
 
   const char* name_ = "";
-  View<float> rows_;
+  TypedView rows_;
   const ShardLayout* layout_ = nullptr;
   int rank_ = 0;
   std::vector<bool> arrived_;  // [B * n]

@@ -164,6 +164,8 @@ class ExecuteReactor final
     if (!spec.ok()) return spec.status();
     absl::StatusOr<DType> dtype = DTypeFromProto(header.spec().wire_dtype());
     if (!dtype.ok()) return dtype.status();
+    absl::StatusOr<DType> output_dtype = OutputDType(header.spec());
+    if (!output_dtype.ok()) return output_dtype.status();
     const v1::Strategy strategy = header.spec().strategy();
     if (strategy == v1::PASS_Q ||
         (strategy == v1::BROADCAST_Q && options_.cuda_device >= 0)) {
@@ -191,6 +193,7 @@ class ExecuteReactor final
     }
     spec_ = *spec;
     wire_dtype_ = *dtype;
+    output_dtype_ = *output_dtype;
     rank_ = header.rank();
     world_size_ = header.world_size();
     prefix_ = header.rendezvous_prefix();
@@ -229,16 +232,16 @@ class ExecuteReactor final
     if (!executor.ok()) return executor.status();
     executor_ = std::move(*executor);
     q_chunks_ = executor_->q_layout().Chunks(rank_);
-    targets_[0] =
-        ShardRowsTarget("Q", executor_->q(), &executor_->q_layout(), rank_);
-    targets_[1] =
-        ShardRowsTarget("K", executor_->k(), &executor_->kv_layout(), rank_);
-    targets_[2] =
-        ShardRowsTarget("V", executor_->v(), &executor_->kv_layout(), rank_);
+    targets_[0] = ShardRowsTarget("Q", TypedView(executor_->q()),
+                                  &executor_->q_layout(), rank_);
+    targets_[1] = ShardRowsTarget("K", TypedView(executor_->k()),
+                                  &executor_->kv_layout(), rank_);
+    targets_[2] = ShardRowsTarget("V", TypedView(executor_->v()),
+                                  &executor_->kv_layout(), rank_);
     if (!header.context().empty()) {
       // K and V come from the resident context, not from the stream.
       LoadContextAtRun(header.context(), executor_->kv_layout().Chunks(rank_),
-                       executor_->k(), executor_->v());
+                       TypedView(executor_->k()), TypedView(executor_->v()));
     }
     Log(spdlog::level::info,
         absl::StrCat("header: batch ", spec_.batch, ", q_len ", spec_.q_len,
@@ -252,7 +255,7 @@ class ExecuteReactor final
   }
 
   // The rest of AcceptHeader on a CUDA worker: the shard is staged in host
-  // fp32 as on the CPU, then computed by a GpuRingExecutor.
+  // memory in the compute dtype, then computed by a GpuRingExecutor.
   absl::Status AcceptGpuHeader(const v1::ExecuteHeader& header,
                                std::optional<ShardLayout> kv_layout) {
     GpuRingConfig config;
@@ -300,12 +303,12 @@ class ExecuteReactor final
     BroadcastExecutor& e = *broadcast_executor_;
     // The query rows form a world of one, held by its rank 0.
     q_chunks_ = e.q_layout().Chunks(0);
-    targets_[0] = ShardRowsTarget("Q", e.q(), &e.q_layout(), 0);
-    targets_[1] = ShardRowsTarget("K", e.k(), &e.kv_layout(), rank_);
-    targets_[2] = ShardRowsTarget("V", e.v(), &e.kv_layout(), rank_);
+    targets_[0] = ShardRowsTarget("Q", TypedView(e.q()), &e.q_layout(), 0);
+    targets_[1] = ShardRowsTarget("K", TypedView(e.k()), &e.kv_layout(), rank_);
+    targets_[2] = ShardRowsTarget("V", TypedView(e.v()), &e.kv_layout(), rank_);
     if (!header.context().empty()) {
-      LoadContextAtRun(header.context(), e.kv_layout().Chunks(rank_), e.k(),
-                       e.v());
+      LoadContextAtRun(header.context(), e.kv_layout().Chunks(rank_),
+                       TypedView(e.k()), TypedView(e.v()));
     }
     Log(spdlog::level::info,
         absl::StrCat("header (broadcast-Q): batch ", spec_.batch, ", q_len ",
@@ -350,7 +353,7 @@ class ExecuteReactor final
   // `chunks`, copied into k and v when 'run' arrives) rather than from the
   // stream.
   void LoadContextAtRun(const std::string& name, std::vector<Range> chunks,
-                        View<float> k, View<float> v) {
+                        TypedView k, TypedView v) {
     context_load_ = ContextLoad{name, std::move(chunks), k, v};
     targets_[1].MarkAllArrived();
     targets_[2].MarkAllArrived();
@@ -408,7 +411,7 @@ class ExecuteReactor final
     options.cancelled = &cancelled_;
     absl::StatusOr<RingOutput> output =
         gpu_executor_ != nullptr
-            ? gpu_executor_->RunStaged(**communicator, options)
+            ? gpu_executor_->RunStaged(**communicator, options, output_dtype_)
             : executor_->Run(**communicator, options);
     {
       absl::MutexLock lock(&mutex_);
@@ -436,8 +439,8 @@ class ExecuteReactor final
                          ? stats.flops / stats.compute_seconds / 1e9
                          : 0.0,
                      " GFLOP/s), ", stats.wait_seconds, " s waiting"));
-    const int64_t row_bytes = static_cast<int64_t>(sizeof(float)) *
-                              spec_.q_heads * (spec_.head_dim + 1);
+    const int64_t row_bytes =
+        output_.o.view().row_bytes() + sizeof(float) * spec_.q_heads;
     rows_per_message_ = std::max<int64_t>(1, kOutputMessageBytes / row_bytes);
     WriteNext();
   }
@@ -469,8 +472,9 @@ class ExecuteReactor final
       } else {
         out->set_first_position(position);
       }
-      out->set_data(output_.o.view().Row(batch_, row, 0),
-                    sizeof(float) * count * spec_.q_heads * spec_.head_dim);
+      const TypedView o = output_.o.view();
+      out->set_data(o.Row(batch_, row), count * o.row_bytes());
+      out->set_dtype(DTypeToProto(o.dtype()));
       out->set_lse(output_.lse.view().Row(batch_, row, 0),
                    sizeof(float) * count * spec_.q_heads);
       offset_ += count;
@@ -518,6 +522,7 @@ class ExecuteReactor final
   std::string request_id_ = "-";
   AttentionSpec spec_;
   DType wire_dtype_ = DType::kFloat32;
+  DType output_dtype_ = DType::kFloat32;
   int rank_ = -1;
   int world_size_ = 0;
   std::string prefix_;
@@ -534,8 +539,8 @@ class ExecuteReactor final
   struct ContextLoad {
     std::string name;
     std::vector<Range> chunks;
-    View<float> k;
-    View<float> v;
+    TypedView k;
+    TypedView v;
   };
   std::optional<ContextLoad> context_load_;
   bool run_requested_ = false;
@@ -621,8 +626,8 @@ class StoreContextReactor final
     layout_ = ShardLayout::FromChunks(positions_.end, {{positions_}});
     const Shape shape{header.batch(), header.count(), header.kv_heads(),
                       header.head_dim()};
-    k_ = Tensor<float>(shape);
-    v_ = Tensor<float>(shape);
+    k_ = TypedTensor(dtype_, shape);
+    v_ = TypedTensor(dtype_, shape);
     targets_[0] = ShardRowsTarget("K", k_.view(), &layout_, 0);
     targets_[1] = ShardRowsTarget("V", v_.view(), &layout_, 0);
     return absl::OkStatus();
@@ -654,8 +659,8 @@ class StoreContextReactor final
   DType dtype_ = DType::kFloat32;
   Range positions_;
   ShardLayout layout_;
-  Tensor<float> k_;
-  Tensor<float> v_;
+  TypedTensor k_;
+  TypedTensor v_;
   std::array<ShardRowsTarget, 2> targets_;
 };
 

@@ -1,0 +1,349 @@
+// service_bench: one-shot Attend requests through a running ringattn service,
+// end to end, with inputs too large for the client's memory. Q, K and V are
+// generated row by row as they stream out (each row a window of a fixed pool
+// of random bf16 values, chosen by a hash of its tensor and position), the
+// output streams back into a consumer that keeps only sampled rows, and those
+// rows are checked against a float64 reference computed from the same
+// generator. Prints a Markdown table: time end to end, the workers' own
+// compute time, upload and download rates, and the service's overhead.
+//
+//   service_bench --target=127.0.0.1:50051 --lengths=262144,1048576 --causal
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "client/chunking.h"
+#include "client/client.h"
+#include "core/dtype.h"
+
+ABSL_FLAG(std::string, target, "127.0.0.1:50051", "the coordinator");
+ABSL_FLAG(std::string, lengths, "262144", "sequence lengths, comma-separated");
+ABSL_FLAG(int64_t, heads, 32, "query heads");
+ABSL_FLAG(int64_t, kv_heads, 32, "K/V heads");
+ABSL_FLAG(int64_t, dim, 128, "head dim");
+ABSL_FLAG(bool, causal, true, "causal attention");
+ABSL_FLAG(int, check_rows, 4, "output rows checked against float64");
+ABSL_FLAG(int64_t, chunk_bytes, 4 << 20, "bytes per uploaded chunk");
+ABSL_FLAG(int, threads, 0, "reference threads (0: all cores)");
+
+namespace ringattn {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// A pool of random bf16 values; every token row of every tensor is a window
+// of it, so rows are cheap to make and to make again.
+class RowPool {
+ public:
+  RowPool(int64_t values, uint64_t seed) : bits_(values), floats_(values) {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<float> uniform(-2.0f, 2.0f);
+    for (int64_t i = 0; i < values; ++i) {
+      bits_[i] = FloatToBFloat16(uniform(rng));
+      floats_[i] = BFloat16ToFloat(bits_[i]);
+    }
+  }
+
+  // The first value of row `row` (of `row_values` values) of tensor `tensor`.
+  int64_t Offset(int tensor, int64_t row, int64_t row_values) const {
+    uint64_t h =
+        (static_cast<uint64_t>(row) << 2 | tensor) * 0x9E3779B97F4A7C15ull;
+    h ^= h >> 29;
+    h *= 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 32;
+    return static_cast<int64_t>(
+        h % static_cast<uint64_t>(bits_.size() - row_values));
+  }
+  const uint16_t* Bits(int tensor, int64_t row, int64_t row_values) const {
+    return bits_.data() + Offset(tensor, row, row_values);
+  }
+  const float* Floats(int tensor, int64_t row, int64_t row_values) const {
+    return floats_.data() + Offset(tensor, row, row_values);
+  }
+
+ private:
+  std::vector<uint16_t> bits_;
+  std::vector<float> floats_;
+};
+
+struct Shapes {
+  int64_t n, hq, hkv, d;
+  bool causal;
+  int64_t RowValues(int tensor) const { return (tensor == 0 ? hq : hkv) * d; }
+};
+
+// The chunks of Q, K and V (batch 1, bf16) in order, generated as they go.
+class GeneratedSource : public ChunkSource {
+ public:
+  GeneratedSource(const RowPool& pool, const Shapes& shapes,
+                  int64_t chunk_bytes)
+      : pool_(pool), shapes_(shapes), chunk_bytes_(chunk_bytes) {}
+
+  bool Next(v1::TensorChunk* chunk) override {
+    if (tensor_ == 3) return false;
+    const int64_t row_values = shapes_.RowValues(tensor_);
+    const int64_t rows =
+        std::min(shapes_.n - row_,
+                 std::max<int64_t>(1, chunk_bytes_ / (2 * row_values)));
+    chunk->set_tensor(static_cast<v1::TensorName>(tensor_ + 1));
+    chunk->set_batch(0);
+    chunk->set_token_offset(row_);
+    chunk->set_token_count(rows);
+    std::string* data = chunk->mutable_data();
+    data->resize(static_cast<size_t>(rows * row_values * 2));
+    for (int64_t i = 0; i < rows; ++i) {
+      std::memcpy(&(*data)[i * row_values * 2],
+                  pool_.Bits(tensor_, row_ + i, row_values), row_values * 2);
+    }
+    row_ += rows;
+    if (row_ == shapes_.n) {
+      row_ = 0;
+      ++tensor_;
+      if (tensor_ == 3) done_ = Clock::now();
+    }
+    return true;
+  }
+
+  int64_t total_bytes() const override {
+    return 2 * shapes_.n * (shapes_.RowValues(0) + 2 * shapes_.RowValues(1));
+  }
+
+  // When the last chunk was handed out.
+  Clock::time_point done() const { return done_; }
+
+ private:
+  const RowPool& pool_;
+  const Shapes shapes_;
+  const int64_t chunk_bytes_;
+  int tensor_ = 0;  // 0 Q, 1 K, 2 V; 3 when done
+  int64_t row_ = 0;
+  Clock::time_point done_;
+};
+
+// Float64 attention of the query rows `rows` against all keys, from the pool:
+// [rows.size(), hq, d]. Threads split the keys and merge by LSE.
+std::vector<double> Reference(const RowPool& pool, const Shapes& s,
+                              const std::vector<int64_t>& rows, int threads) {
+  const size_t r = rows.size();
+  const double scale = 1.0 / std::sqrt(static_cast<double>(s.d));
+  const int64_t group = s.hq / s.hkv;
+  struct Partial {
+    std::vector<double> m, l, acc;  // [r, hq], [r, hq], [r, hq, d]
+  };
+  std::vector<Partial> parts(threads);
+  std::vector<std::thread> pool_threads;
+  for (int t = 0; t < threads; ++t) {
+    pool_threads.emplace_back([&, t] {
+      Partial& p = parts[t];
+      p.m.assign(r * s.hq, -INFINITY);
+      p.l.assign(r * s.hq, 0.0);
+      p.acc.assign(r * s.hq * s.d, 0.0);
+      const int64_t begin = s.n * t / threads, end = s.n * (t + 1) / threads;
+      for (int64_t j = begin; j < end; ++j) {
+        const float* k = pool.Floats(1, j, s.RowValues(1));
+        const float* v = pool.Floats(2, j, s.RowValues(2));
+        for (size_t i = 0; i < r; ++i) {
+          if (s.causal && j > rows[i]) continue;
+          const float* q = pool.Floats(0, rows[i], s.RowValues(0));
+          for (int64_t h = 0; h < s.hq; ++h) {
+            const float* qh = q + h * s.d;
+            const float* kh = k + (h / group) * s.d;
+            double dot = 0;
+            for (int64_t x = 0; x < s.d; ++x) dot += double{qh[x]} * kh[x];
+            dot *= scale;
+            const size_t at = i * s.hq + h;
+            double* acc = &p.acc[at * s.d];
+            if (dot > p.m[at]) {
+              const double c = std::exp(p.m[at] - dot);
+              p.l[at] *= c;
+              for (int64_t x = 0; x < s.d; ++x) acc[x] *= c;
+              p.m[at] = dot;
+            }
+            const double w = std::exp(dot - p.m[at]);
+            p.l[at] += w;
+            const float* vh = v + (h / group) * s.d;
+            for (int64_t x = 0; x < s.d; ++x) acc[x] += w * vh[x];
+          }
+        }
+      }
+    });
+  }
+  for (std::thread& t : pool_threads) t.join();
+  std::vector<double> out(r * s.hq * s.d, 0.0);
+  for (size_t at = 0; at < r * s.hq; ++at) {
+    double m = -INFINITY;
+    for (const Partial& p : parts) m = std::max(m, p.m[at]);
+    double l = 0;
+    for (const Partial& p : parts) {
+      if (p.m[at] == -INFINITY) continue;
+      const double c = std::exp(p.m[at] - m);
+      l += p.l[at] * c;
+      for (int64_t x = 0; x < s.d; ++x) {
+        out[at * s.d + x] += p.acc[at * s.d + x] * c;
+      }
+    }
+    for (int64_t x = 0; x < s.d; ++x) out[at * s.d + x] /= l;
+  }
+  return out;
+}
+
+double PhaseSeconds(const v1::Summary& summary, const std::string& phase) {
+  for (const v1::PhaseTiming& t : summary.timings()) {
+    if (t.phase() == phase) return t.seconds();
+  }
+  return 0;
+}
+
+int Run() {
+  const Shapes base{0, absl::GetFlag(FLAGS_heads),
+                    absl::GetFlag(FLAGS_kv_heads), absl::GetFlag(FLAGS_dim),
+                    absl::GetFlag(FLAGS_causal)};
+  int threads = absl::GetFlag(FLAGS_threads);
+  if (threads <= 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  const RowPool pool(int64_t{1} << 24, 2026);
+  ClientOptions options;
+  options.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
+  absl::StatusOr<std::unique_ptr<Client>> client =
+      Client::Connect(absl::GetFlag(FLAGS_target), options);
+  if (!client.ok()) {
+    std::fprintf(stderr, "%s\n", client.status().ToString().c_str());
+    return 1;
+  }
+  std::printf(
+      "| N | mask | end to end s | workers' compute s | upload GB | upload "
+      "GB/s | download GB | download GB/s | overhead s | overhead %% | peak "
+      "device GiB/worker | max err / row RMS | check |\n"
+      "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | "
+      "--- | --- |\n");
+  std::fflush(stdout);
+  int failures = 0;
+  for (absl::string_view text :
+       absl::StrSplit(absl::GetFlag(FLAGS_lengths), ',')) {
+    Shapes s = base;
+    if (!absl::SimpleAtoi(text, &s.n) || s.n < 2) {
+      std::fprintf(stderr, "bad length '%s'\n", std::string(text).c_str());
+      return 2;
+    }
+    std::vector<int64_t> rows;
+    const int r = std::max(1, absl::GetFlag(FLAGS_check_rows));
+    for (int i = 0; i < r; ++i) {
+      rows.push_back(
+          std::min(s.n - 1, (s.n - 1) * i / std::max(1, r - 1) + 3 * i));
+    }
+    std::sort(rows.begin(), rows.end());
+    rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+
+    v1::AttentionSpec spec;
+    spec.set_batch(1);
+    spec.set_q_len(s.n);
+    spec.set_kv_len(s.n);
+    spec.set_q_heads(s.hq);
+    spec.set_kv_heads(s.hkv);
+    spec.set_head_dim(s.d);
+    spec.set_causal(s.causal);
+    spec.set_wire_dtype(v1::BF16);
+    spec.set_output_dtype(v1::BF16);
+
+    const int64_t row_values = s.hq * s.d;
+    std::vector<float> got(rows.size() * row_values, NAN);
+    GeneratedSource source(pool, s, options.chunk_bytes);
+    Clock::time_point first_output;
+    bool any_output = false;
+    const Clock::time_point start = Clock::now();
+    absl::StatusOr<v1::Summary> summary = (*client)->AttendStreaming(
+        spec, source, [&](const v1::OutputChunk& chunk) {
+          if (!any_output) {
+            any_output = true;
+            first_output = Clock::now();
+          }
+          const int64_t begin = chunk.token_offset();
+          const int64_t end = begin + chunk.token_count();
+          for (size_t i = 0; i < rows.size(); ++i) {
+            if (rows[i] < begin || rows[i] >= end) continue;
+            ConvertToFloat(
+                DType::kBFloat16,
+                chunk.data().data() + (rows[i] - begin) * row_values * 2,
+                &got[i * row_values], row_values);
+          }
+          return absl::OkStatus();
+        });
+    const Clock::time_point end = Clock::now();
+    if (!summary.ok()) {
+      std::printf("| %lld | %s | failed: %s |\n", static_cast<long long>(s.n),
+                  s.causal ? "causal" : "dense",
+                  summary.status().ToString().c_str());
+      std::fflush(stdout);
+      ++failures;
+      continue;
+    }
+    const std::vector<double> want = Reference(pool, s, rows, threads);
+    double worst = 0;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      double rms = 0;
+      for (int64_t x = 0; x < row_values; ++x) {
+        rms += want[i * row_values + x] * want[i * row_values + x];
+      }
+      rms = std::sqrt(rms / row_values);
+      for (int64_t x = 0; x < row_values; ++x) {
+        const double err =
+            std::abs(got[i * row_values + x] - want[i * row_values + x]);
+        worst = std::max(worst, std::isnan(err) ? INFINITY : err / rms);
+      }
+    }
+    // bf16 inputs and output, bf16 tiles merged in fp32: a few bf16 ulps.
+    constexpr double kTolerance = 3e-2;
+    const bool ok = worst <= kTolerance;
+    if (!ok) ++failures;
+    double compute = 0;
+    int64_t peak = 0;
+    for (const v1::WorkerUsage& w : summary->workers()) {
+      compute = std::max(compute, w.compute_seconds());
+      peak = std::max(peak, w.peak_bytes());
+    }
+    const double total = Seconds(start, end);
+    const double upload = Seconds(start, source.done());
+    const double download = any_output ? Seconds(first_output, end) : 0;
+    std::printf(
+        "| %lld | %s | %.2f | %.2f | %.1f | %.2f | %.1f | %.2f | %.2f | %.0f%% "
+        "| %.1f | %.2g | %s |\n",
+        static_cast<long long>(s.n), s.causal ? "causal" : "dense", total,
+        compute, summary->bytes_in() / 1e9, summary->bytes_in() / 1e9 / upload,
+        summary->bytes_out() / 1e9,
+        download > 0 ? summary->bytes_out() / 1e9 / download : 0.0,
+        total - compute, 100 * (total - compute) / total,
+        peak / double(int64_t{1} << 30), worst, ok ? "ok" : "FAILED");
+    std::fflush(stdout);
+    std::fprintf(stderr,
+                 "N=%lld: coordinator upload phase %.2f s, compute phase %.2f "
+                 "s, rows checked %zu\n",
+                 static_cast<long long>(s.n), PhaseSeconds(*summary, "upload"),
+                 PhaseSeconds(*summary, "compute"), rows.size());
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace ringattn
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return ringattn::Run();
+}
