@@ -191,6 +191,19 @@ TEST_F(ThreeWorkers, StreamingAttendHandsOnEveryRowOnce) {
   EXPECT_GT(summary->flops(), 0);
 }
 
+TEST_F(ThreeWorkers, ChunksLargerThanFourMebibytesReachTheWorkers) {
+  // Q (16 MiB) goes in chunks of 12 MiB, under the coordinator's 16 MiB
+  // limit; a worker's piece of one (5.3 MiB) is over gRPC's default 4 MiB.
+  const AttentionSpec spec = Spec(2048, 16, 4, 128, false);
+  const RandomInputs in = MakeRandomInputs(spec, 8);
+  ClientOptions options;
+  options.chunk_bytes = 12 << 20;
+  absl::StatusOr<AttendResult> result = cluster_->NewClient(options)->Attend(
+      RequestSpec(spec), in.q.view(), in.k.view(), in.v.view());
+  ASSERT_TRUE(result.ok()) << result.status();
+  ExpectMatchesReference(spec, in, *result);
+}
+
 TEST_F(ThreeWorkers, StreamingAttendStopsAtTheConsumersError) {
   const AttentionSpec spec = Spec(64, 2, 2, 64, false);
   const RandomInputs in = MakeRandomInputs(spec, 7);

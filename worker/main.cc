@@ -62,6 +62,7 @@ namespace {
 // Exit codes.
 constexpr int kUsageError = 2;
 constexpr int kStartupError = 1;
+constexpr int kMaxReceiveMessageBytes = 20 << 20;
 
 int64_t HalfOfPhysicalMemory() {
   const int64_t pages = sysconf(_SC_PHYS_PAGES);
@@ -164,6 +165,9 @@ int Main() {
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(),
                            &bound_port);
   builder.RegisterService(&service);
+  // The coordinator forwards the rows of a client's chunk (up to its own
+  // 16 MiB receive limit) in one message, plus their header.
+  builder.SetMaxReceiveMessageSize(kMaxReceiveMessageBytes);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || bound_port == 0) {
     spdlog::error("cannot serve the Worker service on {}", listen);

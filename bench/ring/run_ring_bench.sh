@@ -14,14 +14,19 @@
 # in the same processes (default 1048576; empty to skip); GPUS, how many GPUs
 # the multi-GPU runs use (default: all, at most 2); PYTHON, the interpreter
 # with PyTorch (default /opt/torch/.venv/bin/python); STAGES, which of
-# "tests bench peer" to run (default all three; each fits a 10-minute call on
-# its own). Prints the test summary, the tables and "N passed, N failed,
+# "tests bench peer service" to run (default the first three; each fits a
+# 10-minute call on its own). The service stage starts a coordinator and one
+# GPU worker per GPU and sends service_bench's requests through them, causal,
+# at SERVICE_LENGTHS (default "262144 1048576 4194304"). Prints the test summary, the tables and "N passed, N failed,
 # N skipped" (gtest cases) last; exits non-zero if anything failed.
 set -uo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 BINARIES=(
   bench/ring/ring_bench
+  bench/service/service_bench
+  server/ringattn-coordinator
+  worker/ringattn-worker
   kernels/cuda/partial_merge_test
   worker/gpu_device_test
   worker/gpu_nccl_communicator_test
@@ -135,9 +140,14 @@ run() {
       failed_logs+=("$OUT/peer_cp_$world.err")
   done
 
+  if [[ $stages == *" service "* ]]; then
+    run_service "$bin_dir" "$gpus" "$ours_path" || failed_logs+=("$OUT/service_bench.err")
+  fi
+
   echo "logs in $OUT"
   printf '%s' "$summary"
   [ -f "$OUT/ring_bench.md" ] && cat "$OUT/ring_bench.md"
+  [ -f "$OUT/service_bench.md" ] && cat "$OUT/service_bench.md"
   echo
   # Per-GPU throughput of the ring against one GPU, and what the transfers
   # cost against the same run without them.
@@ -169,6 +179,32 @@ run() {
   echo
   echo "$passed passed, $failed failed, $skipped skipped"
   return $status
+}
+
+# A coordinator and $2 GPU workers on this machine, service_bench through
+# them, and everything stopped again. Logs in $OUT/service_*.
+run_service() {
+  local bin_dir=$1 gpus=$2 ours_path=$3 port=50151 pids=() i rc
+  LD_LIBRARY_PATH=$ours_path "$bin_dir/ringattn-coordinator" --world_size="$gpus" \
+    --host=127.0.0.1 --port=$port --http_port=0 --ring_timeout_seconds=900 \
+    --max_request_bytes=$((1 << 40)) --max_inflight_bytes=$((1 << 40)) \
+    >"$OUT/service_coordinator.log" 2>&1 &
+  pids+=($!)
+  for ((i = 0; i < gpus; i++)); do
+    LD_LIBRARY_PATH=$ours_path "$bin_dir/ringattn-worker" --coordinator=127.0.0.1:$port \
+      --device="cuda:$i" --ring_timeout_seconds=900 >"$OUT/service_worker_$i.log" 2>&1 &
+    pids+=($!)
+  done
+  local lengths=${SERVICE_LENGTHS:-262144 1048576 4194304}
+  # shellcheck disable=SC2086
+  LD_LIBRARY_PATH=$ours_path timeout 1500 "$bin_dir/service_bench" \
+    --target=127.0.0.1:$port --wait_ready_seconds=120 \
+    --lengths="$(echo $lengths | tr ' ' ',')" \
+    >"$OUT/service_bench.md" 2>"$OUT/service_bench.err"
+  rc=$?
+  kill "${pids[@]}" 2>/dev/null
+  wait "${pids[@]}" 2>/dev/null
+  return $rc
 }
 
 case "${1:-}" in

@@ -39,6 +39,8 @@ ABSL_FLAG(bool, causal, true, "causal attention");
 ABSL_FLAG(int, check_rows, 4, "output rows checked against float64");
 ABSL_FLAG(int64_t, chunk_bytes, 4 << 20, "bytes per uploaded chunk");
 ABSL_FLAG(int, threads, 0, "reference threads (0: all cores)");
+ABSL_FLAG(int, wait_ready_seconds, 0,
+          "how long to wait for the cluster to become ready");
 
 namespace ringattn {
 namespace {
@@ -226,6 +228,20 @@ int Run() {
   if (!client.ok()) {
     std::fprintf(stderr, "%s\n", client.status().ToString().c_str());
     return 1;
+  }
+  const Clock::time_point give_up =
+      Clock::now() +
+      std::chrono::seconds(absl::GetFlag(FLAGS_wait_ready_seconds));
+  for (;;) {
+    absl::StatusOr<v1::ClusterInfo> info = (*client)->GetClusterInfo();
+    if (info.ok() && info->ready()) break;
+    if (Clock::now() >= give_up) {
+      std::fprintf(
+          stderr, "the cluster is not ready: %s\n",
+          info.ok() ? "workers missing" : info.status().ToString().c_str());
+      return 1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   std::printf(
       "| N | mask | end to end s | workers' compute s | upload GB | upload "
