@@ -164,6 +164,11 @@ int Main() {
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(),
                            &bound_port);
   builder.RegisterService(&service);
+  // The coordinator pings its streams to find stalled workers, also while a
+  // long computation sends nothing back: answer every ping, never refuse.
+  builder.AddChannelArgument(
+      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 100);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || bound_port == 0) {
     spdlog::error("cannot serve the Worker service on {}", listen);
