@@ -36,10 +36,12 @@ TEST(LoadRun, FaultRunHasNoWrongResultsAndNoHangs) {
   EXPECT_EQ(report->hangs, 0) << text;
   EXPECT_GE(report->kills, 2) << text;
   EXPECT_GT(report->checked, 0) << text;
-  // No status outside what a dying worker may cause.
+  // No status outside what a dying worker may cause: UNAVAILABLE, a lost
+  // context, or a live worker's execution slots still held by streams of
+  // failed requests.
   for (const auto& [code, count] : report->failed) {
     EXPECT_TRUE(code == "UNAVAILABLE" || code == "NOT_FOUND" ||
-                code == "ABORTED")
+                code == "ABORTED" || code == "RESOURCE_EXHAUSTED")
         << code << " x" << count << "\n"
         << text;
   }

@@ -399,15 +399,16 @@ std::string LoadReport::ToString() const {
   for (const std::string& example : wrong_examples) {
     absl::StrAppend(&out, "  wrong: ", example, "\n");
   }
-  absl::StrAppend(
-      &out, "memory (MiB)        RSS start   RSS end   peak (VmHWM) end\n");
+  absl::StrAppend(&out,
+                  "memory (MiB)        RSS start  RSS half-way   RSS end   "
+                  "peak (VmHWM) end\n");
   for (const ProcessMemory& m : memory) {
-    absl::StrAppendFormat(&out, "  %-17s %9s %9s %9s%s\n", m.name,
-                          MiB(m.rss_start), MiB(m.rss_end), MiB(m.peak_end),
-                          m.restarts > 0
-                              ? absl::StrCat("   (replaced ", m.restarts,
-                                             " times: end is the last one)")
-                              : "");
+    absl::StrAppendFormat(
+        &out, "  %-17s %9s %13s %9s %9s%s\n", m.name, MiB(m.rss_start),
+        m.rss_half > 0 ? MiB(m.rss_half) : "-", MiB(m.rss_end), MiB(m.peak_end),
+        m.restarts > 0 ? absl::StrCat("   (replaced ", m.restarts,
+                                      " times: end is the last one)")
+                       : "");
   }
   return out;
 }
@@ -449,32 +450,42 @@ absl::StatusOr<LoadReport> RunLoad(const LoadOptions& options) {
   const absl::Time start = absl::Now();
   const absl::Time end = start + options.duration;
   absl::Time next_kill = start + between(options.kill_min, options.kill_max);
-  std::optional<int> dead_slot;
+  int dead_slot = -1;  // the slot of the killed worker, until restarted
   absl::Time restart_at;
   int64_t kills = 0;
   absl::Status fault_error;
+  bool half_sampled = false;
   while (absl::Now() < end) {
-    if (options.faults && !dead_slot.has_value() && absl::Now() >= next_kill) {
+    if (!half_sampled && absl::Now() >= start + options.duration / 2) {
+      half_sampled = true;
+      memory[0].rss_half = ReadMemory(cluster.coordinator_pid()).first;
+      for (int i = 0; i < cluster.size(); ++i) {
+        if (cluster.alive(i)) {
+          memory[i + 1].rss_half = ReadMemory(cluster.worker_pid(i)).first;
+        }
+      }
+    }
+    if (options.faults && dead_slot < 0 && absl::Now() >= next_kill) {
       dead_slot =
           std::uniform_int_distribution<int>(0, cluster.size() - 1)(rng);
-      cluster.KillWorker(*dead_slot);
+      cluster.KillWorker(dead_slot);
       ++kills;
-      ++memory[*dead_slot + 1].restarts;
+      ++memory[dead_slot + 1].restarts;
       restart_at =
           absl::Now() + between(absl::ZeroDuration(), options.restart_max);
     }
-    if (dead_slot.has_value() && absl::Now() >= restart_at) {
-      fault_error = cluster.StartWorker(*dead_slot);
+    if (dead_slot >= 0 && absl::Now() >= restart_at) {
+      fault_error = cluster.StartWorker(dead_slot);
       if (!fault_error.ok()) break;
-      dead_slot.reset();
+      dead_slot = -1;
       next_kill = absl::Now() + between(options.kill_min, options.kill_max);
     }
     shared->CountHangs();
     absl::SleepFor(absl::Milliseconds(20));  // the schedule's resolution
   }
   shared->stop.Notify();
-  if (dead_slot.has_value() && fault_error.ok()) {
-    fault_error = cluster.StartWorker(*dead_slot);
+  if (dead_slot >= 0 && fault_error.ok()) {
+    fault_error = cluster.StartWorker(dead_slot);
   }
 
   // Wait for the threads' last calls: until all are done, or every one still

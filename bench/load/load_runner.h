@@ -49,6 +49,7 @@ struct LoadOptions {
 struct ProcessMemory {
   std::string name;  // "coordinator", "worker 0", ...
   int64_t rss_start = 0;
+  int64_t rss_half = 0;  // half-way through the run (0: the worker was down)
   int64_t rss_end = 0;
   int64_t peak_end = 0;  // VmHWM at the end
   int restarts = 0;      // times this worker slot was killed and replaced
