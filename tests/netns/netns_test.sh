@@ -175,12 +175,14 @@ for name in "qkv":
     with open(os.path.join(sys.argv[1], name + ".npy"), "wb") as f:
         f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + body)
 PY
-inflight_bytes() {
+# Whether the coordinator holds admitted request bytes now (its /metrics).
+admitted_now() {
   ip netns exec "$COORD" python3 -c "
-import urllib.request
+import sys, urllib.request
 text = urllib.request.urlopen('http://127.0.0.1:$HTTP_PORT/metrics', timeout=2).read().decode()
-print(sum(float(l.split()[-1]) for l in text.splitlines() if l.startswith('ringattn_inflight_bytes')))
-" 2>/dev/null || echo 0
+sys.exit(0 if sum(float(l.split()[-1]) for l in text.splitlines()
+                  if l.startswith('ringattn_inflight_bytes')) > 0 else 1)
+" 2>/dev/null
 }
 start=$SECONDS
 ip netns exec "$COORD" timeout 120 "$BIN/ringattn" attend --target "127.0.0.1:$PORT" \
@@ -191,7 +193,7 @@ PIDS+=("$attend_pid")
 admitted=0
 until=$((SECONDS + 30))
 while [ $SECONDS -lt $until ] && kill -0 "$attend_pid" 2>/dev/null; do
-  if [ "$(inflight_bytes)" != 0 ] && [ "$(inflight_bytes)" != 0.0 ]; then
+  if admitted_now; then
     admitted=1
     break
   fi
