@@ -1,9 +1,32 @@
 #include "server/cluster.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
 namespace ringattn {
+namespace {
+
+// The channel to a worker pings it whenever it has been quiet for a heartbeat
+// timeout and gives up on it after another without an answer, so that a call
+// to a worker that stopped answering (stopped, cut off) fails with UNAVAILABLE
+// instead of blocking on flow control forever.
+std::shared_ptr<grpc::Channel> WorkerChannel(
+    const std::string& address, Cluster::Clock::duration heartbeat_timeout) {
+  const int ms = std::max<int>(
+      1000,
+      std::chrono::duration_cast<std::chrono::milliseconds>(heartbeat_timeout)
+          .count());
+  grpc::ChannelArguments arguments;
+  arguments.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, ms);
+  arguments.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, ms);
+  arguments.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
+                                   arguments);
+}
+
+}  // namespace
 
 Cluster::Cluster(int world_size, Clock::duration heartbeat_timeout)
     : world_size_(world_size),
@@ -38,8 +61,8 @@ absl::StatusOr<v1::RegisterResponse> Cluster::Register(
   slot.last_seen = now;
   slot.member =
       Member{rank, request.address(), request.device(), request.memory_bytes(),
-             v1::Worker::NewStub(grpc::CreateChannel(
-                 request.address(), grpc::InsecureChannelCredentials()))};
+             v1::Worker::NewStub(
+                 WorkerChannel(request.address(), heartbeat_timeout_))};
   ++epoch_;
   v1::RegisterResponse response;
   response.set_rank(rank);

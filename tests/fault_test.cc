@@ -1,5 +1,7 @@
 // Faults and load: a worker killed mid-request, and many concurrent clients.
 
+#include <signal.h>
+
 #include <atomic>
 #include <memory>
 #include <thread>
@@ -62,6 +64,45 @@ TEST(Faults, KilledWorkerFailsTheRequestAndTheClusterHeals) {
   ASSERT_TRUE((*cluster)->WaitReady(true, absl::Seconds(20)).ok());
   const AttentionSpec small = Spec(500, true);
   const RandomInputs again = MakeRandomInputs(small, 8);
+  absl::StatusOr<AttendResult> healed = (*cluster)->NewClient()->Attend(
+      RequestSpec(small), again.q.view(), again.k.view(), again.v.view());
+  ASSERT_TRUE(healed.ok()) << healed.status();
+  ExpectMatchesReference(small, again, *healed);
+}
+
+TEST(Faults, StalledWorkerFailsTheRequestWithUnavailableAndRejoins) {
+  absl::StatusOr<std::unique_ptr<TestCluster>> cluster = TestCluster::Start(
+      {.workers = 3, .coordinator_flags = {"--ring_timeout_seconds=3"}});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const AttentionSpec spec = Spec(6000, false);
+  const RandomInputs in = MakeRandomInputs(spec, 11);
+
+  // Stop (not kill) worker 1 once half of the upload is out: its connections
+  // stay open but nothing answers, as when its network link is cut.
+  std::atomic<bool> stopped{false};
+  ClientOptions options;
+  options.chunk_bytes = 64 << 10;
+  options.deadline = absl::Seconds(60);
+  options.progress = [&](const Progress& progress) {
+    if (progress.phase == Progress::Phase::kUpload &&
+        progress.bytes_done * 2 >= progress.bytes_total &&
+        !stopped.exchange(true)) {
+      (*cluster)->SignalWorker(1, SIGSTOP);
+    }
+  };
+  const absl::Time start = absl::Now();
+  absl::StatusOr<AttendResult> result = (*cluster)->NewClient(options)->Attend(
+      RequestSpec(spec), in.q.view(), in.k.view(), in.v.view());
+  const absl::Duration took = absl::Now() - start;
+  ASSERT_TRUE(stopped);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kUnavailable)
+      << result.status();
+  EXPECT_LT(took, absl::Seconds(20)) << "failure must not wait out a hang";
+
+  (*cluster)->SignalWorker(1, SIGCONT);
+  ASSERT_TRUE((*cluster)->WaitReady(true, absl::Seconds(20)).ok());
+  const AttentionSpec small = Spec(500, true);
+  const RandomInputs again = MakeRandomInputs(small, 12);
   absl::StatusOr<AttendResult> healed = (*cluster)->NewClient()->Attend(
       RequestSpec(small), again.q.view(), again.k.view(), again.v.view());
   ASSERT_TRUE(healed.ok()) << healed.status();

@@ -80,6 +80,10 @@ void TestCluster::KillWorker(int index) {
   workers_[index].Wait();
 }
 
+void TestCluster::SignalWorker(int index, int signal) {
+  workers_[index].Signal(signal);
+}
+
 absl::Status TestCluster::WaitReady(bool ready, absl::Duration timeout) {
   ClientOptions options;
   options.wait_for_ready = true;

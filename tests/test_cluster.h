@@ -39,6 +39,8 @@ class TestCluster {
 
   // SIGKILLs worker process `index` (in start order) and reaps it.
   void KillWorker(int index);
+  // Sends `signal` to worker process `index` (e.g. SIGSTOP, SIGCONT).
+  void SignalWorker(int index, int signal);
   // Starts one more worker process (it takes any free rank).
   absl::Status StartWorker();
   // Waits until the coordinator reports the cluster ready (or not ready).

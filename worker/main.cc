@@ -168,6 +168,11 @@ int Main() {
   // The coordinator forwards the rows of a client's chunk (up to its own
   // 16 MiB receive limit) in one message, plus their header.
   builder.SetMaxReceiveMessageSize(kMaxReceiveMessageBytes);
+  // The coordinator pings its streams to find stalled workers, also while a
+  // long computation sends nothing back: answer every ping, never refuse.
+  builder.AddChannelArgument(
+      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 100);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || bound_port == 0) {
     spdlog::error("cannot serve the Worker service on {}", listen);

@@ -35,6 +35,19 @@ constexpr int64_t kOutputMessageBytes = int64_t{1} << 20;
 // The longest ring timeout a header may ask for.
 constexpr double kMostTimeoutSeconds = 24 * 3600;
 
+// Ring waits end at the ring timeout or at the call's deadline, whichever
+// comes first. One that ran out while the call still had time ran out on a
+// peer that is stalled or unreachable: UNAVAILABLE (retry once the cluster is
+// whole), not the caller's DEADLINE_EXCEEDED.
+absl::Status PeerTimeoutAsUnavailable(absl::Status status,
+                                      absl::Time call_deadline) {
+  if (status.code() != absl::StatusCode::kDeadlineExceeded ||
+      absl::Now() >= call_deadline) {
+    return status;
+  }
+  return absl::UnavailableError(status.message());
+}
+
 // One Execute stream: reads the header and the shard, runs the ring on a
 // thread of its own, then writes the output. gRPC serializes the reactions
 // that matter here: reads happen before the computation starts and writes
@@ -111,6 +124,7 @@ class ExecuteReactor final
   }
 
   void FinishWith(absl::Status status) {
+    status = PeerTimeoutAsUnavailable(std::move(status), deadline_);
     if (cancelled_ && !status.ok()) {
       status = absl::CancelledError(
           absl::StrCat("the stream was cancelled (", status.message(), ")"));

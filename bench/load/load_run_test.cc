@@ -1,0 +1,52 @@
+// A short fault run: 20 s of mixed concurrent requests while workers are
+// killed and replaced; every result that comes back must be exact, and every
+// call must end (with a status) within its deadline bound.
+
+#include <cstdlib>
+#include <string>
+
+#include "bench/load/load_runner.h"
+#include "gtest/gtest.h"
+
+namespace ringattn {
+namespace {
+
+std::string Runfile(const std::string& path) {
+  const char* root = std::getenv("TEST_SRCDIR");
+  return std::string(root != nullptr ? root : ".") + "/ringattn/" + path;
+}
+
+TEST(LoadRun, FaultRunHasNoWrongResultsAndNoHangs) {
+  LoadOptions options;
+  options.coordinator_binary = Runfile("server/ringattn-coordinator");
+  options.worker_binary = Runfile("worker/ringattn-worker");
+  options.workers = 3;
+  options.clients = 8;
+  options.duration = absl::Seconds(20);
+  options.max_request_bytes = 1 << 20;
+  options.deadline = absl::Seconds(30);
+  options.faults = true;
+  options.kill_min = absl::Seconds(3);
+  options.kill_max = absl::Seconds(6);
+  options.coordinator_flags = {"--ring_timeout_seconds=10"};
+  absl::StatusOr<LoadReport> report = RunLoad(options);
+  ASSERT_TRUE(report.ok()) << report.status();
+  const std::string text = report->ToString();
+  EXPECT_EQ(report->wrong, 0) << text;
+  EXPECT_EQ(report->hangs, 0) << text;
+  EXPECT_GE(report->kills, 2) << text;
+  EXPECT_GT(report->checked, 0) << text;
+  // No status outside what a dying worker may cause: UNAVAILABLE, a lost
+  // context, or a live worker's execution slots still held by streams of
+  // failed requests.
+  for (const auto& [code, count] : report->failed) {
+    EXPECT_TRUE(code == "UNAVAILABLE" || code == "NOT_FOUND" ||
+                code == "ABORTED" || code == "RESOURCE_EXHAUSTED")
+        << code << " x" << count << "\n"
+        << text;
+  }
+  std::printf("%s", text.c_str());
+}
+
+}  // namespace
+}  // namespace ringattn
