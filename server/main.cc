@@ -22,7 +22,9 @@
 #include "server/rendezvous_store.h"
 #include "spdlog/spdlog.h"
 
-ABSL_FLAG(std::string, host, "0.0.0.0", "address to listen on");
+ABSL_FLAG(std::string, host, "127.0.0.1",
+          "address the gRPC and HTTP ports listen on (0.0.0.0: every "
+          "interface)");
 ABSL_FLAG(int, port, 50051, "gRPC port (0: any free port)");
 ABSL_FLAG(int, http_port, 8080,
           "HTTP port for /healthz /readyz /metrics (0: any)");

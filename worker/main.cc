@@ -42,8 +42,9 @@ ABSL_FLAG(std::string, host, "127.0.0.1",
           "address of this machine that the coordinator and the other workers "
           "reach it by; advertised with the port, and used for ring traffic");
 ABSL_FLAG(int32_t, port, 0, "port of the Worker service; 0 picks a free one");
-ABSL_FLAG(std::string, listen, "0.0.0.0",
-          "address the Worker service listens on");
+ABSL_FLAG(std::string, listen, "",
+          "address the Worker service listens on (0.0.0.0: every interface); "
+          "empty: --host's address");
 ABSL_FLAG(std::string, gloo_interface, "",
           "network interface for ring traffic instead of --host's address");
 ABSL_FLAG(int64_t, memory_bytes, 0,
@@ -159,8 +160,10 @@ int Main() {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int bound_port = 0;
-  const std::string listen =
-      absl::StrCat(absl::GetFlag(FLAGS_listen), ":", port);
+  const std::string listen_host = absl::GetFlag(FLAGS_listen).empty()
+                                      ? host
+                                      : absl::GetFlag(FLAGS_listen);
+  const std::string listen = absl::StrCat(listen_host, ":", port);
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(),
                            &bound_port);
   builder.RegisterService(&service);
