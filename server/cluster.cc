@@ -5,9 +5,16 @@
 
 namespace ringattn {
 
-Cluster::Cluster(int world_size, Clock::duration heartbeat_timeout)
+std::shared_ptr<grpc::Channel> Cluster::PlaintextChannel(
+    const std::string& address) {
+  return grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+}
+
+Cluster::Cluster(int world_size, Clock::duration heartbeat_timeout,
+                 ChannelFactory make_channel)
     : world_size_(world_size),
       heartbeat_timeout_(heartbeat_timeout),
+      make_channel_(std::move(make_channel)),
       slots_(static_cast<size_t>(world_size)) {}
 
 bool Cluster::Alive(const Slot& slot, Clock::time_point now) const {
@@ -38,8 +45,7 @@ absl::StatusOr<v1::RegisterResponse> Cluster::Register(
   slot.last_seen = now;
   slot.member =
       Member{rank, request.address(), request.device(), request.memory_bytes(),
-             v1::Worker::NewStub(grpc::CreateChannel(
-                 request.address(), grpc::InsecureChannelCredentials()))};
+             v1::Worker::NewStub(make_channel_(request.address()))};
   ++epoch_;
   v1::RegisterResponse response;
   response.set_rank(rank);
