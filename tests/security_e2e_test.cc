@@ -233,6 +233,28 @@ TEST_F(TokenProtectedCluster, HealthCheckNeedsNoToken) {
   EXPECT_EQ(*health, kServing);
 }
 
+// Workers that require client certificates, and a coordinator that verifies
+// them but has no certificate of its own to present.
+TEST(WorkerMutualTls, CoordinatorWithoutCertificateCannotCallWorkers) {
+  TestCluster::Options options;
+  options.workers = 2;
+  options.coordinator_flags = {"--worker_tls_ca=" + TestData("ca.pem")};
+  options.worker_flags = {"--tls_cert=" + TestData("node.pem"),
+                          "--tls_key=" + TestData("node.key"),
+                          "--tls_ca=" + TestData("ca.pem")};
+  absl::StatusOr<std::unique_ptr<TestCluster>> cluster =
+      TestCluster::Start(std::move(options));
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const AttentionSpec spec = SmallSpec();
+  const RandomInputs in = MakeRandomInputs(spec, /*seed=*/5);
+  const absl::Status status =
+      (*cluster)
+          ->NewClient(WithDeadline({}))
+          ->Attend(RequestSpec(spec), in.q.view(), in.k.view(), in.v.view())
+          .status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+}
+
 TEST(CoordinatorFlags, BearerTokensWithoutTlsAreRefusedAtStart) {
   absl::StatusOr<ChildProcess> coordinator =
       ChildProcess::Spawn(Runfile("server/ringattn-coordinator"),
