@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "client/cli_request.h"
+#include "client/cli_security.h"
 #include "client/client.h"
 #include "client/flags.h"
 #include "client/human_units.h"
@@ -50,8 +51,15 @@ constexpr char kUsage[] = R"(usage:
 
 Every command that talks to a server also takes:
   --timeout SECONDS   deadline of each call (default: none)
-  --token TOKEN       bearer token, sent as "authorization: Bearer TOKEN"
   --chunk_bytes N     largest tensor chunk sent (default 1048576)
+  --token_file FILE   file holding a bearer token, sent as
+                      "authorization: Bearer TOKEN" on every call
+  --tls_ca FILE       connect over TLS, verifying the server against this PEM
+                      CA bundle (any --tls_* flag turns TLS on; without
+                      --tls_ca the system's roots verify the server)
+  --tls_cert FILE, --tls_key FILE
+                      this client's PEM certificate and key, for servers that
+                      require client certificates (mutual TLS)
 
 Inputs are .npy float32 or float16 arrays in C order, [N, H, D] or
 [B, N, H, D]. O is written as float32 with Q's shape; LSE as float32 [H, N]
@@ -78,7 +86,9 @@ int Failure(const absl::Status& status) {
 
 // The flags every command that talks to a server takes.
 std::set<std::string> ConnectionFlagNames() {
-  return {"target", "timeout", "token", "chunk_bytes"};
+  std::set<std::string> names = {"target", "timeout", "chunk_bytes"};
+  names.insert(SecurityFlagNames().begin(), SecurityFlagNames().end());
+  return names;
 }
 
 std::set<std::string> Union(std::set<std::string> a,
@@ -93,7 +103,8 @@ struct Connection {
   std::unique_ptr<Client> client;
 };
 
-// INVALID_ARGUMENT (a usage error) for bad connection flags.
+// INVALID_ARGUMENT (a usage error) for bad connection flags; NOT_FOUND for
+// unreadable --token_file or --tls_* files.
 absl::StatusOr<Connection> Connect(const Flags& flags) {
   absl::StatusOr<std::string> target = flags.Require("target");
   if (!target.ok()) return target.status();
@@ -105,9 +116,7 @@ absl::StatusOr<Connection> Connect(const Flags& flags) {
       flags.GetInt("chunk_bytes", options.chunk_bytes);
   if (!chunk_bytes.ok()) return chunk_bytes.status();
   options.chunk_bytes = *chunk_bytes;
-  if (std::optional<std::string> token = flags.Get("token")) {
-    options.bearer_token = *token;
-  }
+  if (absl::Status s = ApplySecurityFlags(flags, &options); !s.ok()) return s;
   Connection connection;
   if (isatty(STDERR_FILENO)) {
     connection.progress_bar = std::make_unique<ProgressBar>(stderr, absl::Now);

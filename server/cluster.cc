@@ -12,8 +12,8 @@ namespace {
 // timeout and gives up on it after another without an answer, so that a call
 // to a worker that stopped answering (stopped, cut off) fails with UNAVAILABLE
 // instead of blocking on flow control forever.
-std::shared_ptr<grpc::Channel> WorkerChannel(
-    const std::string& address, Cluster::Clock::duration heartbeat_timeout) {
+grpc::ChannelArguments KeepaliveArguments(
+    Cluster::Clock::duration heartbeat_timeout) {
   const int ms = std::max<int>(
       1000,
       std::chrono::duration_cast<std::chrono::milliseconds>(heartbeat_timeout)
@@ -22,15 +22,22 @@ std::shared_ptr<grpc::Channel> WorkerChannel(
   arguments.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, ms);
   arguments.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, ms);
   arguments.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
-                                   arguments);
+  return arguments;
 }
 
 }  // namespace
 
-Cluster::Cluster(int world_size, Clock::duration heartbeat_timeout)
+std::shared_ptr<grpc::Channel> Cluster::PlaintextChannel(
+    const std::string& address, grpc::ChannelArguments arguments) {
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
+                                   arguments);
+}
+
+Cluster::Cluster(int world_size, Clock::duration heartbeat_timeout,
+                 ChannelFactory make_channel)
     : world_size_(world_size),
       heartbeat_timeout_(heartbeat_timeout),
+      make_channel_(std::move(make_channel)),
       slots_(static_cast<size_t>(world_size)) {}
 
 bool Cluster::Alive(const Slot& slot, Clock::time_point now) const {
@@ -61,8 +68,8 @@ absl::StatusOr<v1::RegisterResponse> Cluster::Register(
   slot.last_seen = now;
   slot.member =
       Member{rank, request.address(), request.device(), request.memory_bytes(),
-             v1::Worker::NewStub(
-                 WorkerChannel(request.address(), heartbeat_timeout_))};
+             v1::Worker::NewStub(make_channel_(
+                 request.address(), KeepaliveArguments(heartbeat_timeout_)))};
   ++epoch_;
   v1::RegisterResponse response;
   response.set_rank(rank);

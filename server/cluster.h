@@ -6,8 +6,12 @@
 // rank is free for the next worker that registers. The cluster is ready when
 // all `world_size` ranks are held by live workers. Every change of membership
 // starts a new epoch. Thread-safe.
+//
+// Channels to the workers come from a ChannelFactory: plaintext by default,
+// TLS when the coordinator is given worker credentials.
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,7 +27,15 @@ class Cluster {
  public:
   using Clock = std::chrono::steady_clock;
 
-  Cluster(int world_size, Clock::duration heartbeat_timeout);
+  // Opens the channel to the worker that advertised `address`, with the
+  // cluster's `arguments` (keepalive) and the factory's own.
+  using ChannelFactory = std::function<std::shared_ptr<grpc::Channel>(
+      const std::string& address, grpc::ChannelArguments arguments)>;
+  static std::shared_ptr<grpc::Channel> PlaintextChannel(
+      const std::string& address, grpc::ChannelArguments arguments);
+
+  Cluster(int world_size, Clock::duration heartbeat_timeout,
+          ChannelFactory make_channel = PlaintextChannel);
 
   Cluster(const Cluster&) = delete;
   Cluster& operator=(const Cluster&) = delete;
@@ -68,6 +80,7 @@ class Cluster {
 
   const int world_size_;
   const Clock::duration heartbeat_timeout_;
+  const ChannelFactory make_channel_;
   absl::Mutex mutex_;
   std::vector<Slot> slots_ ABSL_GUARDED_BY(mutex_);
   int64_t epoch_ ABSL_GUARDED_BY(mutex_) = 0;

@@ -13,8 +13,10 @@
 #include "absl/synchronization/notification.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "security/tls_credentials.h"
 #include "server/admission_control.h"
 #include "server/attention_service.h"
+#include "server/bearer_token_auth.h"
 #include "server/cluster.h"
 #include "server/coordination_service.h"
 #include "server/http_endpoints.h"
@@ -22,7 +24,9 @@
 #include "server/rendezvous_store.h"
 #include "spdlog/spdlog.h"
 
-ABSL_FLAG(std::string, host, "0.0.0.0", "address to listen on");
+ABSL_FLAG(std::string, host, "127.0.0.1",
+          "address the gRPC and HTTP ports listen on (0.0.0.0: every "
+          "interface)");
 ABSL_FLAG(int, port, 50051, "gRPC port (0: any free port)");
 ABSL_FLAG(int, http_port, 8080,
           "HTTP port for /healthz /readyz /metrics (0: any)");
@@ -38,9 +42,83 @@ ABSL_FLAG(double, ring_timeout_seconds, 60,
           "how long workers wait on each other before failing a request");
 ABSL_FLAG(double, heartbeat_timeout_seconds, 3,
           "a worker silent this long is considered dead");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain of the gRPC port; with --tls_key, clients "
+          "and workers must connect over TLS");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA bundle: every client of the gRPC port, workers included, "
+          "must present a certificate it verifies (mutual TLS); needs "
+          "--tls_cert");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "file of bearer tokens, one per line: every call of the Attention "
+          "service must carry 'authorization: Bearer <one of them>' (health "
+          "and worker registration stay open); needs --tls_cert");
+ABSL_FLAG(std::string, worker_tls_ca, "",
+          "PEM CA bundle that verifies the workers' certificates: calls to "
+          "workers go over TLS");
+ABSL_FLAG(std::string, worker_tls_cert, "",
+          "PEM certificate presented to workers that require client "
+          "certificates (their --tls_ca)");
+ABSL_FLAG(std::string, worker_tls_key, "",
+          "PEM private key of --worker_tls_cert");
+ABSL_FLAG(std::string, worker_tls_server_name, "",
+          "name the workers' certificates must carry, instead of the address "
+          "each worker advertises (one certificate for every worker)");
 
 namespace ringattn {
 namespace {
+
+// Credentials of the gRPC port: --tls_* and, with --auth_token_file, the
+// bearer-token check of the Attention service.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> PortCredentials() {
+  const TlsFiles files{absl::GetFlag(FLAGS_tls_cert),
+                       absl::GetFlag(FLAGS_tls_key),
+                       absl::GetFlag(FLAGS_tls_ca)};
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      ServerCredentials(files, "--tls");
+  if (!credentials.ok()) return credentials.status();
+  const std::string token_file = absl::GetFlag(FLAGS_auth_token_file);
+  if (token_file.empty()) return credentials;
+  if (files.cert.empty()) {
+    return absl::InvalidArgumentError(
+        "--auth_token_file needs --tls_cert and --tls_key: bearer tokens "
+        "must not travel in plaintext");
+  }
+  absl::StatusOr<BearerTokens> tokens = BearerTokens::FromFile(token_file);
+  if (!tokens.ok()) return tokens.status();
+  (*credentials)
+      ->SetAuthMetadataProcessor(
+          std::make_shared<BearerTokenProcessor>(*std::move(tokens)));
+  return credentials;
+}
+
+// How the coordinator opens channels to its workers: --worker_tls_*.
+absl::StatusOr<Cluster::ChannelFactory> WorkerChannels() {
+  const TlsFiles files{absl::GetFlag(FLAGS_worker_tls_cert),
+                       absl::GetFlag(FLAGS_worker_tls_key),
+                       absl::GetFlag(FLAGS_worker_tls_ca)};
+  const std::string server_name = absl::GetFlag(FLAGS_worker_tls_server_name);
+  if (files.empty()) {
+    if (!server_name.empty()) {
+      return absl::InvalidArgumentError(
+          "--worker_tls_server_name needs --worker_tls_ca: it names the "
+          "workers' certificates");
+    }
+    return Cluster::ChannelFactory(Cluster::PlaintextChannel);
+  }
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      ChannelCredentials(files, "--worker_tls");
+  if (!credentials.ok()) return credentials.status();
+  return Cluster::ChannelFactory(
+      [credentials = *std::move(credentials), server_name](
+          const std::string& address, grpc::ChannelArguments arguments) {
+        if (!server_name.empty()) {
+          arguments.SetSslTargetNameOverride(server_name);
+        }
+        return grpc::CreateCustomChannel(address, credentials, arguments);
+      });
+}
 
 int Main() {
   const int world_size = absl::GetFlag(FLAGS_world_size);
@@ -48,6 +126,16 @@ int Main() {
     spdlog::error("--world_size must be >= 1 (the number of workers), got {}",
                   world_size);
     return 2;
+  }
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> port_credentials =
+      PortCredentials();
+  absl::StatusOr<Cluster::ChannelFactory> worker_channels = WorkerChannels();
+  for (const absl::Status& status :
+       {port_credentials.status(), worker_channels.status()}) {
+    if (!status.ok()) {
+      spdlog::error("{}", status.ToString());
+      return 2;
+    }
   }
   sigset_t signals;
   sigemptyset(&signals);
@@ -57,7 +145,8 @@ int Main() {
 
   Cluster cluster(world_size,
                   std::chrono::milliseconds(static_cast<int64_t>(
-                      absl::GetFlag(FLAGS_heartbeat_timeout_seconds) * 1000)));
+                      absl::GetFlag(FLAGS_heartbeat_timeout_seconds) * 1000)),
+                  *std::move(worker_channels));
   RendezvousStore store;
   Metrics metrics;
   DeclareCoordinatorMetrics(metrics);
@@ -78,7 +167,7 @@ int Main() {
   int port = 0;
   const std::string host = absl::GetFlag(FLAGS_host);
   builder.AddListeningPort(absl::StrCat(host, ":", absl::GetFlag(FLAGS_port)),
-                           grpc::InsecureServerCredentials(), &port);
+                           *port_credentials, &port);
   builder.RegisterService(&attention);
   builder.RegisterService(&coordination);
   builder.SetMaxReceiveMessageSize(16 << 20);
@@ -103,8 +192,16 @@ int Main() {
     return 1;
   }
   spdlog::info(
-      "coordinator listening on {}:{} (HTTP {}), waiting for {} workers", host,
-      port, (*http)->port(), world_size);
+      "coordinator listening on {}:{} (gRPC {}{}; HTTP {}), waiting for {} "
+      "workers",
+      host, port,
+      absl::GetFlag(FLAGS_tls_cert).empty()
+          ? "plaintext"
+          : (absl::GetFlag(FLAGS_tls_ca).empty() ? "over TLS"
+                                                 : "over mutual TLS"),
+      absl::GetFlag(FLAGS_auth_token_file).empty() ? ""
+                                                   : ", bearer tokens required",
+      (*http)->port(), world_size);
 
   // gRPC health follows readiness: SERVING once every worker has joined.
   absl::Notification stopping;
@@ -134,7 +231,10 @@ int Main() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "ringattn-coordinator --world_size P [--port 50051] [--http_port 8080]");
+      "ringattn-coordinator --world_size P [--host 127.0.0.1] [--port 50051] "
+      "[--http_port 8080] [--tls_cert F --tls_key F [--tls_ca F] "
+      "[--auth_token_file F]] [--worker_tls_ca F [--worker_tls_cert F "
+      "--worker_tls_key F]]");
   absl::ParseCommandLine(argc, argv);
   return ringattn::Main();
 }

@@ -2,6 +2,7 @@
 // checked against the float64 reference.
 
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "client/npy.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/reference_attention.h"
+#include "security/tls_credentials.h"
 #include "tests/attention_checks.h"
 #include "tests/test_cluster.h"
 
@@ -132,6 +134,47 @@ TEST(Cli, AttendAndContextQueryThroughNpyFiles) {
                        "--k", TempPath("q5.npy"), "--v", TempPath("v.npy"),
                        "--out", TempPath("bad.npy")})
                    .success());
+}
+
+std::string TestData(const std::string& name) {
+  return absl::StrCat(std::getenv("TEST_SRCDIR"),
+                      "/ringattn/tests/testdata/tls/", name);
+}
+
+TEST(Cli, InfoOverMutualTlsNeedsTheTokenFile) {
+  TestCluster::Options options;
+  options.workers = 1;
+  options.coordinator_flags = {"--tls_cert=" + TestData("node.pem"),
+                               "--tls_key=" + TestData("node.key"),
+                               "--tls_ca=" + TestData("ca.pem"),
+                               "--auth_token_file=" + TestData("tokens.txt")};
+  options.worker_flags = {"--tls_cert=" + TestData("node.pem"),
+                          "--tls_key=" + TestData("node.key"),
+                          "--coordinator_tls_ca=" + TestData("ca.pem")};
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      ChannelCredentials(
+          {TestData("client.pem"), TestData("client.key"), TestData("ca.pem")},
+          "--tls");
+  ASSERT_TRUE(credentials.ok()) << credentials.status();
+  options.client.credentials = *credentials;
+  options.client.bearer_token = "test-token-alpha-6a3f9c";
+  absl::StatusOr<std::unique_ptr<TestCluster>> cluster =
+      TestCluster::Start(std::move(options));
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  { std::ofstream(TempPath("token")) << "test-token-alpha-6a3f9c\n"; }
+  const std::vector<std::string> tls = {"info",
+                                        "--target",
+                                        (*cluster)->target(),
+                                        "--tls_ca",
+                                        TestData("ca.pem"),
+                                        "--tls_cert",
+                                        TestData("client.pem"),
+                                        "--tls_key",
+                                        TestData("client.key")};
+  std::vector<std::string> with_token = tls;
+  with_token.insert(with_token.end(), {"--token_file", TempPath("token")});
+  EXPECT_TRUE(RunCli(with_token).success());
+  EXPECT_EQ(RunCli(tls).code, 1);  // UNAUTHENTICATED
 }
 
 }  // namespace

@@ -48,6 +48,8 @@ absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(
   if (!http_port.ok()) return http_port.status();
   cluster->target_ = absl::StrCat("127.0.0.1:", *port);
   cluster->http_port_ = *http_port;
+  cluster->worker_flags_ = std::move(options.worker_flags);
+  cluster->client_options_ = std::move(options.client);
   std::vector<std::string> args = {
       "--host=127.0.0.1", absl::StrCat("--port=", *port),
       absl::StrCat("--http_port=", *http_port),
@@ -66,10 +68,12 @@ absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(
 }
 
 absl::Status TestCluster::StartWorker() {
+  std::vector<std::string> args = {absl::StrCat("--coordinator=", target_),
+                                   "--device=cpu", "--host=127.0.0.1",
+                                   "--port=0"};
+  args.insert(args.end(), worker_flags_.begin(), worker_flags_.end());
   absl::StatusOr<ChildProcess> worker =
-      ChildProcess::Spawn(RunfilePath("worker/ringattn-worker"),
-                          {absl::StrCat("--coordinator=", target_),
-                           "--device=cpu", "--host=127.0.0.1", "--port=0"});
+      ChildProcess::Spawn(RunfilePath("worker/ringattn-worker"), args);
   if (!worker.ok()) return worker.status();
   workers_.push_back(std::move(*worker));
   return absl::OkStatus();
@@ -85,7 +89,7 @@ void TestCluster::SignalWorker(int index, int signal) {
 }
 
 absl::Status TestCluster::WaitReady(bool ready, absl::Duration timeout) {
-  ClientOptions options;
+  ClientOptions options = client_options_;
   options.wait_for_ready = true;
   std::unique_ptr<Client> client = NewClient(options);
   const absl::Time deadline = absl::Now() + timeout;

@@ -22,6 +22,9 @@ class TestCluster {
   struct Options {
     int workers = 2;
     std::vector<std::string> coordinator_flags;  // extra flags
+    std::vector<std::string> worker_flags;       // extra flags of each worker
+    // How Start and WaitReady reach the coordinator (credentials, token).
+    ClientOptions client;
   };
 
   // Starts the processes and waits (up to `timeout`) until the cluster is
@@ -53,6 +56,8 @@ class TestCluster {
 
   std::string target_;
   int http_port_ = 0;
+  std::vector<std::string> worker_flags_;
+  ClientOptions client_options_;
   std::vector<ChildProcess> workers_;
   std::optional<ChildProcess> coordinator_;  // stopped last
 };

@@ -26,6 +26,7 @@
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "ringattn/v1/worker.grpc.pb.h"
+#include "security/tls_credentials.h"
 #include "spdlog/spdlog.h"
 #include "worker/device.h"
 #include "worker/gloo_communicator.h"
@@ -42,8 +43,9 @@ ABSL_FLAG(std::string, host, "127.0.0.1",
           "address of this machine that the coordinator and the other workers "
           "reach it by; advertised with the port, and used for ring traffic");
 ABSL_FLAG(int32_t, port, 0, "port of the Worker service; 0 picks a free one");
-ABSL_FLAG(std::string, listen, "0.0.0.0",
-          "address the Worker service listens on");
+ABSL_FLAG(std::string, listen, "",
+          "address the Worker service listens on (0.0.0.0: every interface); "
+          "empty: --host's address");
 ABSL_FLAG(std::string, gloo_interface, "",
           "network interface for ring traffic instead of --host's address");
 ABSL_FLAG(int64_t, memory_bytes, 0,
@@ -55,6 +57,19 @@ ABSL_FLAG(int32_t, max_concurrent, 4,
 ABSL_FLAG(double, ring_timeout_seconds, 60,
           "how long a rank waits for its peers when a request sets no "
           "timeout");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain: with --tls_key the Worker service is served "
+          "over TLS, and it is this worker's client certificate towards the "
+          "coordinator");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA bundle: callers of the Worker service (the coordinator) "
+          "must present a certificate it verifies (mutual TLS); needs "
+          "--tls_cert");
+ABSL_FLAG(std::string, coordinator_tls_ca, "",
+          "PEM CA bundle that verifies the coordinator's certificate: "
+          "registration and rendezvous go over TLS (presenting --tls_cert "
+          "when given)");
 
 namespace ringattn {
 namespace {
@@ -130,6 +145,25 @@ int Main() {
   // Resident contexts may use as much again as requests in flight.
   options.context_memory_bytes = options.memory_bytes;
 
+  const std::string tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  const std::string tls_key = absl::GetFlag(FLAGS_tls_key);
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> server_credentials =
+      ServerCredentials({tls_cert, tls_key, absl::GetFlag(FLAGS_tls_ca)},
+                        "--tls");
+  if (!server_credentials.ok()) {
+    return Usage(std::string(server_credentials.status().message()));
+  }
+  const std::string coordinator_ca = absl::GetFlag(FLAGS_coordinator_tls_ca);
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>>
+      coordinator_credentials =
+          coordinator_ca.empty()
+              ? grpc::InsecureChannelCredentials()
+              : ChannelCredentials({tls_cert, tls_key, coordinator_ca},
+                                   "--tls");
+  if (!coordinator_credentials.ok()) {
+    return Usage(std::string(coordinator_credentials.status().message()));
+  }
+
   // SIGTERM and SIGINT are taken by sigwait() below, never by a handler:
   // block them before any thread starts, so that every thread inherits that.
   sigset_t signals;
@@ -147,7 +181,7 @@ int Main() {
   }
   std::shared_ptr<v1::Coordination::Stub> coordination =
       v1::Coordination::NewStub(
-          grpc::CreateChannel(coordinator, grpc::InsecureChannelCredentials()));
+          grpc::CreateChannel(coordinator, *coordinator_credentials));
   GrpcStore store(coordination, options.default_ring_timeout);
   std::unique_ptr<RingConnector> connector;
   if (device->is_cuda()) {
@@ -160,10 +194,10 @@ int Main() {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int bound_port = 0;
-  const std::string listen =
-      absl::StrCat(absl::GetFlag(FLAGS_listen), ":", port);
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(),
-                           &bound_port);
+  const std::string listen_host =
+      absl::GetFlag(FLAGS_listen).empty() ? host : absl::GetFlag(FLAGS_listen);
+  const std::string listen = absl::StrCat(listen_host, ":", port);
+  builder.AddListeningPort(listen, *server_credentials, &bound_port);
   builder.RegisterService(&service);
   // The coordinator forwards the rows of a client's chunk (up to its own
   // 16 MiB receive limit) in one message, plus their header.
@@ -211,7 +245,8 @@ int Main() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "ringattn-worker --coordinator HOST:PORT [--device cpu|cuda:N] "
-      "[--host ADDR] [--port N] [--memory_bytes N]");
+      "[--host ADDR] [--port N] [--memory_bytes N] [--tls_cert F --tls_key F "
+      "[--tls_ca F]] [--coordinator_tls_ca F]");
   absl::ParseCommandLine(argc, argv);
   return ringattn::Main();
 }
