@@ -44,8 +44,10 @@ absl::Status RunDecodeAttention(const DeviceAttentionArgs& args,
 
 // Whether AttentionDispatcher runs `args` on the decode kernel: few packed rows
 // (q_len * q_heads / kv_heads, the rows that share one K/V head) against
-// enough keys, where it beat cuDNN as measured (README, "Decode kernel").
-bool PrefersDecode(const DeviceAttentionArgs& args);
+// enough keys, where it beat cuDNN as measured on one H200 (README, "Decode
+// kernel"); a single query row only without cuDNN (`cudnn_available` false),
+// since cuDNN reads K/V a little faster for it.
+bool PrefersDecode(const DeviceAttentionArgs& args, bool cudnn_available);
 
 class AttentionDispatcher {
  public:
@@ -57,7 +59,7 @@ class AttentionDispatcher {
   AttentionDispatcher& operator=(const AttentionDispatcher&) = delete;
 
   // Enqueues attention of `args` on `stream` and returns the path that took
-  // it: the decode kernel where PrefersDecode(args), else cuDNN, or our flash
+  // it: the decode kernel where PrefersDecode, else cuDNN, or our flash
   // kernel where cuDNN answered UNIMPLEMENTED for the shape.
   // Malformed args (INVALID_ARGUMENT) and failures of a path that accepted the
   // block come back as errors, never masked by a second attempt.

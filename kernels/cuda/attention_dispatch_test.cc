@@ -38,7 +38,8 @@ Ran RunAndCheck(AttentionDispatcher& dispatcher, const AttentionCase& c) {
   if (!path.ok()) return {};
   EXPECT_TRUE(problem->OutputsMatchReference())
       << "path " << AttentionPathName(*path) << ", seed " << seed;
-  return {*path, PrefersDecode(problem->args())};
+  return {*path, PrefersDecode(problem->args(),
+                               dispatcher.cudnn_status().ok())};
 }
 
 class AttentionDispatchTest : public ::testing::TestWithParam<AttentionCase> {};
