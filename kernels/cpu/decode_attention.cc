@@ -28,6 +28,7 @@ constexpr int kKeyChunk = 64;   // keys per step
 constexpr int kRowBlock = 4;    // packed rows per register block
 constexpr int kColBlock = 32;   // keys (scores) or dims (output) per block
 constexpr int kDimChunk = 16;   // head dims are padded to this many floats
+constexpr int kTransposeBlock = 16;  // keys transposed together
 constexpr int64_t kMinKeysPerSplit = 1024;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr double kLn2 = 0.6931471805599453;
@@ -205,9 +206,29 @@ template <int kDim>
     const int64_t k_last = k_first + cols - 1;
     if (mask.causal && k_first > last_q + mask.causal_shift) break;
 
-    for (int64_t c = 0; c < kKeyChunk; ++c) {
-      const float* k_row = args.k.Row(b, c0 + std::min(c, cols - 1), g);
-      for (int64_t d = 0; d < dim; ++d) kt[d * kKeyChunk + c] = k_row[d];
+    // One head's K/V rows lie a whole row of all heads apart (often a 4 KiB
+    // page), too far for the hardware prefetchers: ask for the next chunk's
+    // rows while this one is computed.
+    const int64_t next = c0 + kKeyChunk;
+    for (int64_t c = next; c < std::min(key_end, next + kKeyChunk); ++c) {
+      const char* k_row = reinterpret_cast<const char*>(args.k.Row(b, c, g));
+      const char* v_row = reinterpret_cast<const char*>(args.v.Row(b, c, g));
+      for (int64_t byte = 0; byte < dim * 4; byte += 64) {
+        __builtin_prefetch(k_row + byte);
+        __builtin_prefetch(v_row + byte);
+      }
+    }
+    // K^T, kTransposeBlock keys at a time so that each store is contiguous;
+    // columns past `cols` repeat the last key (masked below).
+    for (int64_t c = 0; c < kKeyChunk; c += kTransposeBlock) {
+      const float* k_rows[kTransposeBlock];
+      for (int j = 0; j < kTransposeBlock; ++j) {
+        k_rows[j] = args.k.Row(b, c0 + std::min(c + j, cols - 1), g);
+      }
+      for (int64_t d = 0; d < dim; ++d) {
+        float* to = kt + d * kKeyChunk + c;
+        for (int j = 0; j < kTransposeBlock; ++j) to[j] = k_rows[j][d];
+      }
     }
     for (int64_t c = 0; c < cols; ++c) {
       const float* v_row = args.v.Row(b, c0 + c, g);
