@@ -18,7 +18,7 @@ constexpr int64_t kMaxLength = int64_t{1} << 30;
 constexpr int64_t kMaxBatchKvHeads = 65535;
 
 // PrefersDecode's thresholds: at most this many packed rows per K/V head ...
-constexpr int64_t kDecodeMaxRows = 256;
+constexpr int64_t kDecodeMaxRows = 512;
 // ... against at least this many keys.
 constexpr int64_t kDecodeMinKeys = 1024;
 
