@@ -565,7 +565,6 @@ struct Shapes {
 
 // How one call runs: kernel shape, grid and splits.
 struct Plan {
-  int block_m = 0;
   int m_blocks = 0;
   int splits = 1;
   int split_keys = 0;
@@ -578,7 +577,6 @@ template <typename T, class C>
 cudaError_t MakePlan(const DeviceAttentionArgs& args, size_t max_workspace,
                      Plan* plan) {
   const int64_t rows = args.q_len * (args.q_heads / args.kv_heads);
-  plan->block_m = C::kBlockM;
   plan->m_blocks = static_cast<int>(CeilDiv(rows, C::kBlockM));
   int device = 0;
   int sms = 0;
