@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/decode_attention.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/flash_attention.h"
 
@@ -13,6 +14,14 @@ namespace {
 constexpr int64_t kMaxBatchHeads = 65535;
 constexpr int64_t kMaxLength = int64_t{1} << 30;
 
+// The decode kernel's limit: one grid slice per (batch, kv head).
+constexpr int64_t kMaxBatchKvHeads = 65535;
+
+// PrefersDecode's thresholds: at most this many packed rows per K/V head ...
+constexpr int64_t kDecodeMaxRows = 512;
+// ... against at least this many keys.
+constexpr int64_t kDecodeMinKeys = 1024;
+
 }  // namespace
 
 const char* AttentionPathName(AttentionPath path) {
@@ -21,6 +30,8 @@ const char* AttentionPathName(AttentionPath path) {
       return "cudnn";
     case AttentionPath::kFlash:
       return "flash";
+    case AttentionPath::kDecode:
+      return "decode";
   }
   return "unknown";
 }
@@ -44,6 +55,46 @@ absl::Status RunFlashAttention(const DeviceAttentionArgs& args,
                     "launching the flash attention kernel");
 }
 
+absl::Status RunDecodeAttention(const DeviceAttentionArgs& args,
+                                DeviceBuffer& workspace, cudaStream_t stream) {
+  if (const char* problem = FindAttentionArgsProblem(args)) {
+    return absl::InvalidArgumentError(problem);
+  }
+  if (args.batch * args.kv_heads > kMaxBatchKvHeads) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch * kv_heads is ", args.batch * args.kv_heads,
+                     "; the decode kernel takes at most ", kMaxBatchKvHeads));
+  }
+  if (args.q_len * (args.q_heads / args.kv_heads) > kMaxLength ||
+      args.kv_len > kMaxLength) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("q_len ", args.q_len, " or kv_len ", args.kv_len,
+                     " is above the decode kernel's limits"));
+  }
+  const size_t needed = DecodeAttentionWorkspaceBytes(args);
+  if (needed > workspace.bytes()) {
+    // The old workspace may still be read by work queued on `stream`.
+    if (absl::Status s = CudaStatus(cudaStreamSynchronize(stream),
+                                    "waiting to grow the decode workspace");
+        !s.ok()) {
+      return s;
+    }
+    absl::StatusOr<DeviceBuffer> grown = DeviceBuffer::Allocate(needed);
+    if (!grown.ok()) return grown.status();
+    workspace = *std::move(grown);
+  }
+  return CudaStatus(LaunchDecodeAttention(args, workspace.as<void>(),
+                                          workspace.bytes(), stream),
+                    "launching the decode attention kernel");
+}
+
+bool PrefersDecode(const DeviceAttentionArgs& args, bool cudnn_available) {
+  return args.kv_heads > 0 && (args.q_len > 1 || !cudnn_available) &&
+         args.q_len * (args.q_heads / args.kv_heads) <= kDecodeMaxRows &&
+         args.kv_len >= kDecodeMinKeys &&
+         args.batch * args.kv_heads <= kMaxBatchKvHeads;
+}
+
 AttentionDispatcher::AttentionDispatcher() {
   absl::StatusOr<std::unique_ptr<CudnnAttention>> cudnn =
       CudnnAttention::Create();
@@ -56,6 +107,14 @@ AttentionDispatcher::AttentionDispatcher() {
 
 absl::StatusOr<AttentionPath> AttentionDispatcher::Forward(
     const DeviceAttentionArgs& args, cudaStream_t stream) {
+  if (PrefersDecode(args, cudnn_ != nullptr)) {
+    if (absl::Status status =
+            RunDecodeAttention(args, decode_workspace_, stream);
+        !status.ok()) {
+      return status;
+    }
+    return AttentionPath::kDecode;
+  }
   if (cudnn_ != nullptr) {
     const absl::Status status = cudnn_->Forward(args, stream);
     if (status.ok()) return AttentionPath::kCudnn;

@@ -1,9 +1,10 @@
 #ifndef RINGATTN_KERNELS_CUDA_ATTENTION_DISPATCH_H_
 #define RINGATTN_KERNELS_CUDA_ATTENTION_DISPATCH_H_
 
-// Picks the GPU attention path for each dense block: cuDNN's fused kernel
-// where cuDNN takes the shape, our own kernel (flash_attention.h) where it does
-// not, and says which one ran. AttentionDispatcher is thread-compatible (it
+// Picks the GPU attention path for each dense block: our decode kernel
+// (decode_attention.h) for few query rows, cuDNN's fused kernel where cuDNN
+// takes the shape, our own kernel (flash_attention.h) where it does not, and
+// says which one ran. AttentionDispatcher is thread-compatible (it
 // owns a CudnnAttention); RunFlashAttention is thread-safe.
 
 #include <cuda_runtime.h>
@@ -14,16 +15,18 @@
 #include "absl/status/statusor.h"
 #include "kernels/cuda/attention_args.h"
 #include "kernels/cuda/cudnn_attention.h"
+#include "kernels/cuda/device_buffer.h"
 
 namespace ringattn {
 
 // The GPU attention paths.
 enum class AttentionPath {
   kCudnn,  // cuDNN's fused SDPA forward
-  kFlash,  // our kernel, kernels/cuda/flash_attention.cu
+  kFlash,   // our kernel, kernels/cuda/flash_attention.cu
+  kDecode,  // our split-K/V kernel for few rows, kernels/cuda/decode_attention.cu
 };
 
-// "cudnn" or "flash".
+// "cudnn", "flash" or "decode".
 const char* AttentionPathName(AttentionPath path);
 
 // Enqueues our kernel on `stream`. OK once enqueued; INVALID_ARGUMENT for
@@ -31,6 +34,20 @@ const char* AttentionPathName(AttentionPath path);
 // above 65535; INTERNAL for a failed launch.
 absl::Status RunFlashAttention(const DeviceAttentionArgs& args,
                                cudaStream_t stream);
+
+// Enqueues our decode kernel on `stream`, first growing `workspace` (after
+// waiting for `stream`) to what the kernel asks for. OK once enqueued;
+// INVALID_ARGUMENT for malformed args or batch * kv_heads above 65535;
+// INTERNAL for a failed allocation or launch.
+absl::Status RunDecodeAttention(const DeviceAttentionArgs& args,
+                                DeviceBuffer& workspace, cudaStream_t stream);
+
+// Whether AttentionDispatcher runs `args` on the decode kernel: few packed rows
+// (q_len * q_heads / kv_heads, the rows that share one K/V head) against
+// enough keys, where it beat cuDNN as measured on one H200 (README, "Decode
+// kernel"); a single query row only without cuDNN (`cudnn_available` false),
+// since cuDNN reads K/V a little faster for it.
+bool PrefersDecode(const DeviceAttentionArgs& args, bool cudnn_available);
 
 class AttentionDispatcher {
  public:
@@ -42,7 +59,8 @@ class AttentionDispatcher {
   AttentionDispatcher& operator=(const AttentionDispatcher&) = delete;
 
   // Enqueues attention of `args` on `stream` and returns the path that took
-  // it: cuDNN, or our kernel where cuDNN answered UNIMPLEMENTED for the shape.
+  // it: the decode kernel where PrefersDecode, else cuDNN, or our flash
+  // kernel where cuDNN answered UNIMPLEMENTED for the shape.
   // Malformed args (INVALID_ARGUMENT) and failures of a path that accepted the
   // block come back as errors, never masked by a second attempt.
   absl::StatusOr<AttentionPath> Forward(const DeviceAttentionArgs& args,
@@ -54,6 +72,7 @@ class AttentionDispatcher {
  private:
   std::unique_ptr<CudnnAttention> cudnn_;
   absl::Status cudnn_status_;
+  DeviceBuffer decode_workspace_;  // the decode kernel's split results
 };
 
 }  // namespace ringattn

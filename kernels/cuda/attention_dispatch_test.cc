@@ -16,23 +16,30 @@ namespace {
 TEST(AttentionPathTest, NamesReadAsWords) {
   EXPECT_EQ(std::string(AttentionPathName(AttentionPath::kCudnn)), "cudnn");
   EXPECT_EQ(std::string(AttentionPathName(AttentionPath::kFlash)), "flash");
+  EXPECT_EQ(std::string(AttentionPathName(AttentionPath::kDecode)), "decode");
 }
 
-// Runs `c` through a dispatcher; returns the path taken.
-AttentionPath RunAndCheck(AttentionDispatcher& dispatcher,
-                          const AttentionCase& c) {
+// Runs `c` through a dispatcher; returns the path taken and whether the
+// decode kernel should have taken it.
+struct Ran {
+  AttentionPath path = AttentionPath::kFlash;
+  bool decode_expected = false;
+};
+
+Ran RunAndCheck(AttentionDispatcher& dispatcher, const AttentionCase& c) {
   const uint32_t seed = std::random_device()();
   absl::StatusOr<AttentionProblem> problem = AttentionProblem::Create(c, seed);
   EXPECT_TRUE(problem.ok()) << problem.status();
-  if (!problem.ok()) return AttentionPath::kFlash;
+  if (!problem.ok()) return {};
   EXPECT_TRUE(problem->PoisonOutputs().ok());
   absl::StatusOr<AttentionPath> path =
       dispatcher.Forward(problem->args(), nullptr);
   EXPECT_TRUE(path.ok()) << path.status();
-  if (!path.ok()) return AttentionPath::kFlash;
+  if (!path.ok()) return {};
   EXPECT_TRUE(problem->OutputsMatchReference())
       << "path " << AttentionPathName(*path) << ", seed " << seed;
-  return *path;
+  return {*path, PrefersDecode(problem->args(),
+                               dispatcher.cudnn_status().ok())};
 }
 
 class AttentionDispatchTest : public ::testing::TestWithParam<AttentionCase> {};
@@ -41,10 +48,12 @@ TEST_P(AttentionDispatchTest, MatchesFloat64ReferenceOnWhicheverPathRuns) {
   SkipWithoutGpu();
   if (IsSkipped()) return;
   AttentionDispatcher dispatcher;
-  const AttentionPath path = RunAndCheck(dispatcher, GetParam());
-  RecordProperty("path", AttentionPathName(path));
-  if (dispatcher.cudnn_status().ok()) {
-    EXPECT_EQ(path, AttentionPath::kCudnn)
+  const Ran ran = RunAndCheck(dispatcher, GetParam());
+  RecordProperty("path", AttentionPathName(ran.path));
+  if (ran.decode_expected) {
+    EXPECT_EQ(ran.path, AttentionPath::kDecode);
+  } else if (dispatcher.cudnn_status().ok()) {
+    EXPECT_EQ(ran.path, AttentionPath::kCudnn)
         << "cuDNN refused a shape it takes on Hopper with cuDNN 9.19";
   }
 }
@@ -53,13 +62,32 @@ INSTANTIATE_TEST_SUITE_P(Standard, AttentionDispatchTest,
                          ::testing::ValuesIn(StandardAttentionCases()),
                          AttentionCaseName);
 
+TEST(AttentionDecodeTest, SendsFewRowsAgainstManyKeysToTheDecodeKernel) {
+  SkipWithoutGpu();
+  if (IsSkipped()) return;
+  AttentionCase c;
+  c.name = "ThreeRowsGqa";
+  c.q_len = 3;
+  c.kv_len = 4099;
+  c.q_heads = 8;
+  c.kv_heads = 2;
+  c.head_dim = 128;
+  c.causal = true;
+  AttentionDispatcher dispatcher;
+  const Ran ran = RunAndCheck(dispatcher, c);
+  EXPECT_TRUE(ran.decode_expected);
+  EXPECT_EQ(ran.path, AttentionPath::kDecode);
+}
+
 class AttentionFallbackTest : public ::testing::TestWithParam<AttentionCase> {};
 
 TEST_P(AttentionFallbackTest, FallsBackToOurKernelWhereCudnnRefuses) {
   SkipWithoutGpu();
   if (IsSkipped()) return;
   AttentionDispatcher dispatcher;
-  EXPECT_EQ(RunAndCheck(dispatcher, GetParam()), AttentionPath::kFlash);
+  const Ran ran = RunAndCheck(dispatcher, GetParam());
+  EXPECT_EQ(ran.path, ran.decode_expected ? AttentionPath::kDecode
+                                          : AttentionPath::kFlash);
 }
 
 INSTANTIATE_TEST_SUITE_P(Unaligned, AttentionFallbackTest,

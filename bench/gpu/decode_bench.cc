@@ -1,0 +1,310 @@
+// Times few query rows against a long K/V block on the GPU paths: our decode
+// kernel (kernels/cuda/decode_attention), cuDNN's fused SDPA as ringattn calls
+// it, and our flash kernel; bf16, Hq=32, Hkv=8, D=128, batch 1, dense. Prints
+// a markdown table (median milliseconds after warm-up, the decode kernel's
+// K/V read rate and TFLOP/s) and, with --csv, one line per case for
+// bench/gpu/peer_decode.py. K/V bytes are 2 * Nk * Hkv * D * 2 (each byte read
+// once); FLOPs are 4 * Nq * Nk * Hq * D.
+//
+//   gpu_decode_bench [--kv_lengths=1048576,4194304] [--q_lengths=1,16,256,4096]
+//                    [--paths=decode,cudnn,flash] [--seconds=1] [--csv=FILE]
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/dtype.h"
+#include "kernels/cuda/attention_args.h"
+#include "kernels/cuda/attention_dispatch.h"
+#include "kernels/cuda/cudnn_attention.h"
+#include "kernels/cuda/decode_attention.h"
+#include "kernels/cuda/device_buffer.h"
+
+ABSL_FLAG(std::vector<std::string>, kv_lengths,
+          (std::vector<std::string>{"1048576", "4194304"}), "key counts Nk");
+ABSL_FLAG(std::vector<std::string>, q_lengths,
+          (std::vector<std::string>{"1", "16", "256", "4096"}),
+          "query row counts Nq");
+ABSL_FLAG(std::vector<std::string>, paths,
+          (std::vector<std::string>{"decode", "cudnn", "flash"}),
+          "which of decode, cudnn, flash to time");
+ABSL_FLAG(double, seconds, 1.0,
+          "timed calls per case: about this many seconds' worth, 3 to 20");
+ABSL_FLAG(std::string, csv, "",
+          "also write 'path,nk,nq,ms' lines to this file");
+
+namespace ringattn {
+namespace {
+
+constexpr int64_t kQHeads = 32;
+constexpr int64_t kKvHeads = 8;
+constexpr int64_t kHeadDim = 128;
+constexpr int kWarmupCalls = 1;
+// Random values are drawn on the host for this many elements and tiled over
+// larger buffers on the device.
+constexpr int64_t kRandomElements = int64_t{1} << 24;
+
+// A CUDA event or stream, destroyed with its owner.
+class Event {
+ public:
+  Event() { created_ = cudaEventCreate(&event_) == cudaSuccess; }
+  ~Event() {
+    if (created_) cudaEventDestroy(event_);
+  }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  cudaEvent_t get() const { return event_; }
+  bool created() const { return created_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+  bool created_ = false;
+};
+
+class Stream {
+ public:
+  Stream() { created_ = cudaStreamCreate(&stream_) == cudaSuccess; }
+  ~Stream() {
+    if (created_) cudaStreamDestroy(stream_);
+  }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  cudaStream_t get() const { return stream_; }
+  bool created() const { return created_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  bool created_ = false;
+};
+
+// `count` bf16 values uniform in [-2, 2) (a xorshift sequence of
+// kRandomElements values, repeated).
+absl::StatusOr<DeviceBuffer> RandomBFloat16(int64_t count, uint64_t seed) {
+  const int64_t drawn = std::min(count, kRandomElements);
+  std::vector<uint16_t> host(static_cast<size_t>(drawn));
+  uint64_t state = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (uint16_t& x : host) {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    const float uniform = static_cast<float>(state >> 40) * 0x1p-24f;
+    x = FloatToBFloat16(4.0f * uniform - 2.0f);
+  }
+  absl::StatusOr<DeviceBuffer> buffer =
+      DeviceBuffer::Allocate(count * sizeof(uint16_t));
+  if (!buffer.ok()) return buffer;
+  uint16_t* data = buffer->as<uint16_t>();
+  if (absl::Status s = CudaStatus(
+          cudaMemcpy(data, host.data(), drawn * sizeof(uint16_t),
+                     cudaMemcpyHostToDevice),
+          "uploading inputs");
+      !s.ok()) {
+    return s;
+  }
+  for (int64_t filled = drawn; filled < count;) {
+    const int64_t n = std::min(filled, count - filled);
+    if (absl::Status s = CudaStatus(
+            cudaMemcpy(data + filled, data, n * sizeof(uint16_t),
+                       cudaMemcpyDeviceToDevice),
+            "tiling inputs");
+        !s.ok()) {
+      return s;
+    }
+    filled += n;
+  }
+  return buffer;
+}
+
+// Median milliseconds of `run` over enough calls for about `seconds`.
+absl::StatusOr<double> MedianMilliseconds(
+    const std::function<absl::Status()>& run, cudaStream_t stream,
+    double seconds) {
+  Event start, stop;
+  if (!start.created() || !stop.created()) {
+    return absl::InternalError("cudaEventCreate failed");
+  }
+  auto time_one = [&]() -> absl::StatusOr<double> {
+    absl::Status s =
+        CudaStatus(cudaEventRecord(start.get(), stream), "event record");
+    if (s.ok()) s = run();
+    if (s.ok()) {
+      s = CudaStatus(cudaEventRecord(stop.get(), stream), "event record");
+    }
+    if (s.ok()) s = CudaStatus(cudaEventSynchronize(stop.get()), "event wait");
+    float ms = 0;
+    if (s.ok()) {
+      s = CudaStatus(cudaEventElapsedTime(&ms, start.get(), stop.get()),
+                     "event time");
+    }
+    if (!s.ok()) return s;
+    return static_cast<double>(ms);
+  };
+  absl::StatusOr<double> last;
+  for (int i = 0; i < kWarmupCalls; ++i) {
+    last = time_one();
+    if (!last.ok()) return last.status();
+  }
+  const int calls = std::clamp(static_cast<int>(seconds * 1e3 / *last), 3, 20);
+  std::vector<double> times;
+  for (int i = 0; i < calls; ++i) {
+    absl::StatusOr<double> ms = time_one();
+    if (!ms.ok()) return ms.status();
+    times.push_back(*ms);
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+struct Result {
+  std::string path;
+  int64_t nk = 0;
+  int64_t nq = 0;
+  double ms = NAN;  // NaN where the path refused the shape
+};
+
+int Main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  std::vector<int64_t> kv_lengths, q_lengths;
+  for (const std::string& text : absl::GetFlag(FLAGS_kv_lengths)) {
+    kv_lengths.push_back(std::stoll(text));
+  }
+  for (const std::string& text : absl::GetFlag(FLAGS_q_lengths)) {
+    q_lengths.push_back(std::stoll(text));
+  }
+  const std::vector<std::string> paths = absl::GetFlag(FLAGS_paths);
+  const auto wants = [&](const char* path) {
+    return std::find(paths.begin(), paths.end(), path) != paths.end();
+  };
+  const double seconds = absl::GetFlag(FLAGS_seconds);
+  cudaDeviceProp properties;
+  const auto fail = [](const absl::Status& s) {
+    std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+    return 1;
+  };
+  if (absl::Status s =
+          CudaStatus(cudaGetDeviceProperties(&properties, 0), "no GPU");
+      !s.ok()) {
+    return fail(s);
+  }
+  Stream stream;
+  if (!stream.created()) return fail(absl::InternalError("no stream"));
+  absl::StatusOr<std::unique_ptr<CudnnAttention>> cudnn =
+      CudnnAttention::Create();
+  if (!cudnn.ok()) std::fprintf(stderr, "%s\n", cudnn.status().ToString().c_str());
+
+  const int64_t max_q = *std::max_element(q_lengths.begin(), q_lengths.end());
+  const int64_t q_row = kQHeads * kHeadDim;
+  const int64_t kv_row = kKvHeads * kHeadDim;
+  absl::StatusOr<DeviceBuffer> q = RandomBFloat16(max_q * q_row, 1);
+  absl::StatusOr<DeviceBuffer> o = DeviceBuffer::Allocate(max_q * q_row * 2);
+  absl::StatusOr<DeviceBuffer> lse =
+      DeviceBuffer::Allocate(max_q * kQHeads * sizeof(float));
+  for (const auto* buffer : {&q, &o, &lse}) {
+    if (!buffer->ok()) return fail(buffer->status());
+  }
+  std::vector<Result> results;
+  for (int64_t nk : kv_lengths) {
+    absl::StatusOr<DeviceBuffer> k = RandomBFloat16(nk * kv_row, 2);
+    if (!k.ok()) return fail(k.status());
+    absl::StatusOr<DeviceBuffer> v = RandomBFloat16(nk * kv_row, 3);
+    if (!v.ok()) return fail(v.status());
+    for (int64_t nq : q_lengths) {
+      DeviceAttentionArgs args;
+      args.dtype = DeviceDType::kBFloat16;
+      args.q_len = nq;
+      args.kv_len = nk;
+      args.q_heads = kQHeads;
+      args.kv_heads = kKvHeads;
+      args.head_dim = kHeadDim;
+      args.q = {q->as<const void>(), nq * q_row, q_row};
+      args.k = {k->as<const void>(), nk * kv_row, kv_row};
+      args.v = {v->as<const void>(), nk * kv_row, kv_row};
+      args.o = {o->as<void>(), nq * q_row, q_row};
+      args.lse = lse->as<float>();
+      args.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+
+      std::vector<std::pair<const char*, std::function<absl::Status()>>> runs;
+      DeviceBuffer workspace;
+      if (wants("decode")) {
+        const size_t bytes = DecodeAttentionWorkspaceBytes(args);
+        if (bytes > 0) {
+          absl::StatusOr<DeviceBuffer> buffer = DeviceBuffer::Allocate(bytes);
+          if (!buffer.ok()) return fail(buffer.status());
+          workspace = *std::move(buffer);
+        }
+        runs.push_back({"decode", [&] {
+                          return CudaStatus(
+                              LaunchDecodeAttention(args, workspace.as<void>(),
+                                                    workspace.bytes(),
+                                                    stream.get()),
+                              "decode kernel");
+                        }});
+      }
+      if (wants("cudnn") && cudnn.ok()) {
+        runs.push_back(
+            {"cudnn", [&] { return (*cudnn)->Forward(args, stream.get()); }});
+      }
+      if (wants("flash")) {
+        runs.push_back(
+            {"flash", [&] { return RunFlashAttention(args, stream.get()); }});
+      }
+      for (const auto& [path, run] : runs) {
+        absl::StatusOr<double> ms =
+            MedianMilliseconds(run, stream.get(), seconds);
+        if (!ms.ok() && !absl::IsUnimplemented(ms.status())) {
+          return fail(ms.status());
+        }
+        results.push_back({path, nk, nq, ms.ok() ? *ms : NAN});
+        std::fprintf(stderr, "%s Nk=%lld Nq=%lld: %.3f ms\n", path,
+                     static_cast<long long>(nk), static_cast<long long>(nq),
+                     results.back().ms);
+      }
+    }
+  }
+
+  std::printf(
+      "\nringattn decode bench, %s, bf16, Hq=%lld, Hkv=%lld, D=%lld, B=1, "
+      "dense (median ms; GB/s = K/V bytes / time; TFLOP/s = 4 Nq Nk Hq D / "
+      "time)\n\n",
+      properties.name, static_cast<long long>(kQHeads),
+      static_cast<long long>(kKvHeads), static_cast<long long>(kHeadDim));
+  std::printf("| Nk | Nq | path | ms | K/V GB/s | TFLOP/s |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- |\n");
+  for (const Result& r : results) {
+    const double bytes = 2.0 * r.nk * kv_row * 2;
+    const double flops = 4.0 * r.nq * r.nk * kQHeads * kHeadDim;
+    std::printf("| %lld | %lld | %s | %.3f | %.0f | %.1f |\n",
+                static_cast<long long>(r.nk), static_cast<long long>(r.nq),
+                r.path.c_str(), r.ms, bytes / (r.ms * 1e-3) / 1e9,
+                flops / (r.ms * 1e-3) / 1e12);
+  }
+  if (const std::string csv = absl::GetFlag(FLAGS_csv); !csv.empty()) {
+    std::FILE* file = std::fopen(csv.c_str(), "w");
+    if (file == nullptr) return fail(absl::InternalError("cannot write csv"));
+    for (const Result& r : results) {
+      std::fprintf(file, "%s,%lld,%lld,%.4f\n", r.path.c_str(),
+                   static_cast<long long>(r.nk), static_cast<long long>(r.nq),
+                   r.ms);
+    }
+    std::fclose(file);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace ringattn
+
+int main(int argc, char** argv) { return ringattn::Main(argc, argv); }

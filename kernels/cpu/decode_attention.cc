@@ -1,0 +1,389 @@
+#include "kernels/cpu/decode_attention.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+// How the kernel works. For each (batch, key/value head) the query rows of the
+// heads that read it are packed into R rows (packed row r is query row
+// r / group of head kv_head * group + r % group) and prescaled by
+// scale * log2(e). The keys are cut into splits; one OpenMP thread takes one
+// (batch, kv head, split) and walks its keys kKeyChunk at a time: it transposes
+// the chunk of K into a small buffer that stays in L1, computes the R x chunk
+// scores as register-blocked outer products (GCC vectorizes them along the
+// keys), runs an online softmax in base 2, and adds P V into R fp32 rows. Each
+// split leaves a normalized O and its LSE; a last pass merges the splits by
+// log-sum-exp. The split loop is compiled for AVX-512, AVX2 + FMA and baseline
+// x86-64 (target_clones) and chosen at load time.
+
+namespace ringattn {
+namespace {
+
+constexpr int kKeyChunk = 64;   // keys per step
+constexpr int kRowBlock = 4;    // packed rows per register block
+constexpr int kColBlock = 32;   // keys (scores) or dims (output) per block
+constexpr int kDimChunk = 16;   // head dims are padded to this many floats
+constexpr int kTransposeBlock = 16;  // keys transposed together
+constexpr int64_t kMinKeysPerSplit = 1024;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr double kLn2 = 0.6931471805599453;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t RoundUp(int64_t value, int64_t multiple) {
+  return CeilDiv(value, multiple) * multiple;
+}
+
+// One call, resolved once.
+struct Problem {
+  const BlockAttentionArgs* args = nullptr;
+  int64_t nq = 0;
+  int64_t nk = 0;
+  int64_t kv_heads = 0;
+  int64_t group = 0;       // query heads per key/value head
+  int64_t dim = 0;
+  int64_t padded_dim = 0;  // dim rounded up to kDimChunk
+  int64_t rows = 0;        // packed rows: nq * group
+  int64_t padded_rows = 0; // rows rounded up to kRowBlock
+  int64_t splits = 0;
+  int64_t split_keys = 0;  // a multiple of kKeyChunk
+  float score_scale = 0;   // scale * log2(e)
+};
+
+// Floats of scratch one thread needs.
+int64_t ScratchFloats(const Problem& p) {
+  return 2 * p.padded_rows * p.padded_dim + 2 * kKeyChunk * p.padded_dim +
+         p.padded_rows * kKeyChunk + 2 * p.padded_rows;
+}
+
+// s[r][c] = sum_d q[r][d] * kt[d][c] for a kRowBlock x kColBlock block; kt and
+// s have row stride kKeyChunk, q has row stride q_stride.
+[[gnu::always_inline]] inline void ScoreBlock(const float* q, int64_t q_stride,
+                                              const float* kt, int64_t depth,
+                                              float* s) {
+  float acc[kRowBlock][kColBlock] = {};
+  for (int64_t d = 0; d < depth; ++d) {
+    float a[kRowBlock];
+    for (int r = 0; r < kRowBlock; ++r) a[r] = q[r * q_stride + d];
+    const float* k = kt + d * kKeyChunk;
+    for (int r = 0; r < kRowBlock; ++r) {
+      for (int c = 0; c < kColBlock; ++c) acc[r][c] += a[r] * k[c];
+    }
+  }
+  for (int r = 0; r < kRowBlock; ++r) {
+    for (int c = 0; c < kColBlock; ++c) s[r * kKeyChunk + c] = acc[r][c];
+  }
+}
+
+// out[r][j] += sum_c p[r][c] * v[c][j] over `count` keys, for kRowBlock rows
+// and kCols dims; p has row stride kKeyChunk, v and out row stride `stride`.
+template <int kCols>
+[[gnu::always_inline]] inline void AccumulateBlock(const float* p,
+                                                   const float* v,
+                                                   int64_t count, float* out,
+                                                   int64_t stride) {
+  float acc[kRowBlock][kCols];
+  for (int r = 0; r < kRowBlock; ++r) {
+    for (int j = 0; j < kCols; ++j) acc[r][j] = out[r * stride + j];
+  }
+  for (int64_t c = 0; c < count; ++c) {
+    const float* v_row = v + c * stride;
+    for (int r = 0; r < kRowBlock; ++r) {
+      const float a = p[r * kKeyChunk + c];
+      for (int j = 0; j < kCols; ++j) acc[r][j] += a * v_row[j];
+    }
+  }
+  for (int r = 0; r < kRowBlock; ++r) {
+    for (int j = 0; j < kCols; ++j) out[r * stride + j] = acc[r][j];
+  }
+}
+
+// row[c] = 2^(row[c] - max) for a row of kKeyChunk base-2 logits (to about
+// 2e-7 relative error; exactly 0 for -inf); returns their sum. Written so that
+// GCC vectorizes it.
+[[gnu::always_inline]] inline float Exp2Row(float* row, float max) {
+  constexpr float kRoundToInt = 12582912.0f;  // 1.5 * 2^23
+  float lanes[kDimChunk] = {};
+  for (int c0 = 0; c0 < kKeyChunk; c0 += kDimChunk) {
+    for (int j = 0; j < kDimChunk; ++j) {
+      const float x = std::max(row[c0 + j] - max, -127.0f);
+      const float n = (x + kRoundToInt) - kRoundToInt;  // nearest integer
+      const float f = x - n;                            // in [-0.5, 0.5]
+      // Cephes' exp2f minimax polynomial for 2^f on [-0.5, 0.5].
+      float poly = 1.535336188319500e-4f;
+      poly = poly * f + 1.339887440266574e-3f;
+      poly = poly * f + 9.618437357674640e-3f;
+      poly = poly * f + 5.550332471162809e-2f;
+      poly = poly * f + 2.402264791363012e-1f;
+      poly = poly * f + 6.931472028550421e-1f;
+      poly = poly * f + 1.0f;
+      const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;  // 2^n
+      float two_to_n;
+      std::memcpy(&two_to_n, &bits, sizeof(two_to_n));
+      row[c0 + j] = poly * two_to_n;
+      lanes[j] += row[c0 + j];
+    }
+  }
+  float sum = 0;
+  for (int j = 0; j < kDimChunk; ++j) sum += lanes[j];
+  return sum;
+}
+
+// Sets the scores of invisible pairs in a chunk of `cols` keys starting at key
+// `c_begin` to -inf: keys past `cols`, beyond the causal limit, or dropped by
+// the block mask.
+void MaskChunk(const Problem& p, int64_t c_begin, int64_t cols, float* s) {
+  const TileMask& mask = p.args->mask;
+  const int64_t k_first = p.args->k_position + c_begin;
+  for (int64_t r = 0; r < p.rows; ++r) {
+    float* row = s + r * kKeyChunk;
+    const int64_t q_pos = p.args->q_position + r / p.group;
+    int64_t visible_end = cols;
+    if (mask.causal) {
+      visible_end = std::clamp<int64_t>(q_pos + mask.causal_shift - k_first + 1,
+                                        0, visible_end);
+    }
+    std::fill(row + visible_end, row + kKeyChunk, kNegInf);
+    if (mask.blocks != nullptr) {
+      const int64_t bs = mask.blocks->block_size();
+      for (int64_t c = 0; c < visible_end; ++c) {
+        if (!mask.blocks->Allowed(q_pos / bs, (k_first + c) / bs)) {
+          row[c] = kNegInf;
+        }
+      }
+    }
+  }
+}
+
+// Attention of the packed rows of (batch b, kv head g) over the keys of
+// `split`: writes the normalized O ([padded_rows][padded_dim]) to part_o and
+// the natural-log LSE ([padded_rows]) to part_lse. kDim is the head dim when
+// fixed at compile time, 0 for any.
+template <int kDim>
+[[gnu::always_inline]] inline void AttendSplitFor(const Problem& p, int64_t b,
+                                                  int64_t g, int64_t split,
+                                                  float* scratch,
+                                                  float* part_o,
+                                                  float* part_lse) {
+  const BlockAttentionArgs& args = *p.args;
+  const int64_t dim = kDim > 0 ? kDim : p.dim;
+  const int64_t pd = kDim > 0 ? kDim : p.padded_dim;
+  const int64_t rows = p.padded_rows;
+  float* q = scratch;                    // [rows][pd], prescaled
+  float* out = q + rows * pd;            // [rows][pd], unnormalized O
+  float* kt = out + rows * pd;           // [pd][kKeyChunk], K^T of a chunk
+  float* vc = kt + pd * kKeyChunk;       // [kKeyChunk][pd], V of a chunk
+  float* s = vc + kKeyChunk * pd;        // [rows][kKeyChunk]
+  float* running_max = s + rows * kKeyChunk;
+  float* running_sum = running_max + rows;
+
+  for (int64_t r = 0; r < rows; ++r) {
+    float* q_row = q + r * pd;
+    std::fill(q_row, q_row + pd, 0.0f);
+    if (r < p.rows) {
+      const float* src =
+          args.q.Row(b, r / p.group, g * p.group + r % p.group);
+      for (int64_t d = 0; d < dim; ++d) q_row[d] = src[d] * p.score_scale;
+    }
+    running_max[r] = kNegInf;
+    running_sum[r] = 0;
+  }
+  std::fill(out, out + rows * pd, 0.0f);
+
+  const TileMask& mask = args.mask;
+  const int64_t first_q = args.q_position;
+  const int64_t last_q = args.q_position + p.nq - 1;
+  const int64_t key_begin = split * p.split_keys;
+  const int64_t key_end = std::min(p.nk, key_begin + p.split_keys);
+  for (int64_t c0 = key_begin; c0 < key_end; c0 += kKeyChunk) {
+    const int64_t cols = std::min<int64_t>(kKeyChunk, key_end - c0);
+    const int64_t k_first = args.k_position + c0;
+    const int64_t k_last = k_first + cols - 1;
+    if (mask.causal && k_first > last_q + mask.causal_shift) break;
+
+    // One head's K/V rows lie a whole row of all heads apart (often a 4 KiB
+    // page), too far for the hardware prefetchers: ask for the next chunk's
+    // rows while this one is computed.
+    const int64_t next = c0 + kKeyChunk;
+    for (int64_t c = next; c < std::min(key_end, next + kKeyChunk); ++c) {
+      const char* k_row = reinterpret_cast<const char*>(args.k.Row(b, c, g));
+      const char* v_row = reinterpret_cast<const char*>(args.v.Row(b, c, g));
+      for (int64_t byte = 0; byte < dim * 4; byte += 64) {
+        __builtin_prefetch(k_row + byte);
+        __builtin_prefetch(v_row + byte);
+      }
+    }
+    // K^T, kTransposeBlock keys at a time so that each store is contiguous;
+    // columns past `cols` repeat the last key (masked below).
+    for (int64_t c = 0; c < kKeyChunk; c += kTransposeBlock) {
+      const float* k_rows[kTransposeBlock];
+      for (int j = 0; j < kTransposeBlock; ++j) {
+        k_rows[j] = args.k.Row(b, c0 + std::min(c + j, cols - 1), g);
+      }
+      for (int64_t d = 0; d < dim; ++d) {
+        float* to = kt + d * kKeyChunk + c;
+        for (int j = 0; j < kTransposeBlock; ++j) to[j] = k_rows[j][d];
+      }
+    }
+    for (int64_t c = 0; c < cols; ++c) {
+      const float* v_row = args.v.Row(b, c0 + c, g);
+      float* to = vc + c * pd;
+      std::copy(v_row, v_row + dim, to);
+      std::fill(to + dim, to + pd, 0.0f);
+    }
+    for (int64_t r = 0; r < rows; r += kRowBlock) {
+      for (int c = 0; c < kKeyChunk; c += kColBlock) {
+        ScoreBlock(q + r * pd, pd, kt + c, dim, s + r * kKeyChunk + c);
+      }
+    }
+    if (cols < kKeyChunk || mask.blocks != nullptr ||
+        (mask.causal && k_last > first_q + mask.causal_shift)) {
+      MaskChunk(p, c0, cols, s);
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      float* row = s + r * kKeyChunk;
+      float max = running_max[r];
+      for (int c = 0; c < kKeyChunk; ++c) max = std::max(max, row[c]);
+      if (max == kNegInf) {  // nothing visible to this row so far
+        std::fill(row, row + kKeyChunk, 0.0f);
+        continue;
+      }
+      if (max != running_max[r]) {
+        const float alpha = std::exp2(running_max[r] - max);
+        running_sum[r] *= alpha;
+        float* out_row = out + r * pd;
+        for (int64_t d = 0; d < pd; ++d) out_row[d] *= alpha;
+        running_max[r] = max;
+      }
+      running_sum[r] += Exp2Row(row, max);
+    }
+    for (int64_t r = 0; r < rows; r += kRowBlock) {
+      const float* p_rows = s + r * kKeyChunk;
+      float* out_rows = out + r * pd;
+      int64_t d = 0;
+      for (; d + kColBlock <= pd; d += kColBlock) {
+        AccumulateBlock<kColBlock>(p_rows, vc + d, cols, out_rows + d, pd);
+      }
+      for (; d < pd; d += kDimChunk) {
+        AccumulateBlock<kDimChunk>(p_rows, vc + d, cols, out_rows + d, pd);
+      }
+    }
+  }
+
+  for (int64_t r = 0; r < p.rows; ++r) {
+    const float sum = running_sum[r];
+    const float inverse = sum > 0 ? 1.0f / sum : 0.0f;
+    for (int64_t d = 0; d < dim; ++d) {
+      part_o[r * pd + d] = out[r * pd + d] * inverse;
+    }
+    part_lse[r] = sum > 0 ? static_cast<float>(running_max[r] * kLn2 +
+                                               std::log(double{sum}))
+                          : kNegInf;
+  }
+}
+
+// The split loop for this CPU's widest vectors.
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+void AttendSplit(const Problem& p, int64_t b, int64_t g, int64_t split,
+                 float* scratch, float* part_o, float* part_lse) {
+  switch (p.dim) {
+    case 64:
+      AttendSplitFor<64>(p, b, g, split, scratch, part_o, part_lse);
+      return;
+    case 128:
+      AttendSplitFor<128>(p, b, g, split, scratch, part_o, part_lse);
+      return;
+    default:
+      AttendSplitFor<0>(p, b, g, split, scratch, part_o, part_lse);
+  }
+}
+
+}  // namespace
+
+// Preconditions as for BlockAttention (the caller validates shapes).
+void DecodeAttention(const BlockAttentionArgs& args, View<float> o,
+                     View<float> lse) {
+  const Shape& q_shape = args.q.shape();
+  const Shape& k_shape = args.k.shape();
+  const int64_t batch = q_shape.batch;
+  if (batch == 0 || q_shape.seq == 0 || q_shape.heads == 0) return;
+  Problem p;
+  p.args = &args;
+  p.nq = q_shape.seq;
+  p.nk = k_shape.seq;
+  p.kv_heads = k_shape.heads;
+  p.group = q_shape.heads / k_shape.heads;
+  p.dim = q_shape.dim;
+  p.padded_dim = RoundUp(p.dim, kDimChunk);
+  p.rows = p.nq * p.group;
+  p.padded_rows = RoundUp(p.rows, kRowBlock);
+  p.score_scale = args.scale * kLog2e;
+
+  // Enough splits for every thread to have work, none shorter than
+  // kMinKeysPerSplit keys (nor empty).
+  const int threads = omp_get_max_threads();
+  const int64_t heads = batch * p.kv_heads;
+  p.splits = std::clamp<int64_t>(CeilDiv(threads, heads), 1,
+                                 std::max<int64_t>(1, p.nk / kMinKeysPerSplit));
+  p.split_keys =
+      std::max<int64_t>(kKeyChunk, RoundUp(CeilDiv(p.nk, p.splits), kKeyChunk));
+  p.splits = std::max<int64_t>(1, CeilDiv(p.nk, p.split_keys));
+
+  const int64_t part_floats = p.padded_rows * (p.padded_dim + 1);
+  const int64_t scratch_floats = ScratchFloats(p);
+  std::vector<float> parts(static_cast<size_t>(heads * p.splits * part_floats));
+  std::vector<float> scratch(static_cast<size_t>(threads * scratch_floats));
+  const int64_t units = heads * p.splits;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t unit = 0; unit < units; ++unit) {
+    float* part = parts.data() + unit * part_floats;
+    AttendSplit(p, unit / p.splits / p.kv_heads, unit / p.splits % p.kv_heads,
+                unit % p.splits,
+                scratch.data() + omp_get_thread_num() * scratch_floats, part,
+                part + p.padded_rows * p.padded_dim);
+  }
+
+  // Merge the splits of each packed row by log-sum-exp.
+#pragma omp parallel for schedule(static)
+  for (int64_t head = 0; head < heads; ++head) {
+    const int64_t b = head / p.kv_heads;
+    const int64_t g = head % p.kv_heads;
+    const float* first = parts.data() + head * p.splits * part_floats;
+    for (int64_t r = 0; r < p.rows; ++r) {
+      const int64_t h = g * p.group + r % p.group;
+      float* o_row = o.Row(b, r / p.group, h);
+      float max = kNegInf;
+      for (int64_t s = 0; s < p.splits; ++s) {
+        max = std::max(max, first[s * part_floats +
+                                  p.padded_rows * p.padded_dim + r]);
+      }
+      std::fill(o_row, o_row + p.dim, 0.0f);
+      if (max == kNegInf) {
+        *lse.Row(b, r / p.group, h) = kNegInf;
+        continue;
+      }
+      double total = 0;
+      for (int64_t s = 0; s < p.splits; ++s) {
+        const float* part = first + s * part_floats;
+        const float weight =
+            std::exp(part[p.padded_rows * p.padded_dim + r] - max);
+        if (weight == 0) continue;
+        total += weight;
+        for (int64_t d = 0; d < p.dim; ++d) {
+          o_row[d] += weight * part[r * p.padded_dim + d];
+        }
+      }
+      const float inverse = static_cast<float>(1.0 / total);
+      for (int64_t d = 0; d < p.dim; ++d) o_row[d] *= inverse;
+      *lse.Row(b, r / p.group, h) =
+          static_cast<float>(max + std::log(total));
+    }
+  }
+}
+
+}  // namespace ringattn
