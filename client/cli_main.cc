@@ -23,6 +23,7 @@
 #include "client/local_cluster.h"
 #include "client/npy.h"
 #include "client/progress_bar.h"
+#include "core/large_buffers.h"
 
 namespace ringattn {
 namespace {
@@ -453,5 +454,6 @@ int Run(const std::vector<std::string>& args) {
 }  // namespace ringattn
 
 int main(int argc, char** argv) {
+  ringattn::KeepLargeBuffersInTheHeap();
   return ringattn::Run(std::vector<std::string>(argv + 1, argv + argc));
 }

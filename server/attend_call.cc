@@ -27,6 +27,7 @@
 #include "server/request_layout.h"
 #include "server/row_coverage.h"
 #include "server/strategy_choice.h"
+#include "server/worker_writer.h"
 #include "spdlog/spdlog.h"
 
 namespace ringattn {
@@ -49,7 +50,11 @@ struct WorkerLink {
   Cluster::Member member;
   grpc::ClientContext context;
   std::unique_ptr<ExecuteStream> stream;
+  std::unique_ptr<WorkerWriter> writer;  // destroyed first
 };
+
+// Rows waiting to be written to one worker, at most.
+constexpr int64_t kMaxQueuedBytesPerWorker = int64_t{64} << 20;
 
 // What a worker's reader thread hands to the call.
 struct WorkerEvent {
@@ -91,8 +96,11 @@ class Call {
   absl::Status CheckSize();
   absl::Status OpenWorkers();
   absl::Status Upload();
-  absl::Status RouteChunk(const v1::TensorChunk& chunk, int64_t index);
-  absl::Status SendToWorker(int64_t worker, const v1::ExecuteRequest& request);
+  // Sends the rows of `chunk` to the workers that own them (its data may be
+  // moved away).
+  absl::Status RouteChunk(v1::TensorChunk& chunk, int64_t index);
+  // Queues `request` for worker `worker`; the error of a failed worker.
+  absl::Status SendToWorker(int64_t worker, v1::ExecuteRequest request);
   absl::Status CheckComplete();
   absl::Status Compute();
   // The dtype of a worker's output chunk, once its sizes are checked.
@@ -322,6 +330,8 @@ absl::Status Call::OpenWorkers() {
     link->member = member;
     link->context.set_deadline(context_->deadline());
     link->stream = member.stub->Execute(&link->context);
+    link->writer = std::make_unique<WorkerWriter>(link->stream.get(),
+                                                  kMaxQueuedBytesPerWorker);
     h->set_rank(member.rank);
     workers_.push_back(std::move(link));
     RINGATTN_RETURN_IF_ERROR(SendToWorker(member.rank, header));
@@ -329,10 +339,9 @@ absl::Status Call::OpenWorkers() {
   return absl::OkStatus();
 }
 
-absl::Status Call::SendToWorker(int64_t worker,
-                                const v1::ExecuteRequest& request) {
+absl::Status Call::SendToWorker(int64_t worker, v1::ExecuteRequest request) {
   WorkerLink& link = *workers_[worker];
-  if (link.stream->Write(request)) return absl::OkStatus();
+  if (link.writer->Push(std::move(request))) return absl::OkStatus();
   return WorkerError(static_cast<int>(worker), link.stream->Finish());
 }
 
@@ -375,7 +384,7 @@ absl::Status Call::Upload() {
       return absl::InvalidArgumentError(absl::StrCat(
           "message ", index, " is empty (neither header nor chunk)"));
     }
-    RINGATTN_RETURN_IF_ERROR(RouteChunk(request.chunk(), index));
+    RINGATTN_RETURN_IF_ERROR(RouteChunk(*request.mutable_chunk(), index));
   }
   if (context_->IsCancelled()) {
     return absl::CancelledError(
@@ -391,7 +400,7 @@ absl::Status Call::Upload() {
   return absl::OkStatus();
 }
 
-absl::Status Call::RouteChunk(const v1::TensorChunk& chunk, int64_t index) {
+absl::Status Call::RouteChunk(v1::TensorChunk& chunk, int64_t index) {
   const v1::TensorName tensor = chunk.tensor();
   if (tensor != v1::Q && tensor != v1::K && tensor != v1::V) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -466,9 +475,13 @@ absl::Status Call::RouteChunk(const v1::TensorChunk& chunk, int64_t index) {
       *rows->mutable_positions() = {piece.positions.begin(),
                                     piece.positions.end()};
     }
-    rows->set_data(
-        chunk.data().substr(piece.first_token * row_bytes, n * row_bytes));
-    RINGATTN_RETURN_IF_ERROR(SendToWorker(piece.worker, request));
+    if (n == count) {
+      rows->set_data(std::move(*chunk.mutable_data()));  // the whole chunk
+    } else {
+      rows->set_data(
+          chunk.data().substr(piece.first_token * row_bytes, n * row_bytes));
+    }
+    RINGATTN_RETURN_IF_ERROR(SendToWorker(piece.worker, std::move(request)));
   }
   return absl::OkStatus();
 }
@@ -494,7 +507,13 @@ absl::Status Call::Compute() {
   run.set_run(true);
   for (size_t w = 0; w < workers_.size(); ++w) {
     RINGATTN_RETURN_IF_ERROR(SendToWorker(static_cast<int64_t>(w), run));
-    workers_[w]->stream->WritesDone();
+  }
+  for (size_t w = 0; w < workers_.size(); ++w) {
+    WorkerLink& link = *workers_[w];
+    if (!link.writer->Flush()) {
+      return WorkerError(static_cast<int>(w), link.stream->Finish());
+    }
+    link.stream->WritesDone();
   }
   for (size_t w = 0; w < workers_.size(); ++w) {
     readers_.emplace_back([this, w] {
@@ -502,7 +521,8 @@ absl::Status Call::Compute() {
       v1::ExecuteResponse response;
       while (link.stream->Read(&response)) {
         absl::MutexLock lock(&mutex_);
-        events_.push_back({static_cast<int>(w), response, grpc::Status::OK});
+        events_.push_back(
+            {static_cast<int>(w), std::move(response), grpc::Status::OK});
       }
       grpc::Status status = link.stream->Finish();
       absl::MutexLock lock(&mutex_);

@@ -11,6 +11,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "core/large_buffers.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "security/tls_credentials.h"
@@ -230,6 +231,7 @@ int Main() {
 }  // namespace ringattn
 
 int main(int argc, char** argv) {
+  ringattn::KeepLargeBuffersInTheHeap();
   absl::SetProgramUsageMessage(
       "ringattn-coordinator --world_size P [--host 127.0.0.1] [--port 50051] "
       "[--http_port 8080] [--tls_cert F --tls_key F [--tls_ca F] "

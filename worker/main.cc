@@ -19,6 +19,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "core/large_buffers.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/credentials.h"
@@ -243,6 +244,7 @@ int Main() {
 }  // namespace ringattn
 
 int main(int argc, char** argv) {
+  ringattn::KeepLargeBuffersInTheHeap();
   absl::SetProgramUsageMessage(
       "ringattn-worker --coordinator HOST:PORT [--device cpu|cuda:N] "
       "[--host ADDR] [--port N] [--memory_bytes N] [--tls_cert F --tls_key F "

@@ -29,9 +29,13 @@
 #include "client/chunking.h"
 #include "client/client.h"
 #include "core/dtype.h"
+#include "core/large_buffers.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "the coordinator");
-ABSL_FLAG(std::string, lengths, "262144", "sequence lengths, comma-separated");
+ABSL_FLAG(std::string, lengths, "262144",
+          "K/V lengths (and Q lengths unless --q_len), comma-separated");
+ABSL_FLAG(int64_t, q_len, 0,
+          "query rows (0: as many as K/V); causal is bottom-right aligned");
 ABSL_FLAG(int64_t, heads, 32, "query heads");
 ABSL_FLAG(int64_t, kv_heads, 32, "K/V heads");
 ABSL_FLAG(int64_t, dim, 128, "head dim");
@@ -87,7 +91,7 @@ class RowPool {
 };
 
 struct Shapes {
-  int64_t n, hq, hkv, d;
+  int64_t nq, n, hq, hkv, d;
   bool causal;
   int64_t RowValues(int tensor) const { return (tensor == 0 ? hq : hkv) * d; }
 };
@@ -102,9 +106,9 @@ class GeneratedSource : public ChunkSource {
   bool Next(v1::TensorChunk* chunk) override {
     if (tensor_ == 3) return false;
     const int64_t row_values = shapes_.RowValues(tensor_);
-    const int64_t rows =
-        std::min(shapes_.n - row_,
-                 std::max<int64_t>(1, chunk_bytes_ / (2 * row_values)));
+    const int64_t length = tensor_ == 0 ? shapes_.nq : shapes_.n;
+    const int64_t rows = std::min(
+        length - row_, std::max<int64_t>(1, chunk_bytes_ / (2 * row_values)));
     chunk->set_tensor(static_cast<v1::TensorName>(tensor_ + 1));
     chunk->set_batch(0);
     chunk->set_token_offset(row_);
@@ -116,7 +120,7 @@ class GeneratedSource : public ChunkSource {
                   pool_.Bits(tensor_, row_ + i, row_values), row_values * 2);
     }
     row_ += rows;
-    if (row_ == shapes_.n) {
+    if (row_ == length) {
       row_ = 0;
       ++tensor_;
       if (tensor_ == 3) done_ = Clock::now();
@@ -125,7 +129,8 @@ class GeneratedSource : public ChunkSource {
   }
 
   int64_t total_bytes() const override {
-    return 2 * shapes_.n * (shapes_.RowValues(0) + 2 * shapes_.RowValues(1));
+    return 2 * (shapes_.nq * shapes_.RowValues(0) +
+                2 * shapes_.n * shapes_.RowValues(1));
   }
 
   // When the last chunk was handed out.
@@ -163,7 +168,7 @@ std::vector<double> Reference(const RowPool& pool, const Shapes& s,
         const float* k = pool.Floats(1, j, s.RowValues(1));
         const float* v = pool.Floats(2, j, s.RowValues(2));
         for (size_t i = 0; i < r; ++i) {
-          if (s.causal && j > rows[i]) continue;
+          if (s.causal && j > rows[i] + s.n - s.nq) continue;
           const float* q = pool.Floats(0, rows[i], s.RowValues(0));
           for (int64_t h = 0; h < s.hq; ++h) {
             const float* qh = q + h * s.d;
@@ -215,8 +220,11 @@ double PhaseSeconds(const v1::Summary& summary, const std::string& phase) {
 }
 
 int Run() {
-  const Shapes base{0, absl::GetFlag(FLAGS_heads),
-                    absl::GetFlag(FLAGS_kv_heads), absl::GetFlag(FLAGS_dim),
+  const Shapes base{0,
+                    0,
+                    absl::GetFlag(FLAGS_heads),
+                    absl::GetFlag(FLAGS_kv_heads),
+                    absl::GetFlag(FLAGS_dim),
                     absl::GetFlag(FLAGS_causal)};
   int threads = absl::GetFlag(FLAGS_threads);
   if (threads <= 0) threads = std::max(1u, std::thread::hardware_concurrency());
@@ -244,10 +252,12 @@ int Run() {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   std::printf(
-      "| N | mask | end to end s | workers' compute s | upload GB | upload "
+      "| Nq | N | mask | end to end s | workers' compute s | upload GB | "
+      "upload "
       "GB/s | download GB | download GB/s | overhead s | overhead %% | peak "
       "device GiB/worker | max err / row RMS | check |\n"
-      "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | "
+      "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- "
+      "| "
       "--- | --- |\n");
   std::fflush(stdout);
   int failures = 0;
@@ -258,18 +268,19 @@ int Run() {
       std::fprintf(stderr, "bad length '%s'\n", std::string(text).c_str());
       return 2;
     }
+    s.nq = absl::GetFlag(FLAGS_q_len) > 0 ? absl::GetFlag(FLAGS_q_len) : s.n;
     std::vector<int64_t> rows;
     const int r = std::max(1, absl::GetFlag(FLAGS_check_rows));
     for (int i = 0; i < r; ++i) {
       rows.push_back(
-          std::min(s.n - 1, (s.n - 1) * i / std::max(1, r - 1) + 3 * i));
+          std::min(s.nq - 1, (s.nq - 1) * i / std::max(1, r - 1) + 3 * i));
     }
     std::sort(rows.begin(), rows.end());
     rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
 
     v1::AttentionSpec spec;
     spec.set_batch(1);
-    spec.set_q_len(s.n);
+    spec.set_q_len(s.nq);
     spec.set_kv_len(s.n);
     spec.set_q_heads(s.hq);
     spec.set_kv_heads(s.hkv);
@@ -303,7 +314,8 @@ int Run() {
         });
     const Clock::time_point end = Clock::now();
     if (!summary.ok()) {
-      std::printf("| %lld | %s | failed: %s |\n", static_cast<long long>(s.n),
+      std::printf("| %lld | %lld | %s | failed: %s |\n",
+                  static_cast<long long>(s.nq), static_cast<long long>(s.n),
                   s.causal ? "causal" : "dense",
                   summary.status().ToString().c_str());
       std::fflush(stdout);
@@ -338,10 +350,12 @@ int Run() {
     const double upload = Seconds(start, source.done());
     const double download = any_output ? Seconds(first_output, end) : 0;
     std::printf(
-        "| %lld | %s | %.2f | %.2f | %.1f | %.2f | %.1f | %.2f | %.2f | %.0f%% "
+        "| %lld | %lld | %s | %.2f | %.2f | %.1f | %.2f | %.1f | %.2f | %.2f | "
+        "%.0f%% "
         "| %.1f | %.2g | %s |\n",
-        static_cast<long long>(s.n), s.causal ? "causal" : "dense", total,
-        compute, summary->bytes_in() / 1e9, summary->bytes_in() / 1e9 / upload,
+        static_cast<long long>(s.nq), static_cast<long long>(s.n),
+        s.causal ? "causal" : "dense", total, compute,
+        summary->bytes_in() / 1e9, summary->bytes_in() / 1e9 / upload,
         summary->bytes_out() / 1e9,
         download > 0 ? summary->bytes_out() / 1e9 / download : 0.0,
         total - compute, 100 * (total - compute) / total,
@@ -360,6 +374,7 @@ int Run() {
 }  // namespace ringattn
 
 int main(int argc, char** argv) {
+  ringattn::KeepLargeBuffersInTheHeap();
   absl::ParseCommandLine(argc, argv);
   return ringattn::Run();
 }

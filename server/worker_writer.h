@@ -1,0 +1,59 @@
+#ifndef RINGATTN_SERVER_WORKER_WRITER_H_
+#define RINGATTN_SERVER_WORKER_WRITER_H_
+
+// WorkerWriter: writes the ExecuteRequests of one call to one worker on a
+// thread of its own, so that the call reads the client's next chunk while the
+// rows of the last are still being written, and the workers of a call are
+// written to in parallel. At most a fixed number of bytes wait in its queue;
+// Push blocks beyond that, which passes the workers' pace back to the client.
+// Thread-safe.
+
+#include <cstdint>
+#include <deque>
+#include <thread>
+
+#include "absl/synchronization/mutex.h"
+#include "grpcpp/grpcpp.h"
+#include "ringattn/v1/worker.grpc.pb.h"
+
+namespace ringattn {
+
+class WorkerWriter {
+ public:
+  using Stream = grpc::ClientReaderWriterInterface<v1::ExecuteRequest,
+                                                   v1::ExecuteResponse>;
+
+  // Writes to `stream`, which must outlive the writer and see no other
+  // writes until Flush has returned.
+  WorkerWriter(Stream* stream, int64_t max_queued_bytes);
+  // Stops after the write in progress (cancel the call first to cut it
+  // short); what is still queued is dropped.
+  ~WorkerWriter();
+
+  WorkerWriter(const WorkerWriter&) = delete;
+  WorkerWriter& operator=(const WorkerWriter&) = delete;
+
+  // Queues `request`, waiting while the queue is full. False once a write
+  // has failed (the stream is broken: its Finish says why).
+  bool Push(v1::ExecuteRequest request);
+
+  // Waits until everything queued is written; false if a write failed.
+  bool Flush();
+
+ private:
+  void Run();
+
+  Stream* const stream_;
+  const int64_t max_queued_bytes_;
+  absl::Mutex mutex_;
+  std::deque<v1::ExecuteRequest> queue_ ABSL_GUARDED_BY(mutex_);
+  int64_t queued_bytes_ ABSL_GUARDED_BY(mutex_) = 0;
+  bool writing_ ABSL_GUARDED_BY(mutex_) = false;
+  bool failed_ ABSL_GUARDED_BY(mutex_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mutex_) = false;
+  std::thread thread_;
+};
+
+}  // namespace ringattn
+
+#endif  // RINGATTN_SERVER_WORKER_WRITER_H_
