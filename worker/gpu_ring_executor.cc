@@ -510,7 +510,17 @@ absl::Status GpuRingExecutor::EnqueueTile(const AttentionTile& tile,
   absl::StatusOr<AttentionPath> path =
       dispatcher_->Forward(args, stream_.get());
   if (!path.ok()) return path.status();
-  ++(*path == AttentionPath::kCudnn ? stats.cudnn_tiles : stats.flash_tiles);
+  switch (*path) {
+    case AttentionPath::kCudnn:
+      ++stats.cudnn_tiles;
+      break;
+    case AttentionPath::kDecode:
+      ++stats.decode_tiles;
+      break;
+    case AttentionPath::kFlash:
+      ++stats.flash_tiles;
+      break;
+  }
   return CudaStatus(
       LaunchMergePartial(config_.dtype, part_o_, part_lse_, spec_.batch,
                          tile.q_len * spec_.q_heads, spec_.head_dim,

@@ -110,7 +110,8 @@ struct GpuRingStats {
   // launch gaps).
   RingRunStats ring;
   int64_t cudnn_tiles = 0;  // tiles cuDNN computed
-  int64_t flash_tiles = 0;  // tiles our kernel computed
+  int64_t flash_tiles = 0;   // tiles our flash kernel computed
+  int64_t decode_tiles = 0;  // tiles our split-K/V decode kernel computed
 };
 
 class GpuRingExecutor {
