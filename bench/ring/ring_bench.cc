@@ -51,7 +51,9 @@ ABSL_FLAG(std::vector<std::string>, lengths,
           (std::vector<std::string>{"65536", "262144"}),
           "sequence lengths N (queries = keys = N); suffixes K and M allowed");
 ABSL_FLAG(std::vector<std::string>, masks,
-          (std::vector<std::string>{"dense", "causal"}), "dense and/or causal");
+          (std::vector<std::string>{"dense", "causal"}),
+          "dense, causal and/or sparse (causal block-sparse: a window of "
+          "tile-sized blocks and the first block)");
 ABSL_FLAG(int32_t, heads, 32, "query heads = key/value heads");
 ABSL_FLAG(int32_t, head_dim, 128, "head dimension");
 ABSL_FLAG(int64_t, tile_q, 16384, "query rows per tile");
@@ -121,6 +123,9 @@ class Barrier {
 struct Case {
   int64_t n = 0;
   bool causal = false;
+  // Causal and block-sparse: blocks of one tile, each query block seeing
+  // itself, kSparseLocalBlocks before it and the first block.
+  bool sparse = false;
   bool transfers = true;
   int max_runs = 1;  // timed runs at most
 };
@@ -184,15 +189,26 @@ absl::StatusOr<DeviceBuffer> MakePattern(int rank) {
   return pattern;
 }
 
+constexpr int64_t kSparseLocalBlocks = 2;
+
 AttentionSpec SpecOf(const Case& c) {
   AttentionSpec spec;
   spec.q_len = spec.kv_len = c.n;
   spec.q_heads = spec.kv_heads = absl::GetFlag(FLAGS_heads);
   spec.head_dim = absl::GetFlag(FLAGS_head_dim);
   spec.causal = c.causal;
+  if (c.sparse) {
+    BlockSparseRules rules;
+    rules.block_size = absl::GetFlag(FLAGS_tile_q);
+    rules.local = kSparseLocalBlocks;
+    rules.global = 1;
+    spec.block_sparse = rules;
+  }
   return spec;
 }
 
+// The FLOPs of the dense or causal mask (block-sparse runs count what their
+// ranks computed instead).
 double FlopsOf(const Case& c) {
   const double n = static_cast<double>(c.n);
   return 4.0 * n * n * absl::GetFlag(FLAGS_heads) *
@@ -363,7 +379,7 @@ bool RunCases(int world_size, const std::vector<Case>& cases) {
     const Case& c = cases[i];
     const std::string name =
         c.transfers ? "ringattn" : "ringattn, no transfers";
-    const char* mask = c.causal ? "causal" : "dense";
+    std::string mask = c.causal ? "causal" : "dense";
     absl::Status status;
     std::vector<double> slowest;
     for (int r = 0; r < world_size; ++r) {
@@ -376,13 +392,13 @@ bool RunCases(int world_size, const std::vector<Case>& cases) {
     }
     if (!status.ok() || slowest.empty()) {
       std::printf("| %s | %d | %s | %lld | failed: %s |\n", name.c_str(),
-                  world_size, mask, static_cast<long long>(c.n),
+                  world_size, mask.c_str(), static_cast<long long>(c.n),
                   std::string(status.message()).c_str());
       all_ran = false;
       continue;
     }
     const double seconds = Median(slowest);
-    double pool = 0, used = 0, exposed = 0;
+    double pool = 0, used = 0, exposed = 0, computed = 0;
     int64_t cudnn = 0, flash = 0;
     for (int r = 0; r < world_size; ++r) {
       const RankMeasure& m = measures[r][i];
@@ -390,17 +406,24 @@ bool RunCases(int world_size, const std::vector<Case>& cases) {
       used = std::max(used, m.used_bytes / kGiB);
       exposed = std::max(exposed, m.stats.ring.wait_seconds);
       cudnn += m.stats.cudnn_tiles;
-      flash += m.stats.flash_tiles;
+      flash += m.stats.flash_tiles + m.stats.decode_tiles;
+      computed += m.stats.ring.flops;
       if (!m.cudnn.empty() && r == 0) {
         std::fprintf(stderr, "cuDNN not used on cuda:%d: %s\n", r,
                      m.cudnn.c_str());
       }
     }
+    double flops = FlopsOf(c);
+    if (c.sparse) {
+      mask = absl::StrFormat("causal sparse (%.1f%% of causal pairs)",
+                             100 * computed / flops);
+      flops = computed;
+    }
     std::printf(
         "| %s | %d | %s | %lld | %.1f | %.0f | %.1f | %.1f | %.0f%% | %.1f | "
         "%zu |\n",
-        name.c_str(), world_size, mask, static_cast<long long>(c.n),
-        seconds * 1e3, FlopsOf(c) / seconds / world_size / 1e12, pool, used,
+        name.c_str(), world_size, mask.c_str(), static_cast<long long>(c.n),
+        seconds * 1e3, flops / seconds / world_size / 1e12, pool, used,
         100.0 * cudnn / std::max<int64_t>(1, cudnn + flash), exposed * 1e3,
         slowest.size());
     std::fflush(stdout);
@@ -425,13 +448,13 @@ int Main() {
       parsed->push_back(*n);
     }
   }
-  std::vector<bool> causal_masks;
-  for (const std::string& mask : absl::GetFlag(FLAGS_masks)) {
-    if (mask != "dense" && mask != "causal") {
-      std::fprintf(stderr, "ring_bench: --masks takes dense and causal\n");
+  const std::vector<std::string> masks = absl::GetFlag(FLAGS_masks);
+  for (const std::string& mask : masks) {
+    if (mask != "dense" && mask != "causal" && mask != "sparse") {
+      std::fprintf(stderr,
+                   "ring_bench: --masks takes dense, causal and sparse\n");
       return 2;
     }
-    causal_masks.push_back(mask == "causal");
   }
   const int devices = CudaDeviceCount();
   if (devices == 0) {
@@ -479,14 +502,16 @@ int Main() {
     const int iterations = absl::GetFlag(FLAGS_iterations);
     std::vector<Case> cases;
     for (const int64_t n : lengths) {
-      for (const bool causal : causal_masks) {
-        cases.push_back({n, causal, true, iterations});
-        if (skip) cases.push_back({n, causal, false, iterations});
+      for (const std::string& mask : masks) {
+        const bool causal = mask != "dense";
+        const bool sparse = mask == "sparse";
+        cases.push_back({n, causal, sparse, true, iterations});
+        if (skip) cases.push_back({n, causal, sparse, false, iterations});
       }
     }
     for (const int64_t n : long_lengths) {
-      cases.push_back({n, true, true, 1});
-      if (skip) cases.push_back({n, true, false, 1});
+      cases.push_back({n, true, false, true, 1});
+      if (skip) cases.push_back({n, true, false, false, 1});
     }
     if (!RunCases(world_size, cases)) status = 1;
   }

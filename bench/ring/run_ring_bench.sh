@@ -11,7 +11,8 @@
 #
 # Environment for run: LENGTHS, the lengths for both masks (default
 # "65536 262144"); LONG, lengths run causal only, once each, after the others
-# in the same processes (default 1048576; empty to skip); GPUS, how many GPUs
+# in the same processes (default 1048576; empty to skip); MASKS, ring_bench's
+# masks (default "dense,causal"; "sparse" adds causal block-sparse); GPUS, how many GPUs
 # the multi-GPU runs use (default: all, at most 2); PYTHON, the interpreter
 # with PyTorch (default /opt/torch/.venv/bin/python); STAGES, which of
 # "tests bench peer service" to run (default the first three; each fits a
@@ -123,6 +124,7 @@ run() {
     # shellcheck disable=SC2086  # the lengths are meant to split
     LD_LIBRARY_PATH=$ours_path timeout 1800 "$bin_dir/ring_bench" --gpus=$gpu_list \
       --skip_transfers --lengths="$(echo $lengths | tr ' ' ',')" \
+      --masks="${MASKS:-dense,causal}" \
       --long_lengths="$(echo $long | tr ' ' ',')" \
       >"$OUT/ring_bench.md" 2>"$OUT/ring_bench.err" || failed_logs+=("$OUT/ring_bench.err")
   fi
