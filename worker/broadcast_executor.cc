@@ -113,7 +113,10 @@ absl::StatusOr<RingOutput> BroadcastExecutor::Run(
       return absl::CancelledError(absl::StrCat(
           "rank ", rank_, " was cancelled during broadcast-Q attention"));
     }
-    RunAttentionTask(spec_, /*blocks=*/nullptr, task, buffers);
+    if (RunAttentionTask(spec_, /*blocks=*/nullptr, task, buffers) ==
+        CpuKernel::kDecode) {
+      ++stats.decode_tasks;
+    }
     stats.flops += TaskFlops(spec_, /*blocks=*/nullptr, task);
     ++stats.tasks;
   }

@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/merge_with_lse.h"
 #include "kernels/cpu/reference_attention.h"
+#include "kernels/cpu/run_task.h"
 
 namespace ringattn {
 namespace {
@@ -65,6 +66,9 @@ void ExpectMergedMatchesReference(const AttentionSpec& spec, int p,
     absl::StatusOr<RingOutput> part = e.Run(/*cancelled=*/nullptr);
     ASSERT_TRUE(part.ok()) << part.status();
     EXPECT_EQ(part->stats.transfers, 0);
+    // Few packed rows run the decode kernel (run_task.h), more the block one.
+    const bool decode = spec.q_len * spec.GqaRatio() <= kDecodeMaxPackedRows;
+    EXPECT_EQ(part->stats.decode_tasks, decode ? part->stats.tasks : 0);
     MergeWithLse(o.view(), lse.view(), part->o.floats(), part->lse.view());
   }
   Tensor<double> o_ref(q_shape);

@@ -187,7 +187,10 @@ absl::StatusOr<RingOutput> RingExecutor::Run(RingCommunicator& communicator,
       if (options.cancelled != nullptr && options.cancelled->load()) {
         return Cancel(communicator, in_flight, s);
       }
-      RunAttentionTask(spec_, blocks, task, buffers);
+      if (RunAttentionTask(spec_, blocks, task, buffers) ==
+          CpuKernel::kDecode) {
+        ++stats.decode_tasks;
+      }
       stats.flops += TaskFlops(spec_, blocks, task);
       ++stats.tasks;
     }

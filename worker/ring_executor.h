@@ -46,6 +46,7 @@ struct RingRunStats {
   int64_t transfers = 0;   // blocks this rank sent
   int64_t bytes_sent = 0;
   int64_t tasks = 0;
+  int64_t decode_tasks = 0;    // of `tasks`, those DecodeAttention computed
   double compute_seconds = 0;  // in attention kernels
   double wait_seconds = 0;     // blocked on transfers after computing a step
   double flops = 0;            // see task_flops.h

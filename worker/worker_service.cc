@@ -447,8 +447,9 @@ class ExecuteReactor final
     const RingRunStats& stats = output_.stats;
     Log(spdlog::level::info,
         absl::StrCat("computed: ", stats.steps, " steps, ", stats.transfers,
-                     " blocks sent, ", stats.tasks, " tasks, ",
-                     stats.compute_seconds, " s computing (",
+                     " blocks sent, ", stats.tasks, " tasks (",
+                     stats.decode_tasks, " decode), ", stats.compute_seconds,
+                     " s computing (",
                      stats.compute_seconds > 0
                          ? stats.flops / stats.compute_seconds / 1e9
                          : 0.0,

@@ -4,6 +4,7 @@
 
 #include "core/dilated.h"
 #include "kernels/cpu/block_attention.h"
+#include "kernels/cpu/decode_attention.h"
 #include "kernels/cpu/merge_with_lse.h"
 
 namespace ringattn {
@@ -21,9 +22,10 @@ View<T> StridedHead(View<T> view, int64_t first, int64_t stride, int64_t count,
                  view.seq_stride() * stride);
 }
 
-// Computes args into scratch and merges the result into (o, lse).
-void AttendAndMerge(const BlockAttentionArgs& args, View<float> o,
-                    View<float> lse, std::vector<float>& scratch) {
+// Computes args with `kernel` into scratch and merges the result into (o, lse).
+void AttendAndMerge(CpuKernel kernel, const BlockAttentionArgs& args,
+                    View<float> o, View<float> lse,
+                    std::vector<float>& scratch) {
   const Shape o_shape = o.shape();
   Shape lse_shape = o_shape;
   lse_shape.dim = 1;
@@ -32,7 +34,11 @@ void AttendAndMerge(const BlockAttentionArgs& args, View<float> o,
   if (scratch.size() < needed) scratch.resize(needed);
   const View<float> part_o(scratch.data(), o_shape);
   const View<float> part_lse(scratch.data() + o_shape.NumElements(), lse_shape);
-  BlockAttention(args, part_o, part_lse);
+  if (kernel == CpuKernel::kDecode) {
+    DecodeAttention(args, part_o, part_lse);
+  } else {
+    BlockAttention(args, part_o, part_lse);
+  }
   MergeWithLse(o, lse, part_o, part_lse);
 }
 
@@ -61,7 +67,8 @@ void RunDilatedTask(const AttentionSpec& spec, const AttentionTask& task,
       args.k_position = (kk.first - origin) / r;
       args.scale = spec.EffectiveScale();
       args.mask.causal = spec.causal;
-      AttendAndMerge(args, StridedHead(buffers.o, q_first, r, kq.count, h),
+      AttendAndMerge(CpuKernel::kBlock, args,
+                     StridedHead(buffers.o, q_first, r, kq.count, h),
                      StridedHead(buffers.lse, q_first, r, kq.count, h),
                      *buffers.scratch);
     }
@@ -70,11 +77,12 @@ void RunDilatedTask(const AttentionSpec& spec, const AttentionTask& task,
 
 }  // namespace
 
-void RunAttentionTask(const AttentionSpec& spec, const BlockMask* blocks,
-                      const AttentionTask& task, const WorkerBuffers& buffers) {
+CpuKernel RunAttentionTask(const AttentionSpec& spec, const BlockMask* blocks,
+                           const AttentionTask& task,
+                           const WorkerBuffers& buffers) {
   if (task.kind == TaskKind::kDilated) {
     RunDilatedTask(spec, task, buffers);
-    return;
+    return CpuKernel::kBlock;
   }
   const int64_t q_end = task.q_row + task.q.size();
   const int64_t k_end = task.k_row + task.k.size();
@@ -88,8 +96,14 @@ void RunAttentionTask(const AttentionSpec& spec, const BlockMask* blocks,
   args.mask.causal = spec.causal && task.kind != TaskKind::kFull;
   args.mask.causal_shift = spec.kv_len - spec.q_len;
   if (task.kind == TaskKind::kBlockSparse) args.mask.blocks = blocks;
-  AttendAndMerge(args, buffers.o.Slice(task.q_row, q_end),
+  const CpuKernel kernel =
+      task.kind != TaskKind::kBlockSparse &&
+              task.q.size() * spec.GqaRatio() <= kDecodeMaxPackedRows
+          ? CpuKernel::kDecode
+          : CpuKernel::kBlock;
+  AttendAndMerge(kernel, args, buffers.o.Slice(task.q_row, q_end),
                  buffers.lse.Slice(task.q_row, q_end), *buffers.scratch);
+  return kernel;
 }
 
 void FinishAttention(const AttentionSpec& spec, View<float> o) {
