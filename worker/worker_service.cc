@@ -16,8 +16,10 @@
 #include "absl/synchronization/mutex.h"
 #include "core/attention_spec.h"
 #include "core/dtype.h"
+#include "core/ring_plan.h"
 #include "core/shard_layout.h"
 #include "core/status_macros.h"
+#include "core/strategy_support.h"
 #include "core/tensor.h"
 #include "proto/grpc_status.h"
 #include "proto/spec_conversion.h"
@@ -26,6 +28,7 @@
 #include "worker/gpu_ring_executor.h"
 #include "worker/ring_executor.h"
 #include "worker/shard_rows.h"
+#include "worker/solo_communicator.h"
 
 namespace ringattn {
 namespace {
@@ -181,12 +184,10 @@ class ExecuteReactor final
     absl::StatusOr<DType> output_dtype = OutputDType(header.spec());
     if (!output_dtype.ok()) return output_dtype.status();
     const v1::Strategy strategy = header.spec().strategy();
-    if (strategy == v1::PASS_Q ||
-        (strategy == v1::BROADCAST_Q && options_.cuda_device >= 0)) {
+    if (strategy == v1::PASS_Q) {
       return absl::UnimplementedError(
-          absl::StrCat("strategy ", v1::Strategy_Name(strategy),
-                       " is not implemented by this worker; it runs PASS_KV",
-                       options_.cuda_device >= 0 ? "" : " and BROADCAST_Q"));
+          "strategy PASS_Q is not implemented by this worker; it runs PASS_KV "
+          "and BROADCAST_Q");
     }
     if (header.world_size() < 1 || header.rank() < 0 ||
         header.rank() >= header.world_size()) {
@@ -208,6 +209,7 @@ class ExecuteReactor final
     spec_ = *spec;
     wire_dtype_ = *dtype;
     output_dtype_ = *output_dtype;
+    broadcast_ = strategy == v1::BROADCAST_Q;
     rank_ = header.rank();
     world_size_ = header.world_size();
     prefix_ = header.rendezvous_prefix();
@@ -234,7 +236,8 @@ class ExecuteReactor final
       kv_layout = ShardLayout::FromChunks(spec_.kv_len, std::move(chunks));
     }
     if (options_.cuda_device >= 0) {
-      return AcceptGpuHeader(header, std::move(kv_layout));
+      return AcceptGpuHeader(header, std::move(kv_layout),
+                             strategy == v1::BROADCAST_Q);
     }
     if (strategy == v1::BROADCAST_Q) {
       return AcceptBroadcastHeader(header, std::move(kv_layout));
@@ -269,28 +272,43 @@ class ExecuteReactor final
   }
 
   // The rest of AcceptHeader on a CUDA worker: the shard is staged in host
-  // memory in the compute dtype, then computed by a GpuRingExecutor.
+  // memory in the compute dtype, then computed by a GpuRingExecutor. For
+  // broadcast-Q that executor is a world of one holding every query row and
+  // this rank's K/V, and it runs with no ring.
   absl::Status AcceptGpuHeader(const v1::ExecuteHeader& header,
-                               std::optional<ShardLayout> kv_layout) {
+                               std::optional<ShardLayout> kv_layout,
+                               bool broadcast) {
     GpuRingConfig config;
     config.device = options_.cuda_device;
     config.dtype = ComputeDTypeFor(wire_dtype_);
     config.host_staging = true;
+    int rank = rank_;
+    int world_size = world_size_;
+    if (broadcast) {
+      RINGATTN_RETURN_IF_ERROR(CheckBroadcastQSupports(spec_));
+      absl::StatusOr<ShardLayout> layout =
+          KvLayoutFor(spec_, world_size_, std::move(kv_layout));
+      if (!layout.ok()) return layout.status();
+      kv_layout =
+          ShardLayout::FromChunks(layout->seq_len(), {layout->Chunks(rank_)});
+      rank = 0;
+      world_size = 1;
+    }
     RINGATTN_RETURN_IF_ERROR(ticket_.Reserve(GpuRingExecutor::DeviceBytesNeeded(
-        spec_, rank_, world_size_, config, kv_layout ? &*kv_layout : nullptr)));
+        spec_, rank, world_size, config, kv_layout ? &*kv_layout : nullptr)));
     absl::StatusOr<std::unique_ptr<GpuRingExecutor>> executor =
-        GpuRingExecutor::Create(spec_, rank_, world_size_, config,
+        GpuRingExecutor::Create(spec_, rank, world_size, config,
                                 std::move(kv_layout));
     if (!executor.ok()) return executor.status();
     gpu_executor_ = std::move(*executor);
     GpuRingExecutor& e = *gpu_executor_;
-    q_chunks_ = e.q_layout().Chunks(rank_);
-    targets_[0] = ShardRowsTarget("Q", e.host_q(), &e.q_layout(), rank_);
-    targets_[1] = ShardRowsTarget("K", e.host_k(), &e.kv_layout(), rank_);
-    targets_[2] = ShardRowsTarget("V", e.host_v(), &e.kv_layout(), rank_);
+    q_chunks_ = e.q_layout().Chunks(rank);
+    targets_[0] = ShardRowsTarget("Q", e.host_q(), &e.q_layout(), rank);
+    targets_[1] = ShardRowsTarget("K", e.host_k(), &e.kv_layout(), rank);
+    targets_[2] = ShardRowsTarget("V", e.host_v(), &e.kv_layout(), rank);
     if (!header.context().empty()) {
-      LoadContextAtRun(header.context(), e.kv_layout().Chunks(rank_),
-                       e.host_k(), e.host_v());
+      LoadContextAtRun(header.context(), e.kv_layout().Chunks(rank), e.host_k(),
+                       e.host_v());
     }
     Log(spdlog::level::info,
         absl::StrCat("header: batch ", spec_.batch, ", q_len ", spec_.q_len,
@@ -396,24 +414,11 @@ class ExecuteReactor final
       StartOutput(std::move(*output));
       return;
     }
-    Log(spdlog::level::info, "all rows arrived; joining the ring");
-    const absl::Time start = absl::Now();
-    const absl::Duration connect_timeout =
-        std::min(ring_timeout_, deadline_ - start);
-    if (connect_timeout <= absl::ZeroDuration()) {
-      FinishWith(absl::DeadlineExceededError(
-          "the call's deadline passed before the ring was joined"));
-      return;
-    }
-    absl::StatusOr<std::unique_ptr<RingCommunicator>> communicator =
-        connector_.Connect(prefix_, rank_, world_size_, connect_timeout);
+    absl::StatusOr<std::unique_ptr<RingCommunicator>> communicator = JoinRing();
     if (!communicator.ok()) {
       FinishWith(communicator.status());
       return;
     }
-    Log(spdlog::level::info,
-        absl::StrCat("joined the ring in ",
-                     absl::FormatDuration(absl::Now() - start)));
     {
       absl::MutexLock lock(&mutex_);
       communicator_ = communicator->get();
@@ -425,7 +430,9 @@ class ExecuteReactor final
     options.cancelled = &cancelled_;
     absl::StatusOr<RingOutput> output =
         gpu_executor_ != nullptr
-            ? gpu_executor_->RunStaged(**communicator, options, output_dtype_)
+            ? gpu_executor_->RunStaged(
+                  **communicator, options,
+                  broadcast_ ? DType::kFloat32 : output_dtype_)
             : executor_->Run(**communicator, options);
     {
       absl::MutexLock lock(&mutex_);
@@ -439,6 +446,34 @@ class ExecuteReactor final
       return;
     }
     StartOutput(std::move(*output));
+  }
+
+  // This request's ring: a world of one on a GPU running alone (broadcast-Q
+  // or a cluster of one), otherwise the connector's group of every rank.
+  absl::StatusOr<std::unique_ptr<RingCommunicator>> JoinRing() {
+    if (gpu_executor_ != nullptr && gpu_executor_->world_size() == 1) {
+      Log(spdlog::level::info,
+          absl::StrCat(
+              "all rows arrived; computing on cuda:", options_.cuda_device,
+              broadcast_ ? " (broadcast-Q)" : ""));
+      return std::make_unique<SoloCommunicator>();
+    }
+    Log(spdlog::level::info, "all rows arrived; joining the ring");
+    const absl::Time start = absl::Now();
+    const absl::Duration connect_timeout =
+        std::min(ring_timeout_, deadline_ - start);
+    if (connect_timeout <= absl::ZeroDuration()) {
+      return absl::DeadlineExceededError(
+          "the call's deadline passed before the ring was joined");
+    }
+    absl::StatusOr<std::unique_ptr<RingCommunicator>> communicator =
+        connector_.Connect(prefix_, rank_, world_size_, connect_timeout);
+    if (communicator.ok()) {
+      Log(spdlog::level::info,
+          absl::StrCat("joined the ring in ",
+                       absl::FormatDuration(absl::Now() - start)));
+    }
+    return communicator;
   }
 
   // Logs what was computed and starts writing `output`.
@@ -538,6 +573,7 @@ class ExecuteReactor final
   AttentionSpec spec_;
   DType wire_dtype_ = DType::kFloat32;
   DType output_dtype_ = DType::kFloat32;
+  bool broadcast_ = false;  // strategy BROADCAST_Q: partial outputs, fp32
   int rank_ = -1;
   int world_size_ = 0;
   std::string prefix_;
