@@ -10,7 +10,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <numeric>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -87,10 +88,16 @@ RingOptions TestOptions() {
   return options;
 }
 
+// Wraps what one rank's thread does with its communicator before the run
+// (e.g. to inject a failure); identity when empty.
+using CommunicatorWrapper = std::function<std::unique_ptr<RingCommunicator>(
+    std::unique_ptr<RingCommunicator>)>;
+
 // Runs p ranks as threads; K/V sharded as `kv_layout` if given.
 std::vector<RankRun> RunRanks(const Problem& in, int p,
                               const RingOptions& options,
-                              const std::optional<ShardLayout>& kv_layout) {
+                              const std::optional<ShardLayout>& kv_layout,
+                              const CommunicatorWrapper& wrap = nullptr) {
   gloo::rendezvous::HashStore store;
   const std::string prefix = NextPrefix();
   std::vector<RankRun> runs(static_cast<size_t>(p));
@@ -111,6 +118,8 @@ std::vector<RankRun> RunRanks(const Problem& in, int p,
         run.status = communicator.status();
         return;
       }
+      std::unique_ptr<RingCommunicator> ring = std::move(*communicator);
+      if (wrap) ring = wrap(std::move(ring));
       absl::StatusOr<std::unique_ptr<PassQExecutor>> executor =
           PassQExecutor::Create(in.spec, r, p, kv_layout);
       if (!executor.ok()) {
@@ -121,7 +130,7 @@ std::vector<RankRun> RunRanks(const Problem& in, int p,
       Gather(in.q.view(), e.q_layout().Chunks(r), e.q());
       Gather(in.k.view(), e.kv_layout().Chunks(r), e.k());
       Gather(in.v.view(), e.kv_layout().Chunks(r), e.v());
-      absl::StatusOr<RingOutput> output = e.Run(**communicator, options);
+      absl::StatusOr<RingOutput> output = e.Run(*ring, options);
       if (!output.ok()) {
         run.status = output.status();
         return;
@@ -323,6 +332,59 @@ TEST(PassQExecutor, CancelledRunStops) {
     cancelled_ranks += runs[r].status.code() == absl::StatusCode::kCancelled;
   }
   EXPECT_GE(cancelled_ranks, 1);
+}
+
+// Fails (as a crashed process would, closing its connections) at its first
+// wait.
+class FailingCommunicator final : public RingCommunicator {
+ public:
+  explicit FailingCommunicator(std::unique_ptr<RingCommunicator> inner)
+      : inner_(std::move(inner)),
+        rank_(inner_->rank()),
+        world_size_(inner_->world_size()) {}
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
+  absl::Status StartSend(const void* data, int64_t bytes, int peer) override {
+    return inner_->StartSend(data, bytes, peer);
+  }
+  absl::Status StartReceive(void* data, int64_t bytes, int peer) override {
+    return inner_->StartReceive(data, bytes, peer);
+  }
+  absl::Status Wait(absl::Time) override {
+    inner_.reset();
+    return absl::UnavailableError("injected failure");
+  }
+  void Abort() override {}
+
+ private:
+  std::unique_ptr<RingCommunicator> inner_;
+  const int rank_;
+  const int world_size_;
+};
+
+// Every block passes every rank, so a rank that fails makes every other rank
+// fail too, each within the step timeout, none hanging.
+TEST(PassQExecutorFaults, RankFailingMidwayFailsEveryRankWithinTimeout) {
+  const Problem in = MakeProblem(Spec(120, 2, 1, 32, false), 14);
+  RingOptions options;
+  options.step_timeout = absl::Seconds(3);
+  const absl::Time start = absl::Now();
+  const std::vector<RankRun> runs =
+      RunRanks(in, 4, options, std::nullopt,
+               [](std::unique_ptr<RingCommunicator> inner)
+                   -> std::unique_ptr<RingCommunicator> {
+                 if (inner->rank() != 1) return inner;
+                 return std::make_unique<FailingCommunicator>(std::move(inner));
+               });
+  EXPECT_EQ(runs[1].status.message(), "injected failure");
+  for (int r : {0, 2, 3}) {
+    const absl::StatusCode code = runs[r].status.code();
+    EXPECT_TRUE(code == absl::StatusCode::kUnavailable ||
+                code == absl::StatusCode::kDeadlineExceeded)
+        << "rank " << r << ": " << runs[r].status;
+  }
+  EXPECT_LT(absl::Now() - start, 4 * options.step_timeout);
 }
 
 }  // namespace
