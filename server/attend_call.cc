@@ -180,7 +180,7 @@ absl::Status Call::ReadHeader() {
   // choice itself waits for the workers (OpenWorkers).
   if (spec_proto_.strategy() == v1::STRATEGY_AUTO) return absl::OkStatus();
   return ChooseStrategy(spec_, spec_proto_.strategy(), /*workers=*/1,
-                        DTypeSize(dtype_), /*broadcast_q_workers=*/true)
+                        DTypeSize(dtype_), /*cpu_workers=*/true)
       .status();
 }
 
@@ -253,10 +253,12 @@ absl::Status Call::OpenWorkers() {
   strategy_ = *strategy;
   spec_proto_.set_strategy(strategy_);
   const bool broadcast = strategy_ == v1::BROADCAST_Q;
+  const bool pass_q = strategy_ == v1::PASS_Q;
   // A CPU worker holds fp32 Q, O and LSE rows of its shard (all rows for
-  // broadcast-Q) and three K/V blocks (its own and the double buffer; only
-  // its own for broadcast-Q). A GPU holds Q and two K/V blocks in 16 bits
-  // and fp32 O and LSE.
+  // broadcast-Q; two travelling blocks and its output for pass-Q) and three
+  // K/V blocks (its own and the double buffer; only its own for broadcast-Q
+  // and pass-Q). A GPU holds Q and two K/V blocks in 16 bits and fp32 O and
+  // LSE.
   const int64_t q_rows = broadcast ? spec_.q_len : (spec_.q_len + p - 1) / p;
   const int64_t kv_rows = (spec_.kv_len + p - 1) / p + 1;
   const int64_t q_values = spec_.batch * q_rows * spec_.q_heads;
@@ -265,8 +267,8 @@ absl::Status Call::OpenWorkers() {
   for (const Cluster::Member& member : *members) {
     const int64_t per_worker =
         member.device == "cpu"
-            ? 4 * (q_values * (2 * spec_.head_dim + 1) +
-                   (broadcast ? 1 : 3) * kv_values)
+            ? 4 * ((pass_q ? 3 : 1) * q_values * (2 * spec_.head_dim + 1) +
+                   (broadcast || pass_q ? 1 : 3) * kv_values)
             : q_values * (6 * spec_.head_dim + 4) + 2 * 2 * kv_values;
     if (member.memory_bytes > 0 && per_worker > member.memory_bytes) {
       return absl::ResourceExhaustedError(absl::StrCat(

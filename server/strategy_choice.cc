@@ -15,28 +15,29 @@ BytesMoved EstimateBytesMoved(const AttentionSpec& spec, int64_t workers,
                    static_cast<double>(wire_element_bytes);
   const double r = b * spec.q_len * spec.q_heads * (spec.head_dim + 1) * 4.0;
   const double kv = 2 * b * spec.kv_len * spec.kv_heads * spec.head_dim * 4.0;
-  return BytesMoved{q + r + (p - 1) * kv, p * (q + r)};
+  const double a =
+      b * spec.q_len * spec.q_heads * (2 * spec.head_dim + 1) * 4.0;
+  const double ring_q = workers > 1 ? p * a : 0;
+  return BytesMoved{q + r + (p - 1) * kv, q + r + ring_q, p * (q + r)};
 }
 
 absl::StatusOr<v1::Strategy> ChooseStrategy(const AttentionSpec& spec,
                                             v1::Strategy requested,
                                             int64_t workers,
                                             int64_t wire_element_bytes,
-                                            bool broadcast_q_workers) {
+                                            bool cpu_workers) {
   switch (requested) {
     case v1::PASS_KV:
       return v1::PASS_KV;
     case v1::PASS_Q:
-      return absl::UnimplementedError(
-          "strategy PASS_Q is not available yet; use STRATEGY_AUTO, PASS_KV "
-          "or BROADCAST_Q");
+      if (!cpu_workers) {
+        return absl::UnimplementedError(
+            "strategy PASS_Q runs on CPU workers only and this cluster has "
+            "GPU workers; use PASS_KV or STRATEGY_AUTO");
+      }
+      return v1::PASS_Q;
     case v1::BROADCAST_Q:
       RINGATTN_RETURN_IF_ERROR(CheckBroadcastQSupports(spec));
-      if (!broadcast_q_workers) {
-        return absl::UnimplementedError(
-            "strategy BROADCAST_Q runs on CPU workers only and this cluster "
-            "has GPU workers; use PASS_KV or STRATEGY_AUTO");
-      }
       return v1::BROADCAST_Q;
     case v1::STRATEGY_AUTO:
       break;
@@ -44,12 +45,16 @@ absl::StatusOr<v1::Strategy> ChooseStrategy(const AttentionSpec& spec,
       return absl::InvalidArgumentError(absl::StrCat(
           "field 'strategy' has no value ", static_cast<int>(requested)));
   }
-  if (!broadcast_q_workers || !CheckBroadcastQSupports(spec).ok()) {
-    return v1::PASS_KV;
-  }
   const BytesMoved bytes =
       EstimateBytesMoved(spec, workers, wire_element_bytes);
-  return bytes.broadcast_q < bytes.pass_kv ? v1::BROADCAST_Q : v1::PASS_KV;
+  v1::Strategy best = v1::PASS_KV;
+  double fewest = bytes.pass_kv;
+  if (CheckBroadcastQSupports(spec).ok() && bytes.broadcast_q < fewest) {
+    best = v1::BROADCAST_Q;
+    fewest = bytes.broadcast_q;
+  }
+  if (cpu_workers && bytes.pass_q < fewest) best = v1::PASS_Q;
+  return best;
 }
 
 }  // namespace ringattn

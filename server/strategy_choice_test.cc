@@ -1,5 +1,6 @@
 // The strategy cost model: byte counts for known shapes, the AUTO choice on
-// both sides of the break-even point, and the refusals of forced strategies.
+// both sides of the break-even point, pass-Q's place in the model, and the
+// refusals of forced strategies.
 
 #include "server/strategy_choice.h"
 
@@ -22,10 +23,36 @@ AttentionSpec Spec(int64_t nq, int64_t nk) {
 }
 
 TEST(StrategyChoice, CountsBytesPerTheFormula) {
-  // Q = 1*8*80*4 = 2560, R = 1*8*81*4 = 2592, KV = 2*1009*2*80*4 = 1291520.
+  // Q = 1*8*80*4 = 2560, R = 1*8*81*4 = 2592, KV = 2*1009*2*80*4 = 1291520,
+  // A = 1*8*161*4 = 5152.
   const BytesMoved bytes = EstimateBytesMoved(Spec(1, 1009), 3, 4);
   EXPECT_DOUBLE_EQ(bytes.pass_kv, 2560 + 2592 + 2 * 1291520.0);
+  EXPECT_DOUBLE_EQ(bytes.pass_q, 2560 + 2592 + 3 * 5152.0);
   EXPECT_DOUBLE_EQ(bytes.broadcast_q, 3 * (2560 + 2592.0));
+  // One worker: no ring, so only Q and its output move.
+  const BytesMoved alone = EstimateBytesMoved(Spec(1, 1009), 1, 4);
+  EXPECT_DOUBLE_EQ(alone.pass_q, 2560 + 2592.0);
+  EXPECT_DOUBLE_EQ(alone.pass_kv, alone.pass_q);
+}
+
+TEST(StrategyChoice, PassQUndercutsPassKvButNeverBroadcastQ) {
+  // A medium query batch against a long context, fp16 on the wire.
+  for (int64_t p : {2, 3, 8}) {
+    SCOPED_TRACE(p);
+    const BytesMoved bytes = EstimateBytesMoved(Spec(512, 100000), p, 2);
+    EXPECT_LT(bytes.pass_q, bytes.pass_kv);
+    EXPECT_LT(bytes.broadcast_q, bytes.pass_q);
+    EXPECT_EQ(*ChooseStrategy(Spec(512, 100000), v1::STRATEGY_AUTO, p, 2, true),
+              v1::BROADCAST_Q);
+  }
+  // Where broadcast-Q cannot run the patterns need Nq = Nk, and pass-KV
+  // moves less.
+  AttentionSpec sparse = Spec(4096, 4096);
+  sparse.block_sparse = BlockSparseRules{.block_size = 64, .local = 1};
+  const BytesMoved sparse_bytes = EstimateBytesMoved(sparse, 4, 4);
+  EXPECT_LT(sparse_bytes.pass_kv, sparse_bytes.pass_q);
+  EXPECT_EQ(*ChooseStrategy(sparse, v1::STRATEGY_AUTO, 4, 4, true),
+            v1::PASS_KV);
 }
 
 TEST(StrategyChoice, AutoPicksBroadcastQForShortQueriesOnly) {
@@ -43,8 +70,6 @@ TEST(StrategyChoice, AutoPicksBroadcastQForShortQueriesOnly) {
 }
 
 TEST(StrategyChoice, AutoKeepsPassKvWhereBroadcastQCannotRun) {
-  EXPECT_EQ(*ChooseStrategy(Spec(1, 1009), v1::STRATEGY_AUTO, 3, 4, false),
-            v1::PASS_KV);
   AttentionSpec sparse = Spec(64, 64);
   sparse.block_sparse = BlockSparseRules{.block_size = 16, .local = 0};
   EXPECT_EQ(*ChooseStrategy(sparse, v1::STRATEGY_AUTO, 8, 4, true),
@@ -56,17 +81,30 @@ TEST(StrategyChoice, ForcedStrategiesAreKeptOrRefused) {
             v1::BROADCAST_Q);
   EXPECT_EQ(*ChooseStrategy(Spec(1, 1009), v1::PASS_KV, 3, 4, true),
             v1::PASS_KV);
-  EXPECT_EQ(ChooseStrategy(Spec(1, 9), v1::PASS_Q, 3, 4, true).status().code(),
-            absl::StatusCode::kUnimplemented);
-  EXPECT_EQ(
-      ChooseStrategy(Spec(1, 9), v1::BROADCAST_Q, 3, 4, false).status().code(),
-      absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(*ChooseStrategy(Spec(1, 9), v1::PASS_Q, 3, 4, true), v1::PASS_Q);
+  AttentionSpec sparse = Spec(64, 64);
+  sparse.block_sparse = BlockSparseRules{.block_size = 16, .local = 0};
+  EXPECT_EQ(*ChooseStrategy(sparse, v1::PASS_Q, 3, 4, true), v1::PASS_Q);
+  const absl::Status on_gpus =
+      ChooseStrategy(Spec(1, 9), v1::PASS_Q, 3, 4, false).status();
+  EXPECT_EQ(on_gpus.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(on_gpus.message().find("CPU workers only"), std::string::npos);
+  EXPECT_EQ(*ChooseStrategy(Spec(1, 9), v1::BROADCAST_Q, 3, 4, false),
+            v1::BROADCAST_Q);
   AttentionSpec dilated = Spec(16, 16);
   dilated.dilated = {DilatedBranch{8, 2}};
   const absl::Status refused =
       ChooseStrategy(dilated, v1::BROADCAST_Q, 3, 4, true).status();
   EXPECT_EQ(refused.code(), absl::StatusCode::kUnimplemented);
   EXPECT_NE(refused.message().find("dilated"), std::string::npos);
+}
+
+TEST(StrategyChoice, GpuClustersChooseBetweenPassKvAndBroadcastQ) {
+  // A decode step against a long context: broadcast-Q, as on CPU workers.
+  EXPECT_EQ(*ChooseStrategy(Spec(1, 1009), v1::STRATEGY_AUTO, 3, 4, false),
+            v1::BROADCAST_Q);
+  EXPECT_EQ(*ChooseStrategy(Spec(1009, 1009), v1::STRATEGY_AUTO, 3, 4, false),
+            v1::PASS_KV);
 }
 
 }  // namespace

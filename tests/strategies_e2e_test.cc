@@ -1,8 +1,9 @@
-// Strategies end to end on three CPU workers: forced PASS_KV and BROADCAST_Q
-// agree with each other and with the float64 reference for Attend and for
-// Query against a context appended in uneven pieces; STRATEGY_AUTO follows the
-// cost model (server/strategy_choice.h) and the summary and metrics say which
-// strategy ran; strategies that cannot run a request are refused precisely.
+// Strategies end to end on three CPU workers: forced PASS_KV, PASS_Q and
+// BROADCAST_Q agree with each other and with the float64 reference for Attend
+// (also with fewer positions than workers) and for Query against a context
+// appended in uneven pieces; STRATEGY_AUTO follows the cost model
+// (server/strategy_choice.h) and the summary and metrics say which strategy
+// ran; strategies that cannot run a request are refused precisely.
 
 #include <cmath>
 #include <memory>
@@ -36,6 +37,9 @@ v1::AttentionSpec Forced(const AttentionSpec& spec, v1::Strategy strategy) {
   request.set_strategy(strategy);
   return request;
 }
+
+constexpr v1::Strategy kAllStrategies[] = {v1::PASS_KV, v1::PASS_Q,
+                                           v1::BROADCAST_Q};
 
 void ExpectAgree(const AttendResult& a, const AttendResult& b) {
   ASSERT_EQ(a.output.values().size(), b.output.values().size());
@@ -87,7 +91,7 @@ class Strategies : public testing::Test {
 
 TestCluster* Strategies::cluster_ = nullptr;
 
-TEST_F(Strategies, AttendPassKvAndBroadcastQAgreeWithReference) {
+TEST_F(Strategies, AttendAllStrategiesAgreeWithReference) {
   std::unique_ptr<Client> client = cluster_->NewClient();
   for (int64_t kv_heads : {2, 1}) {
     for (int64_t nq : {1, 3, 17, 300}) {
@@ -97,7 +101,7 @@ TEST_F(Strategies, AttendPassKvAndBroadcastQAgreeWithReference) {
       const RandomInputs in =
           MakeRandomInputs(spec, static_cast<uint32_t>(nq + 10 * kv_heads));
       std::vector<AttendResult> results;
-      for (v1::Strategy strategy : {v1::PASS_KV, v1::BROADCAST_Q}) {
+      for (v1::Strategy strategy : kAllStrategies) {
         absl::StatusOr<AttendResult> result = client->Attend(
             Forced(spec, strategy), in.q.view(), in.k.view(), in.v.view());
         ASSERT_TRUE(result.ok()) << result.status();
@@ -105,12 +109,15 @@ TEST_F(Strategies, AttendPassKvAndBroadcastQAgreeWithReference) {
         ExpectMatchesReference(spec, in, *result);
         results.push_back(std::move(*result));
       }
-      ExpectAgree(results[0], results[1]);
+      for (size_t i = 1; i < results.size(); ++i) {
+        SCOPED_TRACE(v1::Strategy_Name(results[i].summary.strategy()));
+        ExpectAgree(results[0], results[i]);
+      }
     }
   }
 }
 
-TEST_F(Strategies, QueryPassKvAndBroadcastQAgreeWithReference) {
+TEST_F(Strategies, QueryOfUnevenContextAllStrategiesAgreeWithReference) {
   std::unique_ptr<Client> client = cluster_->NewClient();
   for (int64_t kv_heads : {2, 1}) {
     const std::string name = "context-hkv" + std::to_string(kv_heads);
@@ -127,7 +134,7 @@ TEST_F(Strategies, QueryPassKvAndBroadcastQAgreeWithReference) {
       in.v = Tensor<float>(context.v.shape());
       in.v.values() = context.v.values();
       std::vector<AttendResult> results;
-      for (v1::Strategy strategy : {v1::PASS_KV, v1::BROADCAST_Q}) {
+      for (v1::Strategy strategy : kAllStrategies) {
         absl::StatusOr<AttendResult> result =
             client->Query(name, Forced(spec, strategy), in.q.view());
         ASSERT_TRUE(result.ok()) << result.status();
@@ -135,9 +142,33 @@ TEST_F(Strategies, QueryPassKvAndBroadcastQAgreeWithReference) {
         ExpectMatchesReference(spec, in, *result);
         results.push_back(std::move(*result));
       }
-      ExpectAgree(results[0], results[1]);
+      for (size_t i = 1; i < results.size(); ++i) {
+        SCOPED_TRACE(v1::Strategy_Name(results[i].summary.strategy()));
+        ExpectAgree(results[0], results[i]);
+      }
     }
     EXPECT_TRUE(client->DeleteContext(name).ok());
+  }
+}
+
+TEST_F(Strategies, FewerPositionsThanWorkersAllStrategiesAgree) {
+  std::unique_ptr<Client> client = cluster_->NewClient();
+  for (int64_t nk : {1, 2}) {
+    SCOPED_TRACE("Nk=" + std::to_string(nk));
+    const AttentionSpec spec = Spec(1, nk, 1);
+    const RandomInputs in = MakeRandomInputs(spec, static_cast<uint32_t>(nk));
+    std::vector<AttendResult> results;
+    for (v1::Strategy strategy : kAllStrategies) {
+      absl::StatusOr<AttendResult> result = client->Attend(
+          Forced(spec, strategy), in.q.view(), in.k.view(), in.v.view());
+      ASSERT_TRUE(result.ok()) << result.status();
+      EXPECT_EQ(result->summary.strategy(), strategy);
+      ExpectMatchesReference(spec, in, *result);
+      results.push_back(std::move(*result));
+    }
+    for (size_t i = 1; i < results.size(); ++i) {
+      ExpectAgree(results[0], results[i]);
+    }
   }
 }
 
@@ -184,17 +215,30 @@ TEST_F(Strategies, StrategiesThatCannotRunAreRefused) {
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_NE(refused.status().message().find("dilated"), std::string::npos)
       << refused.status();
-  refused = client->Attend(Forced(Spec(64, 64, 2), v1::PASS_Q), in.q.view(),
-                           in.k.view(), in.v.view());
-  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_NE(refused.status().message().find("PASS_Q"), std::string::npos)
-      << refused.status();
   // AUTO runs the dilated request with pass-KV.
   absl::StatusOr<AttendResult> result = client->Attend(
       RequestSpec(dilated), in.q.view(), in.k.view(), in.v.view());
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->summary.strategy(), v1::PASS_KV);
   ExpectMatchesReference(dilated, in, *result);
+}
+
+TEST_F(Strategies, ForcedPassQRunsDilatedRequestsAndIsCounted) {
+  std::unique_ptr<Client> client = cluster_->NewClient();
+  AttentionSpec dilated = Spec(64, 64, 2);
+  dilated.dilated = {DilatedBranch{16, 2}};
+  const RandomInputs in = MakeRandomInputs(dilated, 4);
+  absl::StatusOr<AttendResult> result = client->Attend(
+      Forced(dilated, v1::PASS_Q), in.q.view(), in.k.view(), in.v.view());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->summary.strategy(), v1::PASS_Q);
+  ExpectMatchesReference(dilated, in, *result);
+  absl::StatusOr<std::string> metrics = cluster_->Metrics();
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  EXPECT_NE(
+      metrics->find("ringattn_strategy_requests_total{strategy=\"PASS_Q\"}"),
+      std::string::npos)
+      << *metrics;
 }
 
 }  // namespace

@@ -26,6 +26,7 @@
 #include "spdlog/spdlog.h"
 #include "worker/broadcast_executor.h"
 #include "worker/gpu_ring_executor.h"
+#include "worker/pass_q_executor.h"
 #include "worker/ring_executor.h"
 #include "worker/shard_rows.h"
 #include "worker/solo_communicator.h"
@@ -184,10 +185,10 @@ class ExecuteReactor final
     absl::StatusOr<DType> output_dtype = OutputDType(header.spec());
     if (!output_dtype.ok()) return output_dtype.status();
     const v1::Strategy strategy = header.spec().strategy();
-    if (strategy == v1::PASS_Q) {
+    if (options_.cuda_device >= 0 && strategy == v1::PASS_Q) {
       return absl::UnimplementedError(
-          "strategy PASS_Q is not implemented by this worker; it runs PASS_KV "
-          "and BROADCAST_Q");
+          "strategy PASS_Q is not implemented on GPU workers yet; this worker "
+          "runs PASS_KV and BROADCAST_Q");
     }
     if (header.world_size() < 1 || header.rank() < 0 ||
         header.rank() >= header.world_size()) {
@@ -241,6 +242,9 @@ class ExecuteReactor final
     }
     if (strategy == v1::BROADCAST_Q) {
       return AcceptBroadcastHeader(header, std::move(kv_layout));
+    }
+    if (strategy == v1::PASS_Q) {
+      return AcceptPassQHeader(header, std::move(kv_layout));
     }
     RINGATTN_RETURN_IF_ERROR(ticket_.Reserve(RingExecutor::BytesNeeded(
         spec_, rank_, world_size_, kv_layout ? &*kv_layout : nullptr)));
@@ -352,9 +356,39 @@ class ExecuteReactor final
     return absl::OkStatus();
   }
 
+  // The rest of AcceptHeader for pass-Q: the rank's Q and K/V shards as for
+  // pass-KV, computed by a PassQExecutor (query blocks travel the ring).
+  absl::Status AcceptPassQHeader(const v1::ExecuteHeader& header,
+                                 std::optional<ShardLayout> kv_layout) {
+    RINGATTN_RETURN_IF_ERROR(ticket_.Reserve(PassQExecutor::BytesNeeded(
+        spec_, rank_, world_size_, kv_layout ? &*kv_layout : nullptr)));
+    absl::StatusOr<std::unique_ptr<PassQExecutor>> executor =
+        PassQExecutor::Create(spec_, rank_, world_size_, std::move(kv_layout));
+    if (!executor.ok()) return executor.status();
+    pass_q_executor_ = std::move(*executor);
+    PassQExecutor& e = *pass_q_executor_;
+    q_chunks_ = e.q_layout().Chunks(rank_);
+    targets_[0] = ShardRowsTarget("Q", TypedView(e.q()), &e.q_layout(), rank_);
+    targets_[1] = ShardRowsTarget("K", TypedView(e.k()), &e.kv_layout(), rank_);
+    targets_[2] = ShardRowsTarget("V", TypedView(e.v()), &e.kv_layout(), rank_);
+    if (!header.context().empty()) {
+      LoadContextAtRun(header.context(), e.kv_layout().Chunks(rank_),
+                       TypedView(e.k()), TypedView(e.v()));
+    }
+    Log(spdlog::level::info,
+        absl::StrCat("header (pass-Q): batch ", spec_.batch, ", q_len ",
+                     spec_.q_len, ", kv_len ", spec_.kv_len, ", heads ",
+                     spec_.q_heads, "/", spec_.kv_heads, ", head_dim ",
+                     spec_.head_dim, ", ", DTypeName(wire_dtype_),
+                     "; shard of ", targets_[0].rows().shape().seq,
+                     " query and ", targets_[1].rows().shape().seq,
+                     " key rows, ", ticket_.reserved_bytes(), " bytes"));
+    return absl::OkStatus();
+  }
+
   bool has_executor() const {
     return executor_ != nullptr || gpu_executor_ != nullptr ||
-           broadcast_executor_ != nullptr;
+           broadcast_executor_ != nullptr || pass_q_executor_ != nullptr;
   }
 
   absl::Status AcceptRows(const v1::ShardRows& rows) {
@@ -433,6 +467,8 @@ class ExecuteReactor final
             ? gpu_executor_->RunStaged(
                   **communicator, options,
                   broadcast_ ? DType::kFloat32 : output_dtype_)
+        : pass_q_executor_ != nullptr
+            ? pass_q_executor_->Run(**communicator, options)
             : executor_->Run(**communicator, options);
     {
       absl::MutexLock lock(&mutex_);
@@ -441,6 +477,7 @@ class ExecuteReactor final
     communicator->reset();
     executor_.reset();
     gpu_executor_.reset();
+    pass_q_executor_.reset();
     if (!output.ok()) {
       FinishWith(output.status());
       return;
@@ -585,6 +622,8 @@ class ExecuteReactor final
   std::unique_ptr<GpuRingExecutor> gpu_executor_;
   // Instead of executor_ for broadcast-Q.
   std::unique_ptr<BroadcastExecutor> broadcast_executor_;
+  // Instead of executor_ for pass-Q.
+  std::unique_ptr<PassQExecutor> pass_q_executor_;
   std::array<ShardRowsTarget, 3> targets_;
   // Where K/V come from for a query of a resident context.
   struct ContextLoad {

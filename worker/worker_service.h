@@ -7,12 +7,14 @@
 // `run`; the worker joins the request's ring, computes with a RingExecutor and
 // streams its fp32 output rows back, then ExecuteDone. For BROADCAST_Q the
 // rank gets every query row, joins no ring, and returns partial rows for all
-// queries over its own K/V (BroadcastExecutor). Streams are callback
-// reactors (no gRPC thread is parked on a stream); the computation of a
-// request runs on a thread of its own. Cancelling a stream, or its deadline
-// passing, aborts the ring on this rank and frees the request's memory. Bad
-// input gets INVALID_ARGUMENT naming the problem; a worker at its limits
-// answers RESOURCE_EXHAUSTED. Thread-safe.
+// queries over its own K/V (BroadcastExecutor). For PASS_Q the rank gets the
+// same shard as for PASS_KV, but query blocks travel the ring instead of K/V
+// (PassQExecutor; CPU workers only). Streams are callback reactors (no gRPC
+// thread is parked on a stream); the computation of a request runs on a
+// thread of its own. Cancelling a stream, or its deadline passing, aborts the
+// ring on this rank and frees the request's memory. Bad input gets
+// INVALID_ARGUMENT naming the problem; a worker at its limits answers
+// RESOURCE_EXHAUSTED. Thread-safe.
 
 #include <cstdint>
 

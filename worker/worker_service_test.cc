@@ -351,7 +351,10 @@ TEST(WorkerServiceCancel, CancellingTheStreamAbortsTheRing) {
 
 // Two workers compute one request; the rows go in the wire dtype, K as
 // explicit position lists in reverse order, Q and V as runs.
-TEST(WorkerServiceRing, TwoWorkersMatchTheReference) {
+// Pass-KV and pass-Q take the same shards and return the same rows.
+class WorkerServiceRing : public ::testing::TestWithParam<v1::Strategy> {};
+
+TEST_P(WorkerServiceRing, TwoWorkersMatchTheReference) {
   for (DType dtype : {DType::kFloat16, DType::kFloat32}) {
     SCOPED_TRACE(DTypeName(dtype));
     AttentionSpec spec = Spec(37, true);
@@ -386,12 +389,14 @@ TEST(WorkerServiceRing, TwoWorkersMatchTheReference) {
     }
     const ShardLayout layout =
         ShardLayout::Make(ChooseShardKind(spec), spec.q_len, kRanks);
-    const std::string prefix = std::string("ring-") + DTypeName(dtype);
+    const std::string prefix =
+        std::string("ring-") + DTypeName(dtype) + v1::Strategy_Name(GetParam());
     std::vector<ExecuteResult> results(kRanks);
     std::vector<std::thread> threads;
     for (int r = 0; r < kRanks; ++r) {
       std::vector<v1::ExecuteRequest> requests = {
           Header(spec, dtype, r, kRanks, prefix)};
+      requests[0].mutable_header()->mutable_spec()->set_strategy(GetParam());
       auto rows = [&](v1::TensorName name, const Tensor<float>& t,
                       int64_t batch, const Range& chunk, bool listed) {
         v1::ExecuteRequest request;
@@ -463,6 +468,12 @@ TEST(WorkerServiceRing, TwoWorkersMatchTheReference) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    Strategies, WorkerServiceRing, ::testing::Values(v1::PASS_KV, v1::PASS_Q),
+    [](const ::testing::TestParamInfo<v1::Strategy>& info) {
+      return v1::Strategy_Name(info.param);
+    });
 
 }  // namespace
 }  // namespace ringattn

@@ -1,0 +1,235 @@
+#include "worker/pass_q_executor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <new>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "core/status_macros.h"
+#include "kernels/cpu/run_task.h"
+#include "worker/task_flops.h"
+
+namespace ringattn {
+namespace {
+
+std::optional<BlockMask> MakeBlocks(const AttentionSpec& spec) {
+  if (!spec.block_sparse.has_value()) return std::nullopt;
+  return BlockMask::FromRules(*spec.block_sparse, spec.kv_len);
+}
+
+// Where BytesNeeded saturates: below the largest int64_t.
+constexpr double kMostBytes = 9.0e18;
+
+double SecondsSince(absl::Time start) {
+  return absl::ToDoubleSeconds(absl::Now() - start);
+}
+
+int64_t Modulo(int64_t x, int64_t m) { return ((x % m) + m) % m; }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<PassQExecutor>> PassQExecutor::Create(
+    const AttentionSpec& spec, int rank, int world_size,
+    std::optional<ShardLayout> kv_layout) {
+  RINGATTN_RETURN_IF_ERROR(spec.Validate());
+  RINGATTN_RETURN_IF_ERROR(CheckRank(rank, world_size));
+  absl::StatusOr<ShardLayout> layout =
+      KvLayoutFor(spec, world_size, std::move(kv_layout));
+  if (!layout.ok()) return layout.status();
+  const int64_t bytes = BytesNeeded(spec, rank, world_size, &*layout);
+  if (bytes >= kMostBytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("rank ", rank, " of ", world_size,
+                     " cannot hold its share of a request this large"));
+  }
+  try {
+    return std::unique_ptr<PassQExecutor>(
+        new PassQExecutor(spec, rank, world_size, std::move(*layout)));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate the ", bytes, " bytes rank ", rank,
+                     " needs for this request"));
+  }
+}
+
+int64_t PassQExecutor::BytesNeeded(const AttentionSpec& spec, int rank,
+                                   int world_size,
+                                   const ShardLayout* kv_layout) {
+  // In double, so that absurd shapes saturate instead of overflowing.
+  const ShardLayout q_layout = LayoutFor(spec, spec.q_len, world_size);
+  const double batch = static_cast<double>(spec.batch);
+  const double row_values = batch * spec.q_heads * (spec.head_dim + 1);
+  const double own_rows = static_cast<double>(q_layout.ShardLength(rank));
+  const double largest_rows = static_cast<double>(q_layout.LargestShard());
+  const double kv_rows = static_cast<double>(
+      (kv_layout != nullptr ? *kv_layout
+                            : LayoutFor(spec, spec.kv_len, world_size))
+          .ShardLength(rank));
+  // Two travelling blocks (Q, O and LSE each); the rank's K and V; its output
+  // O and LSE; the kernels' scratch (at most one more O and LSE of a block).
+  const double block_values =
+      batch * largest_rows * spec.q_heads * spec.head_dim +
+      largest_rows * row_values;
+  const double values = 2 * block_values +
+                        2 * batch * kv_rows * spec.kv_heads * spec.head_dim +
+                        own_rows * row_values + largest_rows * row_values;
+  return static_cast<int64_t>(std::min(sizeof(float) * values, kMostBytes));
+}
+
+PassQExecutor::PassQExecutor(const AttentionSpec& spec, int rank,
+                             int world_size, ShardLayout kv_layout)
+    : spec_(spec),
+      rank_(rank),
+      world_size_(world_size),
+      q_layout_(LayoutFor(spec, spec.q_len, world_size)),
+      kv_layout_(std::move(kv_layout)),
+      blocks_(MakeBlocks(spec)) {
+  // The plan lists, for every query shard, its tasks against every K/V block;
+  // this rank keeps those against its own.
+  const RingPlan plan = RingPlan::Build(
+      spec, q_layout_, kv_layout_, blocks_.has_value() ? &*blocks_ : nullptr);
+  tasks_.resize(static_cast<size_t>(world_size));
+  for (int64_t owner = 0; owner < world_size; ++owner) {
+    for (int64_t s = 0; s < plan.num_steps(); ++s) {
+      const RingStep& step = plan.Step(owner, s);
+      if (step.kv_owner == rank) tasks_[owner] = step.tasks;
+    }
+  }
+  const Shape kv_shape{spec.batch, kv_layout_.ShardLength(rank), spec.kv_heads,
+                       spec.head_dim};
+  k_ = Tensor<float>(kv_shape);
+  v_ = Tensor<float>(kv_shape);
+  int64_t largest = 0;
+  for (int64_t owner = 0; owner < world_size; ++owner) {
+    largest = std::max(largest, BlockValues(owner));
+  }
+  block_storage_.resize(static_cast<size_t>(2 * largest));
+  front_ = block_storage_.data();
+  back_ = block_storage_.data() + largest;
+  // The rank's own block starts with O = 0 and LSE = -inf.
+  View<float> o = BlockOutput(front_, rank);
+  std::fill(o.data(), o.data() + o.shape().NumElements(), 0.0f);
+  View<float> lse = BlockLse(front_, rank);
+  std::fill(lse.data(), lse.data() + lse.shape().NumElements(), -INFINITY);
+}
+
+int64_t PassQExecutor::BlockRows(int64_t owner) const {
+  return q_layout_.ShardLength(owner);
+}
+
+int64_t PassQExecutor::BlockValues(int64_t owner) const {
+  return spec_.batch * BlockRows(owner) * spec_.q_heads *
+         (2 * spec_.head_dim + 1);
+}
+
+int64_t PassQExecutor::BlockBytes(int64_t owner) const {
+  return static_cast<int64_t>(sizeof(float)) * BlockValues(owner);
+}
+
+View<float> PassQExecutor::BlockQueries(float* buffer, int64_t owner) const {
+  return View<float>(buffer, Shape{spec_.batch, BlockRows(owner), spec_.q_heads,
+                                   spec_.head_dim});
+}
+
+View<float> PassQExecutor::BlockOutput(float* buffer, int64_t owner) const {
+  const Shape shape{spec_.batch, BlockRows(owner), spec_.q_heads,
+                    spec_.head_dim};
+  return View<float>(buffer + shape.NumElements(), shape);
+}
+
+View<float> PassQExecutor::BlockLse(float* buffer, int64_t owner) const {
+  const Shape shape{spec_.batch, BlockRows(owner), spec_.q_heads,
+                    spec_.head_dim};
+  return View<float>(buffer + 2 * shape.NumElements(),
+                     Shape{spec_.batch, BlockRows(owner), spec_.q_heads, 1});
+}
+
+absl::Status PassQExecutor::Cancel(RingCommunicator& communicator,
+                                   bool in_flight, int64_t step) {
+  communicator.Abort();
+  if (in_flight) communicator.Wait(absl::Now()).IgnoreError();
+  return absl::CancelledError(
+      absl::StrCat("rank ", rank_, " was cancelled at pass-Q step ", step));
+}
+
+absl::StatusOr<RingOutput> PassQExecutor::Run(RingCommunicator& communicator,
+                                              const RingOptions& options) {
+  if (ran_) {
+    return absl::FailedPreconditionError("a pass-Q executor runs only once");
+  }
+  ran_ = true;
+  if (communicator.rank() != rank_ ||
+      communicator.world_size() != world_size_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the communicator is rank ", communicator.rank(), " of ",
+                     communicator.world_size(), " but the executor is rank ",
+                     rank_, " of ", world_size_));
+  }
+  const BlockMask* blocks = blocks_.has_value() ? &*blocks_ : nullptr;
+  const int64_t p = world_size_;
+  const int next = static_cast<int>(Modulo(rank_ + 1, p));
+  const int previous = static_cast<int>(Modulo(rank_ - 1, p));
+  RingRunStats stats;
+  stats.peak_bytes = BytesNeeded(spec_, rank_, world_size_, &kv_layout_);
+  stats.steps = p;
+  // At step s the front buffer holds the block of rank - s; after the last
+  // step's transfer the rank's own block is back.
+  for (int64_t s = 0; s < p; ++s) {
+    const int64_t held = Modulo(rank_ - s, p);
+    const int64_t incoming = Modulo(rank_ - s - 1, p);
+    bool in_flight = false;
+    // A world of one has nowhere to send; an empty block needs no transfer.
+    if (p > 1 && BlockBytes(incoming) > 0) {
+      RINGATTN_RETURN_IF_ERROR(
+          communicator.StartReceive(back_, BlockBytes(incoming), previous));
+      in_flight = true;
+    }
+    const absl::Time compute_start = absl::Now();
+    const WorkerBuffers buffers{BlockQueries(front_, held),
+                                k_.view(),
+                                v_.view(),
+                                BlockOutput(front_, held),
+                                BlockLse(front_, held),
+                                &task_scratch_};
+    for (const AttentionTask& task : tasks_[held]) {
+      if (options.cancelled != nullptr && options.cancelled->load()) {
+        return Cancel(communicator, in_flight, s);
+      }
+      RunAttentionTask(spec_, blocks, task, buffers);
+      stats.flops += TaskFlops(spec_, blocks, task);
+      ++stats.tasks;
+    }
+    stats.compute_seconds += SecondsSince(compute_start);
+    if (options.cancelled != nullptr && options.cancelled->load()) {
+      return Cancel(communicator, in_flight, s);
+    }
+    // Only now are the block's accumulators complete for this rank's keys.
+    if (p > 1 && BlockBytes(held) > 0) {
+      RINGATTN_RETURN_IF_ERROR(
+          communicator.StartSend(front_, BlockBytes(held), next));
+      in_flight = true;
+      ++stats.transfers;
+      stats.bytes_sent += BlockBytes(held);
+    }
+    if (in_flight) {
+      const absl::Time wait_start = absl::Now();
+      RINGATTN_RETURN_IF_ERROR(communicator.Wait(
+          std::min(wait_start + options.step_timeout, options.deadline)));
+      stats.wait_seconds += SecondsSince(wait_start);
+    }
+    if (p > 1) std::swap(front_, back_);
+  }
+  RingOutput output;
+  Tensor<float> o(BlockOutput(front_, rank_).shape());
+  CopyView<float>(BlockOutput(front_, rank_), o.view());
+  FinishAttention(spec_, o.view());
+  output.o = TypedTensor(std::move(o));
+  output.lse = Tensor<float>(BlockLse(front_, rank_).shape());
+  CopyView<float>(BlockLse(front_, rank_), output.lse.view());
+  output.stats = stats;
+  return output;
+}
+
+}  // namespace ringattn

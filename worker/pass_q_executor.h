@@ -1,0 +1,112 @@
+#ifndef RINGATTN_WORKER_PASS_Q_EXECUTOR_H_
+#define RINGATTN_WORKER_PASS_Q_EXECUTOR_H_
+
+// PassQExecutor: one rank's part of pass-Q ring attention for one request.
+// Every rank keeps its own K/V shard in place; query blocks travel the ring
+// instead, each with its running fp32 output and LSE. At step s rank r holds
+// the block of owner (r - s) mod p, computes it against its own K/V with the
+// tasks the ring plan gives the pair (query shard of the owner, key shard of
+// r), merges them into the block's accumulators, then sends the block on to
+// r + 1 while receiving the next one from r - 1 (two buffers). After p steps
+// every block is back with its owner, which returns its rows exactly as a
+// RingExecutor does. A block's accumulators must be up to date before it
+// leaves, so a step's transfers follow its computation rather than overlap
+// it. Memory is O(N / p) and allocated once, up front. Thread-compatible; not
+// copyable.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/attention_spec.h"
+#include "core/block_mask.h"
+#include "core/ring_plan.h"
+#include "core/shard_layout.h"
+#include "core/tensor.h"
+#include "worker/communicator.h"
+#include "worker/ring_executor.h"
+
+namespace ringattn {
+
+class PassQExecutor {
+ public:
+  // An executor for rank `rank` of `world_size`, its buffers allocated. Q is
+  // sharded as the spec's usual layout; K/V likewise, or as `kv_layout` when
+  // given (a resident context's pieces). INVALID_ARGUMENT for a bad spec,
+  // rank, world size or layout; RESOURCE_EXHAUSTED if the buffers cannot be
+  // had.
+  static absl::StatusOr<std::unique_ptr<PassQExecutor>> Create(
+      const AttentionSpec& spec, int rank, int world_size,
+      std::optional<ShardLayout> kv_layout = std::nullopt);
+
+  // The bytes an executor for this rank holds (what Create allocates plus the
+  // kernels' scratch). Requires a valid spec and 0 <= rank < world_size.
+  static int64_t BytesNeeded(const AttentionSpec& spec, int rank,
+                             int world_size,
+                             const ShardLayout* kv_layout = nullptr);
+
+  PassQExecutor(const PassQExecutor&) = delete;
+  PassQExecutor& operator=(const PassQExecutor&) = delete;
+
+  // Which positions (in masking order) each rank holds.
+  const ShardLayout& q_layout() const { return q_layout_; }
+  const ShardLayout& kv_layout() const { return kv_layout_; }
+
+  // Where the caller loads the rank's shard before Run, fp32: Q rows of
+  // q_layout().Chunks(rank), K and V rows of kv_layout().Chunks(rank), in
+  // chunk order ([B, n, H, D]). Valid until Run.
+  View<float> q() { return BlockQueries(front_, rank_); }
+  View<float> k() { return k_.view(); }
+  View<float> v() { return v_.view(); }
+
+  // Runs the ring over `communicator` (rank and world size must match) and
+  // returns this rank's output rows in the order of q_layout().Chunks(rank).
+  // Once only: FAILED_PRECONDITION after that. Errors: what the communicator
+  // reports (DEADLINE_EXCEEDED, UNAVAILABLE, CANCELLED), CANCELLED if
+  // options.cancelled was set.
+  absl::StatusOr<RingOutput> Run(RingCommunicator& communicator,
+                                 const RingOptions& options);
+
+ private:
+  PassQExecutor(const AttentionSpec& spec, int rank, int world_size,
+                ShardLayout kv_layout);
+
+  // Rows, values and bytes of the travelling block of `owner`: its Q, O and
+  // LSE, one after the other.
+  int64_t BlockRows(int64_t owner) const;
+  int64_t BlockValues(int64_t owner) const;
+  int64_t BlockBytes(int64_t owner) const;
+  // The parts of the block of `owner` stored at `buffer`.
+  View<float> BlockQueries(float* buffer, int64_t owner) const;
+  View<float> BlockOutput(float* buffer, int64_t owner) const;
+  View<float> BlockLse(float* buffer, int64_t owner) const;
+  // Stops at a cancellation: aborts the communicator, waits out what is in
+  // flight (so no transfer outlives the buffers) and returns CANCELLED.
+  absl::Status Cancel(RingCommunicator& communicator, bool in_flight,
+                      int64_t step);
+
+  const AttentionSpec spec_;
+  const int rank_;
+  const int world_size_;
+  const ShardLayout q_layout_;
+  const ShardLayout kv_layout_;
+  const std::optional<BlockMask> blocks_;
+  // tasks_[owner]: the query shard of `owner` against this rank's K/V.
+  std::vector<std::vector<AttentionTask>> tasks_;
+
+  Tensor<float> k_;
+  Tensor<float> v_;
+  std::vector<float> task_scratch_;  // one task's partial result
+  // Two travelling blocks of the largest size: [front | back].
+  std::vector<float> block_storage_;
+  float* front_ = nullptr;
+  float* back_ = nullptr;
+  bool ran_ = false;
+};
+
+}  // namespace ringattn
+
+#endif  // RINGATTN_WORKER_PASS_Q_EXECUTOR_H_
