@@ -7,6 +7,7 @@
 // too), and 1e-2 * (1 + |LSE_ref|) for the LSE. Skips, saying why, without a
 // GPU.
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -26,6 +27,7 @@
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/merge_with_lse.h"
 #include "kernels/cpu/reference_attention.h"
 #include "proto/spec_conversion.h"
 #include "worker/device.h"
@@ -88,28 +90,33 @@ ExecuteResult Execute(v1::Worker::Stub& stub,
 }
 
 // Every request of rank `rank`'s stream: header, its rows in `dtype`, run.
-std::vector<v1::ExecuteRequest> StreamOf(const AttentionSpec& spec, DType dtype,
-                                         int rank, int ranks,
-                                         const std::string& prefix,
-                                         const Tensor<float>& q,
-                                         const Tensor<float>& k,
-                                         const Tensor<float>& v) {
+// Pass-KV sends the rank its shard of Q, K and V; broadcast-Q all of Q and
+// its shard of K and V.
+std::vector<v1::ExecuteRequest> StreamOf(
+    const AttentionSpec& spec, DType dtype, int rank, int ranks,
+    const std::string& prefix, const Tensor<float>& q, const Tensor<float>& k,
+    const Tensor<float>& v, v1::Strategy strategy = v1::PASS_KV) {
   std::vector<v1::ExecuteRequest> requests(1);
   v1::ExecuteHeader* header = requests[0].mutable_header();
   header->set_request_id(prefix);
   *header->mutable_spec() = SpecToProto(spec);
   header->mutable_spec()->set_wire_dtype(DTypeToProto(dtype));
+  header->mutable_spec()->set_strategy(strategy);
   header->set_rank(rank);
   header->set_world_size(ranks);
   header->set_rendezvous_prefix(prefix);
   header->set_timeout_seconds(60);
-  const ShardLayout layout =
-      ShardLayout::Make(ChooseShardKind(spec), spec.q_len, ranks);
+  const std::vector<Range> kv_chunks =
+      LayoutFor(spec, spec.kv_len, ranks).Chunks(rank);
+  const std::vector<Range> q_chunks =
+      strategy == v1::BROADCAST_Q
+          ? std::vector<Range>{Range{0, spec.q_len}}
+          : LayoutFor(spec, spec.q_len, ranks).Chunks(rank);
   for (int64_t b = 0; b < spec.batch; ++b) {
-    for (const Range& chunk : layout.Chunks(rank)) {
-      for (const auto& [name, t] :
-           {std::make_pair(v1::Q, &q), std::make_pair(v1::K, &k),
-            std::make_pair(v1::V, &v)}) {
+    for (const auto& [name, t] :
+         {std::make_pair(v1::Q, &q), std::make_pair(v1::K, &k),
+          std::make_pair(v1::V, &v)}) {
+      for (const Range& chunk : name == v1::Q ? q_chunks : kv_chunks) {
         v1::ExecuteRequest request;
         v1::ShardRows* rows = request.mutable_rows();
         rows->set_tensor(name);
@@ -222,6 +229,89 @@ TEST(GpuWorkerServiceTest, RanksOnGpusMatchTheReference) {
       const double want = lse_ref.values()[i];
       ASSERT_NEAR(lse.values()[i], want, 1e-2 * (1 + std::fabs(want))) << i;
     }
+  }
+}
+
+TEST(GpuWorkerServiceTest, BroadcastQPartialsMergeToTheReference) {
+  const int gpus = CudaDeviceCount();
+  if (gpus == 0) GTEST_SKIP() << "no CUDA device here; runs on a GPU machine";
+  DisableNcclMulticast();
+  const int ranks = gpus >= 2 ? 2 : 1;
+  AttentionSpec spec;  // a causal continuation: 17 new rows, 301 keys
+  spec.q_len = 17;
+  spec.kv_len = 301;
+  spec.q_heads = 8;
+  spec.kv_heads = 2;
+  spec.head_dim = 80;
+  spec.causal = true;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto make = [&](int64_t len, int64_t heads) {
+    Tensor<float> t({1, len, heads, spec.head_dim});
+    for (float& x : t.values()) {
+      const float value = normal(rng);
+      uint16_t bits = FloatToBFloat16(value);
+      x = BFloat16ToFloat(bits);
+    }
+    return t;
+  };
+  const Tensor<float> q = make(spec.q_len, spec.q_heads);
+  const Tensor<float> k = make(spec.kv_len, spec.kv_heads);
+  const Tensor<float> v = make(spec.kv_len, spec.kv_heads);
+  Tensor<double> o_ref(q.shape());
+  Tensor<double> lse_ref({1, spec.q_len, spec.q_heads, 1});
+  ReferenceAttention(spec, q.view(), k.view(), v.view(), o_ref.view(),
+                     lse_ref.view());
+
+  gloo::rendezvous::HashStore store;
+  std::vector<std::unique_ptr<GpuTestWorker>> workers;
+  for (int r = 0; r < ranks; ++r) {
+    workers.push_back(std::make_unique<GpuTestWorker>(store, r));
+  }
+  std::vector<ExecuteResult> results(ranks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      results[r] = Execute(workers[r]->stub(),
+                           StreamOf(spec, DType::kBFloat16, r, ranks,
+                                    "gpu-broadcast", q, k, v, v1::BROADCAST_Q));
+    });
+  }
+  for (std::thread& t : threads) t.join();
+
+  // Every rank returns a partial (O, LSE) for every row; merge them by LSE.
+  Tensor<float> o(q.shape());
+  Tensor<float> lse({1, spec.q_len, spec.q_heads, 1});
+  std::fill(lse.values().begin(), lse.values().end(), -INFINITY);
+  const int64_t row_values = spec.q_heads * spec.head_dim;
+  for (int r = 0; r < ranks; ++r) {
+    ASSERT_TRUE(results[r].status.ok())
+        << "rank " << r << ": " << results[r].status.error_message();
+    ASSERT_TRUE(results[r].responses.back().has_done());
+    EXPECT_EQ(results[r].responses.back().done().transfers(), 0);
+    Tensor<float> part_o(q.shape());
+    Tensor<float> part_lse({1, spec.q_len, spec.q_heads, 1});
+    int64_t rows = 0;
+    for (const v1::ExecuteResponse& response : results[r].responses) {
+      if (!response.has_output()) continue;
+      const v1::ShardOutput& out = response.output();
+      ASSERT_EQ(out.data().size(), out.count() * row_values * 4);
+      std::memcpy(part_o.view().Row(0, out.first_position(), 0),
+                  out.data().data(), out.data().size());
+      std::memcpy(part_lse.view().Row(0, out.first_position(), 0),
+                  out.lse().data(), out.lse().size());
+      rows += out.count();
+    }
+    ASSERT_EQ(rows, spec.q_len) << "rank " << r;
+    MergeWithLse(o.view(), lse.view(), part_o.view(), part_lse.view());
+  }
+  for (size_t i = 0; i < o.values().size(); ++i) {
+    const double want = o_ref.values()[i];
+    ASSERT_NEAR(o.values()[i], want, 3e-2 * (1 + std::fabs(want))) << i;
+  }
+  for (size_t i = 0; i < lse.values().size(); ++i) {
+    const double want = lse_ref.values()[i];
+    ASSERT_NEAR(lse.values()[i], want, 1e-2 * (1 + std::fabs(want))) << i;
   }
 }
 
