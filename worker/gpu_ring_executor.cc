@@ -9,6 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/ring_plan.h"
 #include "core/status_macros.h"
+#include "core/strategy_support.h"
 #include "kernels/cuda/convert.h"
 #include "kernels/cuda/partial_merge.h"
 #include "worker/task_flops.h"
@@ -284,9 +285,31 @@ absl::StatusOr<std::unique_ptr<GpuRingExecutor>> GpuRingExecutor::Create(
   absl::StatusOr<ShardLayout> layout =
       KvLayoutFor(spec, world_size, std::move(kv_layout));
   if (!layout.ok()) return layout.status();
-  kv_layout = std::move(*layout);
+  return Build(spec, rank, world_size, config, *std::move(layout));
+}
+
+absl::StatusOr<std::unique_ptr<GpuRingExecutor>>
+GpuRingExecutor::CreateBroadcast(const AttentionSpec& spec, int rank,
+                                 int world_size, const GpuRingConfig& config,
+                                 std::optional<ShardLayout> kv_layout) {
+  RINGATTN_RETURN_IF_ERROR(spec.Validate());
+  RINGATTN_RETURN_IF_ERROR(CheckBroadcastQSupports(spec));
+  RINGATTN_RETURN_IF_ERROR(CheckRank(rank, world_size));
+  absl::StatusOr<ShardLayout> layout =
+      KvLayoutFor(spec, world_size, std::move(kv_layout));
+  if (!layout.ok()) return layout.status();
+  return Build(spec, 0, 1, config, OwnKeys(*layout, rank));
+}
+
+ShardLayout GpuRingExecutor::OwnKeys(const ShardLayout& kv_layout, int rank) {
+  return ShardLayout::FromChunks(kv_layout.seq_len(), {kv_layout.Chunks(rank)});
+}
+
+absl::StatusOr<std::unique_ptr<GpuRingExecutor>> GpuRingExecutor::Build(
+    const AttentionSpec& spec, int rank, int world_size,
+    const GpuRingConfig& config, ShardLayout kv_layout) {
   const int64_t bytes =
-      DeviceBytesNeeded(spec, rank, world_size, config, &*kv_layout);
+      DeviceBytesNeeded(spec, rank, world_size, config, &kv_layout);
   if (bytes >= kMostBytes) {
     return absl::ResourceExhaustedError(
         absl::StrCat("rank ", rank, " of ", world_size,
@@ -294,7 +317,7 @@ absl::StatusOr<std::unique_ptr<GpuRingExecutor>> GpuRingExecutor::Create(
   }
   RINGATTN_RETURN_IF_ERROR(OpenCudaDevice(config.device).status());
   std::unique_ptr<GpuRingExecutor> executor(new GpuRingExecutor(
-      spec, rank, world_size, config, *std::move(kv_layout)));
+      spec, rank, world_size, config, std::move(kv_layout)));
   RINGATTN_RETURN_IF_ERROR(executor->Initialize());
   return executor;
 }

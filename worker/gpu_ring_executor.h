@@ -109,7 +109,7 @@ struct GpuRingStats {
   // by CUDA events; wait_seconds: step time beyond it (transfers not hidden,
   // launch gaps).
   RingRunStats ring;
-  int64_t cudnn_tiles = 0;  // tiles cuDNN computed
+  int64_t cudnn_tiles = 0;   // tiles cuDNN computed
   int64_t flash_tiles = 0;   // tiles our flash kernel computed
   int64_t decode_tiles = 0;  // tiles our split-K/V decode kernel computed
 };
@@ -126,6 +126,20 @@ class GpuRingExecutor {
       const AttentionSpec& spec, int rank, int world_size,
       const GpuRingConfig& config,
       std::optional<ShardLayout> kv_layout = std::nullopt);
+
+  // Broadcast-Q for rank `rank` of `world_size`: an executor of a world of one
+  // that holds every query row and only this rank's K/V chunks of the usual
+  // layout or `kv_layout` (masks in global positions), for Run over a
+  // SoloCommunicator; its output is this rank's partial (O, LSE). Errors as
+  // Create, and UNIMPLEMENTED for specs broadcast-Q does not run.
+  static absl::StatusOr<std::unique_ptr<GpuRingExecutor>> CreateBroadcast(
+      const AttentionSpec& spec, int rank, int world_size,
+      const GpuRingConfig& config,
+      std::optional<ShardLayout> kv_layout = std::nullopt);
+
+  // Rank `rank`'s chunks of `kv_layout` as the only worker of a world of one
+  // (what a broadcast executor's kv_layout() is).
+  static ShardLayout OwnKeys(const ShardLayout& kv_layout, int rank);
 
   // The device bytes Create allocates for this rank (the pool). Requires a
   // valid spec and 0 <= rank < world_size; saturates for absurd shapes.
@@ -205,6 +219,11 @@ class GpuRingExecutor {
  private:
   GpuRingExecutor(const AttentionSpec& spec, int rank, int world_size,
                   const GpuRingConfig& config, ShardLayout kv_layout);
+
+  // Create and CreateBroadcast once their arguments are checked.
+  static absl::StatusOr<std::unique_ptr<GpuRingExecutor>> Build(
+      const AttentionSpec& spec, int rank, int world_size,
+      const GpuRingConfig& config, ShardLayout kv_layout);
 
   // Allocates the pool, the stream and the events, borrows a dispatcher and
   // tiles the plan.

@@ -286,23 +286,27 @@ class ExecuteReactor final
     config.device = options_.cuda_device;
     config.dtype = ComputeDTypeFor(wire_dtype_);
     config.host_staging = true;
-    int rank = rank_;
-    int world_size = world_size_;
+    // The executor's own rank: broadcast-Q runs a world of one.
+    const int rank = broadcast ? 0 : rank_;
     if (broadcast) {
-      RINGATTN_RETURN_IF_ERROR(CheckBroadcastQSupports(spec_));
       absl::StatusOr<ShardLayout> layout =
           KvLayoutFor(spec_, world_size_, std::move(kv_layout));
       if (!layout.ok()) return layout.status();
-      kv_layout =
-          ShardLayout::FromChunks(layout->seq_len(), {layout->Chunks(rank_)});
-      rank = 0;
-      world_size = 1;
+      const ShardLayout own = GpuRingExecutor::OwnKeys(*layout, rank_);
+      RINGATTN_RETURN_IF_ERROR(ticket_.Reserve(
+          GpuRingExecutor::DeviceBytesNeeded(spec_, 0, 1, config, &own)));
+      kv_layout = std::move(*layout);
+    } else {
+      RINGATTN_RETURN_IF_ERROR(
+          ticket_.Reserve(GpuRingExecutor::DeviceBytesNeeded(
+              spec_, rank_, world_size_, config,
+              kv_layout ? &*kv_layout : nullptr)));
     }
-    RINGATTN_RETURN_IF_ERROR(ticket_.Reserve(GpuRingExecutor::DeviceBytesNeeded(
-        spec_, rank, world_size, config, kv_layout ? &*kv_layout : nullptr)));
     absl::StatusOr<std::unique_ptr<GpuRingExecutor>> executor =
-        GpuRingExecutor::Create(spec_, rank, world_size, config,
-                                std::move(kv_layout));
+        broadcast ? GpuRingExecutor::CreateBroadcast(
+                        spec_, rank_, world_size_, config, std::move(kv_layout))
+                  : GpuRingExecutor::Create(spec_, rank_, world_size_, config,
+                                            std::move(kv_layout));
     if (!executor.ok()) return executor.status();
     gpu_executor_ = std::move(*executor);
     GpuRingExecutor& e = *gpu_executor_;

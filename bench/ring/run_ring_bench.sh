@@ -18,7 +18,8 @@
 # "tests bench peer service" to run (default the first three; each fits a
 # 10-minute call on its own). The service stage starts a coordinator and one
 # GPU worker per GPU and sends service_bench's requests through them, causal,
-# at SERVICE_LENGTHS (default "262144 1048576 4194304"). Prints the test summary, the tables and "N passed, N failed,
+# at SERVICE_LENGTHS (default "262144 1048576 4194304"), with SERVICE_FLAGS
+# added to its command line (e.g. --q_len=16). Prints the test summary, the tables and "N passed, N failed,
 # N skipped" (gtest cases) last; exits non-zero if anything failed.
 set -uo pipefail
 
@@ -201,7 +202,7 @@ run_service() {
   # shellcheck disable=SC2086
   LD_LIBRARY_PATH=$ours_path timeout 1500 "$bin_dir/service_bench" \
     --target=127.0.0.1:$port --wait_ready_seconds=120 \
-    --lengths="$(echo $lengths | tr ' ' ',')" \
+    --lengths="$(echo $lengths | tr ' ' ',')" ${SERVICE_FLAGS:-} \
     >"$OUT/service_bench.md" 2>"$OUT/service_bench.err"
   rc=$?
   kill "${pids[@]}" 2>/dev/null
