@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 
 namespace ringattn {
@@ -53,6 +54,19 @@ class RingCommunicator {
   // Thread-safe; idempotent.
   virtual void Abort() = 0;
 };
+
+// OK if `communicator` is rank `rank` of `world_size`, as the executor that
+// runs over it; INVALID_ARGUMENT naming both otherwise.
+inline absl::Status CheckCommunicatorRank(const RingCommunicator& communicator,
+                                          int rank, int world_size) {
+  if (communicator.rank() == rank && communicator.world_size() == world_size) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("the communicator is rank ", communicator.rank(), " of ",
+                   communicator.world_size(), " but the executor is rank ",
+                   rank, " of ", world_size));
+}
 
 // Connects the ranks of one request into a group. Implementations are
 // thread-safe: requests connect concurrently.

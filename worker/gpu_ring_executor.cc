@@ -563,13 +563,8 @@ absl::Status GpuRingExecutor::Stop(RingCommunicator& communicator,
 
 absl::StatusOr<GpuRingStats> GpuRingExecutor::Run(
     RingCommunicator& communicator, const RingOptions& options) {
-  if (communicator.rank() != rank_ ||
-      communicator.world_size() != world_size_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the communicator is rank ", communicator.rank(), " of ",
-                     communicator.world_size(), " but the executor is rank ",
-                     rank_, " of ", world_size_));
-  }
+  RINGATTN_RETURN_IF_ERROR(
+      CheckCommunicatorRank(communicator, rank_, world_size_));
   RINGATTN_RETURN_IF_ERROR(UseCudaDevice(config_.device));
   const Shape q = q_shape();
   RINGATTN_RETURN_IF_ERROR(CudaStatus(

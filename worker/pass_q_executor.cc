@@ -160,13 +160,8 @@ absl::StatusOr<RingOutput> PassQExecutor::Run(RingCommunicator& communicator,
     return absl::FailedPreconditionError("a pass-Q executor runs only once");
   }
   ran_ = true;
-  if (communicator.rank() != rank_ ||
-      communicator.world_size() != world_size_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the communicator is rank ", communicator.rank(), " of ",
-                     communicator.world_size(), " but the executor is rank ",
-                     rank_, " of ", world_size_));
-  }
+  RINGATTN_RETURN_IF_ERROR(
+      CheckCommunicatorRank(communicator, rank_, world_size_));
   const BlockMask* blocks = blocks_.has_value() ? &*blocks_ : nullptr;
   const int64_t p = world_size_;
   const int next = static_cast<int>(Modulo(rank_ + 1, p));

@@ -133,13 +133,8 @@ absl::StatusOr<RingOutput> RingExecutor::Run(RingCommunicator& communicator,
     return absl::FailedPreconditionError("a ring executor runs only once");
   }
   ran_ = true;
-  if (communicator.rank() != rank_ ||
-      communicator.world_size() != world_size_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the communicator is rank ", communicator.rank(), " of ",
-                     communicator.world_size(), " but the executor is rank ",
-                     rank_, " of ", world_size_));
-  }
+  RINGATTN_RETURN_IF_ERROR(
+      CheckCommunicatorRank(communicator, rank_, world_size_));
   const BlockMask* blocks = blocks_.has_value() ? &*blocks_ : nullptr;
   RingRunStats stats;
   stats.peak_bytes = BytesNeeded(spec_, rank_, world_size_);
