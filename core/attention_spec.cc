@@ -22,6 +22,25 @@ absl::Status CheckAtLeast(const std::string& field, int64_t value,
                  absl::StrCat(value));
 }
 
+// OK if a tensor of batch x len x heads x head_dim elements holds at most
+// kMaxTensorElements; `len_field` names its length.
+absl::Status CheckTensorSize(const std::string& len_field,
+                             const std::string& tensor, int64_t batch,
+                             int64_t len, int64_t heads, int64_t head_dim) {
+  int64_t elements;
+  if (!__builtin_mul_overflow(batch, len, &elements) &&
+      !__builtin_mul_overflow(elements, heads, &elements) &&
+      !__builtin_mul_overflow(elements, head_dim, &elements) &&
+      elements <= kMaxTensorElements) {
+    return absl::OkStatus();
+  }
+  return Invalid(len_field,
+                 absl::StrCat("must keep ", tensor, " (batch x ", len_field,
+                              " x heads x head_dim) within ",
+                              kMaxTensorElements, " elements"),
+                 absl::StrCat(batch, " x ", len, " x ", heads, " x ", head_dim));
+}
+
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 absl::Status ValidateBlockSparse(const BlockSparseRules& rules,
@@ -74,6 +93,10 @@ absl::Status AttentionSpec::Validate() const {
                    absl::StrCat("must be in [1, ", kMaxHeadDim, "]"),
                    absl::StrCat(head_dim));
   }
+  RINGATTN_RETURN_IF_ERROR(
+      CheckTensorSize("q_len", "Q", batch, q_len, q_heads, head_dim));
+  RINGATTN_RETURN_IF_ERROR(
+      CheckTensorSize("kv_len", "K and V", batch, kv_len, kv_heads, head_dim));
   if (scale.has_value() && !(std::isfinite(*scale) && *scale > 0)) {
     return Invalid("scale", "must be finite and > 0", absl::StrCat(*scale));
   }

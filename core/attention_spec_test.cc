@@ -162,6 +162,27 @@ TEST(AttentionSpec, RejectsBlockPairOutsideSequence) {
   ExpectRejected(spec, {"'block_sparse.pairs[1]'", "[0, 7)", "(7, 1)"});
 }
 
+// Found by fuzz/request_stream_fuzzer: a batch of 3.5e17 passed validation,
+// and the coordinator's byte count of the request (batch x q_len x q_heads x
+// head_dim x 2) overflowed int64.
+TEST(AttentionSpec, RejectsTensorsTooLargeToCountInBytes) {
+  AttentionSpec spec = Valid();
+  spec.batch = 351270050394504101;
+  spec.q_len = spec.kv_len = 9;
+  spec.q_heads = spec.kv_heads = 1;
+  spec.head_dim = 4;
+  ExpectRejected(spec, {"'q_len'", "351270050394504101 x 9 x 1 x 4"});
+  spec = Valid();
+  spec.kv_len = int64_t{1} << 62;
+  ExpectRejected(spec, {"'kv_len'", "K and V"});
+  spec = Valid();
+  spec.batch = 1;
+  spec.q_len = kMaxTensorElements / (8 * 64);
+  EXPECT_TRUE(spec.Validate().ok()) << spec.Validate();
+  ++spec.q_len;
+  ExpectRejected(spec, {"'q_len'", "72057594037927936 elements"});
+}
+
 TEST(AttentionSpec, RejectsHilbertGridOfWrongArea) {
   AttentionSpec spec = Valid();
   spec.hilbert = HilbertGrid{9, 11};
