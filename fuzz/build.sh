@@ -55,10 +55,12 @@ for source in "${SOURCES[@]}"; do
   compile "$source" "$object" -fsanitize=fuzzer-no-link
   objects+=("$object")
 done
+# Uses libFuzzer's own mutator, so it links into the targets only.
+compile fuzz/proto_mutator.cc "$OBJ/proto_mutator.o" -fsanitize=fuzzer-no-link
 for target in "${TARGETS[@]}"; do
   compile "fuzz/$target.cc" "$OBJ/$target.o" -fsanitize=fuzzer-no-link
-  "$CXX" "${CXXFLAGS[@]}" -fsanitize=fuzzer "$OBJ/$target.o" "${objects[@]}" \
-    "${LIBS[@]}" -o "$BIN/$target"
+  "$CXX" "${CXXFLAGS[@]}" -fsanitize=fuzzer "$OBJ/$target.o" \
+    "$OBJ/proto_mutator.o" "${objects[@]}" "${LIBS[@]}" -o "$BIN/$target"
 done
 compile fuzz/make_seeds.cc "$OBJ/make_seeds.o"
 "$CXX" "${CXXFLAGS[@]}" "$OBJ/make_seeds.o" "${objects[@]}" "${LIBS[@]}" \

@@ -9,6 +9,7 @@
 
 #include "client/chunking.h"
 #include "fuzz/fuzz_input.h"
+#include "fuzz/proto_mutator.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ringattn::FuzzInput input(data, size);
@@ -31,4 +32,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     __builtin_trap();
   }
   return 0;
+}
+
+extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size,
+                                          size_t max_size, unsigned int seed) {
+  return ringattn::MutateProtoSequence(
+      ringattn::v1::OutputChunk::default_instance(), /*param_bytes=*/5, data,
+      size, max_size, seed);
 }

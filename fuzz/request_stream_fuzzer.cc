@@ -23,6 +23,7 @@
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "fuzz/fuzz_input.h"
+#include "fuzz/proto_mutator.h"
 #include "proto/spec_conversion.h"
 #include "ringattn/v1/attention.pb.h"
 #include "server/chunk_routing.h"
@@ -143,4 +144,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ringattn::FuzzInput input(data, size);
   ringattn::Run(input);
   return 0;
+}
+
+extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size,
+                                          size_t max_size, unsigned int seed) {
+  return ringattn::MutateProtoSequence(
+      ringattn::v1::AttendRequest::default_instance(), /*param_bytes=*/1, data,
+      size, max_size, seed);
 }
