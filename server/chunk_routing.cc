@@ -26,11 +26,12 @@ absl::Status CheckChunkRows(const AttentionSpec& spec, DType dtype,
   }
   const int64_t begin = chunk.token_offset();
   const int64_t count = chunk.token_count();
-  if (count < 1 || begin < 0 || begin + count > len) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("chunk ", index, ": tensor ", name, " tokens [", begin,
-                     ", ", begin + count, ") are not inside [0, ", len, ") (",
-                     name, " has ", len, " tokens; token_count must be >= 1)"));
+  // begin + count could overflow; len - count cannot.
+  if (count < 1 || begin < 0 || begin > len - count) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk ", index, ": tensor ", name, ": ", count, " tokens from token ",
+        begin, " are not inside [0, ", len, ") (", name, " has ", len,
+        " tokens; token_count must be >= 1)"));
   }
   const int64_t row_bytes = ChunkRowBytes(spec, dtype, tensor);
   if (static_cast<int64_t>(chunk.data().size()) != count * row_bytes) {

@@ -1,6 +1,8 @@
 #include "server/chunk_routing.h"
 
+#include <limits>
 #include <string>
+#include <utility>
 
 #include "gtest/gtest.h"
 
@@ -50,6 +52,22 @@ TEST(CheckChunkRows, RefusesBadBatchRangeAndSize) {
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument)
         << chunk.DebugString();
     EXPECT_NE(status.message().find("chunk 3"), std::string::npos);
+  }
+}
+
+// Found by fuzz/request_stream_fuzzer: token_offset INT64_MAX with
+// token_count 2 overflowed the range check, passed it, and sent routing past
+// the end of the sequence.
+TEST(CheckChunkRows, RefusesARangeWhoseEndOverflows) {
+  const int64_t max = std::numeric_limits<int64_t>::max();
+  for (const auto& [offset, count] :
+       {std::pair{max, int64_t{2}}, std::pair{int64_t{1}, max}}) {
+    const absl::Status status = CheckChunkRows(
+        Spec(), DType::kFloat32, Chunk(v1::Q, 0, offset, count, 0), 4);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_NE(status.message().find("are not inside [0, 5)"),
+              std::string::npos)
+        << status;
   }
 }
 
