@@ -41,7 +41,8 @@ absl::Status CheckTensorSize(const std::string& len_field,
                  absl::StrCat(batch, " x ", len, " x ", heads, " x ", head_dim));
 }
 
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// a / b rounded up, for a >= 0 and b >= 1 (a + b - 1 could overflow).
+int64_t CeilDiv(int64_t a, int64_t b) { return a / b + (a % b != 0); }
 
 absl::Status ValidateBlockSparse(const BlockSparseRules& rules,
                                  int64_t seq_len) {

@@ -1,5 +1,6 @@
 #include "core/attention_spec.h"
 
+#include <limits>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -181,6 +182,18 @@ TEST(AttentionSpec, RejectsTensorsTooLargeToCountInBytes) {
   EXPECT_TRUE(spec.Validate().ok()) << spec.Validate();
   ++spec.q_len;
   ExpectRejected(spec, {"'q_len'", "72057594037927936 elements"});
+}
+
+// Found by fuzz/request_stream_fuzzer: a block size of INT64_MAX overflowed
+// the count of blocks, which came out -1.
+TEST(AttentionSpec, BlockSizeLongerThanTheSequenceIsOneBlock) {
+  AttentionSpec spec = Valid();
+  spec.block_sparse = BlockSparseRules{};
+  spec.block_sparse->block_size = std::numeric_limits<int64_t>::max();
+  spec.block_sparse->pairs = {{0, 0}};
+  EXPECT_TRUE(spec.Validate().ok()) << spec.Validate();
+  spec.block_sparse->pairs = {{0, 1}};
+  ExpectRejected(spec, {"'block_sparse.pairs[0]'", "[0, 1)"});
 }
 
 TEST(AttentionSpec, RejectsHilbertGridOfWrongArea) {
