@@ -141,7 +141,9 @@ absl::Status AttentionSpec::Validate() const {
     RINGATTN_RETURN_IF_ERROR(
         CheckAtLeast("hilbert.height", hilbert->height, 1));
     RINGATTN_RETURN_IF_ERROR(CheckAtLeast("hilbert.width", hilbert->width, 1));
-    if (hilbert->height * hilbert->width != q_len) {
+    int64_t area;
+    if (__builtin_mul_overflow(hilbert->height, hilbert->width, &area) ||
+        area != q_len) {
       return Invalid("hilbert",
                      absl::StrCat("height x width must equal the sequence "
                                   "length (",

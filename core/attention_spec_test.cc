@@ -204,5 +204,15 @@ TEST(AttentionSpec, RejectsHilbertGridOfWrongArea) {
   ExpectRejected(spec, {"'hilbert.height'", "got 0"});
 }
 
+// Found by fuzz/request_stream_fuzzer: height x width overflowed, and a grid
+// of 2^64 + 100 tokens wrapped around to the 100 of the sequence.
+TEST(AttentionSpec, RejectsHilbertGridWhoseAreaOverflows) {
+  AttentionSpec spec = Valid();
+  spec.hilbert = HilbertGrid{(int64_t{1} << 62) + 25, 4};
+  ExpectRejected(spec, {"'hilbert'", "4611686018427387929 x 4"});
+  spec.hilbert = HilbertGrid{3, std::numeric_limits<int64_t>::max()};
+  ExpectRejected(spec, {"'hilbert'"});
+}
+
 }  // namespace
 }  // namespace ringattn
