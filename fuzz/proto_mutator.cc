@@ -87,7 +87,9 @@ class Mutator {
       case 0:
         return kEdges[Below(sizeof(kEdges) / sizeof(kEdges[0]))];
       case 1:
-        return current + static_cast<int64_t>(Below(9)) - 4;
+        // Wraps around at the limits rather than overflowing.
+        return static_cast<int64_t>(static_cast<uint64_t>(current) +
+                                    Below(9) - 4);
       case 2:
         return static_cast<int64_t>(Below(64));
       default:
