@@ -3,7 +3,8 @@
 # clang, libFuzzer, AddressSanitizer and UndefinedBehaviorSanitizer, straight
 # from the sources they need, into .cache/fuzz/bin/. Bazel's gcc build is left
 # alone; the system protobuf and abseil link as they do there. Objects are
-# rebuilt when their source or any header of the tree is newer.
+# rebuilt when their source or any header of the tree is newer, binaries when
+# an object is.
 #
 #   fuzz/build.sh
 set -euo pipefail
@@ -49,6 +50,15 @@ compile() {  # source, object, extra flags
   "$CXX" "${CXXFLAGS[@]}" "${@:3}" -c "$1" -o "$2"
 }
 
+link() {  # binary, then the inputs and flags of its link command
+  local input stale=0
+  [ -f "$1" ] || stale=1
+  for input in "${@:2}"; do
+    if [ -f "$input" ] && [ "$input" -nt "$1" ]; then stale=1; fi
+  done
+  if [ $stale -eq 1 ]; then "$CXX" "${CXXFLAGS[@]}" "${@:2}" -o "$1"; fi
+}
+
 objects=()
 for source in "${SOURCES[@]}"; do
   object=$OBJ/$(echo "${source#"$GEN"/}" | tr / _).o
@@ -59,9 +69,8 @@ done
 compile fuzz/proto_mutator.cc "$OBJ/proto_mutator.o" -fsanitize=fuzzer-no-link
 for target in "${TARGETS[@]}"; do
   compile "fuzz/$target.cc" "$OBJ/$target.o" -fsanitize=fuzzer-no-link
-  "$CXX" "${CXXFLAGS[@]}" -fsanitize=fuzzer "$OBJ/$target.o" \
-    "$OBJ/proto_mutator.o" "${objects[@]}" "${LIBS[@]}" -o "$BIN/$target"
+  link "$BIN/$target" -fsanitize=fuzzer "$OBJ/$target.o" \
+    "$OBJ/proto_mutator.o" "${objects[@]}" "${LIBS[@]}"
 done
 compile fuzz/make_seeds.cc "$OBJ/make_seeds.o"
-"$CXX" "${CXXFLAGS[@]}" "$OBJ/make_seeds.o" "${objects[@]}" "${LIBS[@]}" \
-  -o "$BIN/make_seeds"
+link "$BIN/make_seeds" "$OBJ/make_seeds.o" "${objects[@]}" "${LIBS[@]}"
