@@ -15,7 +15,8 @@ OUT=.cache/fuzz
 GEN=$OUT/gen
 OBJ=$OUT/obj
 BIN=$OUT/bin
-TARGETS=(npy_fuzzer output_assembler_fuzzer request_stream_fuzzer)
+TARGETS=(npy_fuzzer output_assembler_fuzzer request_stream_fuzzer
+  shard_rows_fuzzer)
 # The code under test and what it pulls in.
 SOURCES=(
   client/chunking.cc client/npy.cc

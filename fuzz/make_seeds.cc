@@ -2,7 +2,8 @@
 // in the tree): valid .npy files of both dtypes, three format versions and
 // several shapes; valid Attend request streams cut by the client's own
 // ChunkStream for dense, causal, GQA, Hilbert, dilated and block-sparse specs
-// over 1 to 8 workers; valid output streams. Deterministic.
+// over 1 to 8 workers; valid output streams; every row of a worker's shard.
+// Deterministic.
 //
 //   make_seeds DIR
 
@@ -15,8 +16,10 @@
 
 #include "client/chunking.h"
 #include "client/npy.h"
+#include "core/shard_layout.h"
 #include "fuzz/fuzz_input.h"
 #include "proto/spec_conversion.h"
+#include "ringattn/v1/worker.pb.h"
 
 namespace ringattn {
 namespace {
@@ -166,6 +169,50 @@ void OutputSeeds(const std::string& dir) {
             OutputStream(Shape{2, 7, 3, 2}, true, 3));
 }
 
+// The fuzz input of every row of one worker's shard: `rank` of `workers` in a
+// zigzag or contiguous layout of `seq_len` positions, as runs or as listed
+// positions.
+std::string ShardRowsStream(bool zigzag, int64_t seq_len, int64_t workers,
+                            int64_t rank, Shape shape, DType dtype,
+                            bool listed) {
+  std::string out;
+  for (int64_t param : {int64_t{zigzag}, seq_len - 1, workers - 1, rank,
+                        shape.batch - 1, shape.heads - 1, shape.dim - 1,
+                        static_cast<int64_t>(dtype)}) {
+    out.push_back(static_cast<char>(param));
+  }
+  const ShardLayout layout = ShardLayout::Make(
+      zigzag ? ShardKind::kZigzag : ShardKind::kContiguous, seq_len, workers);
+  const int64_t row_bytes = shape.heads * shape.dim * DTypeSize(dtype);
+  for (int64_t b = 0; b < shape.batch; ++b) {
+    for (const Range& chunk : layout.Chunks(rank)) {
+      if (chunk.size() == 0) continue;
+      v1::ShardRows rows;
+      rows.set_tensor(v1::K);
+      rows.set_batch(b);
+      if (listed) {
+        for (int64_t p = chunk.end - 1; p >= chunk.begin; --p) {
+          rows.add_positions(p);
+        }
+      } else {
+        rows.set_first_position(chunk.begin);
+        rows.set_count(chunk.size());
+      }
+      rows.set_data(std::string(chunk.size() * row_bytes, '\x3c'));
+      AppendMessage(rows, &out);
+    }
+  }
+  return out;
+}
+
+void ShardRowsSeeds(const std::string& dir) {
+  WriteFile(dir + "/zigzag_runs", ShardRowsStream(true, 10, 3, 1, {2, 0, 2, 3},
+                                                  DType::kFloat16, false));
+  WriteFile(dir + "/contiguous_listed",
+            ShardRowsStream(false, 7, 2, 0, {1, 0, 1, 4}, DType::kFloat32,
+                            true));
+}
+
 }  // namespace
 }  // namespace ringattn
 
@@ -178,5 +225,6 @@ int main(int argc, char** argv) {
   ringattn::NpySeeds(dir + "/npy_fuzzer");
   ringattn::RequestSeeds(dir + "/request_stream_fuzzer");
   ringattn::OutputSeeds(dir + "/output_assembler_fuzzer");
+  ringattn::ShardRowsSeeds(dir + "/shard_rows_fuzzer");
   return 0;
 }
