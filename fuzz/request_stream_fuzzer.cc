@@ -2,8 +2,9 @@
 // header through SpecFromProto and the coordinator's checks, then every chunk
 // through CheckChunkRows, the duplicate check (RowCoverage) and routing
 // (RequestLayout, FillShardRows), and the ShardRows it becomes through each
-// worker's ShardRowsTarget::Place, for 1 to 8 workers. The input is a worker
-// count byte, then an AttendRequest header and chunks (fuzz_input.h); the
+// worker's ShardRowsTarget::Place, for 1 to 8 workers. The input is a byte
+// choosing the workers and the dtype they stage rows in, then an AttendRequest
+// header and chunks (fuzz_input.h); the
 // stream ends, as the coordinator's call does, at the first message it
 // refuses.
 //
@@ -22,6 +23,7 @@
 #include "core/attention_spec.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
+#include "core/typed_tensor.h"
 #include "fuzz/fuzz_input.h"
 #include "fuzz/proto_mutator.h"
 #include "proto/spec_conversion.h"
@@ -58,12 +60,16 @@ std::optional<int64_t> UploadElements(const AttentionSpec& spec) {
 
 // One worker's shard of Q, K and V and the targets its rows land in.
 struct WorkerShard {
-  std::array<Tensor<float>, 3> tensors;
+  std::array<TypedTensor, 3> tensors;
   std::array<ShardRowsTarget, 3> targets;
 };
 
 void Run(FuzzInput& input) {
-  const int64_t workers = 1 + input.TakeByte() % 8;
+  // Workers, and the dtype they stage rows in (fp32 on CPU workers, the
+  // compute dtype on GPU workers).
+  const uint8_t setup = input.TakeByte();
+  const int64_t workers = 1 + setup % 8;
+  const DType staged = static_cast<DType>(setup / 8 % 3);
   v1::AttendRequest request;
   if (!input.Next(&request) || !request.has_header()) return;
   const absl::StatusOr<AttentionSpec> spec = SpecFromProto(request.header());
@@ -79,13 +85,13 @@ void Run(FuzzInput& input) {
   for (int64_t w = 0; w < workers; ++w) {
     WorkerShard& shard = shards[w];
     const int rank = static_cast<int>(w);
-    shard.tensors[0] = Tensor<float>(Shape{spec->batch,
-                                           layout.q_layout().ShardLength(w),
-                                           spec->q_heads, spec->head_dim});
+    shard.tensors[0] =
+        TypedTensor(staged, Shape{spec->batch, layout.q_layout().ShardLength(w),
+                                  spec->q_heads, spec->head_dim});
     for (int t = 1; t < 3; ++t) {
-      shard.tensors[t] = Tensor<float>(Shape{spec->batch,
-                                             layout.kv_layout().ShardLength(w),
-                                             spec->kv_heads, spec->head_dim});
+      shard.tensors[t] = TypedTensor(
+          staged, Shape{spec->batch, layout.kv_layout().ShardLength(w),
+                        spec->kv_heads, spec->head_dim});
     }
     shard.targets[0] = ShardRowsTarget("Q", shard.tensors[0].view(),
                                        &layout.q_layout(), rank);

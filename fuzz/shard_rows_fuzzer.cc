@@ -1,7 +1,8 @@
 // Fuzzes ShardRowsTarget::Place (worker/shard_rows.h), where a worker stores
 // the rows the coordinator routed to it, with arbitrary ShardRows messages.
 // The first bytes pick a small layout (contiguous or zigzag, sequence length,
-// workers, this worker's rank), the shape and the wire dtype; then come the
+// workers, this worker's rank), the shape, the wire dtype and the dtype rows
+// are staged in; then come the
 // messages (fuzz_input.h). Invariants: an accepted message stores exactly the
 // rows it carries, a refused one fewer, and the target reports itself complete
 // exactly when no row is missing.
@@ -13,6 +14,7 @@
 #include "core/dtype.h"
 #include "core/shard_layout.h"
 #include "core/tensor.h"
+#include "core/typed_tensor.h"
 #include "fuzz/fuzz_input.h"
 #include "fuzz/proto_mutator.h"
 #include "ringattn/v1/worker.pb.h"
@@ -30,9 +32,12 @@ void Run(FuzzInput& input) {
   const int64_t workers = 1 + input.TakeByte() % 8;
   const int rank = input.TakeByte() % workers;
   const ShardLayout layout = ShardLayout::Make(kind, seq_len, workers);
-  Tensor<float> rows(Shape{1 + input.TakeByte() % 3, layout.ShardLength(rank),
-                           1 + input.TakeByte() % 3, 1 + input.TakeByte() % 5});
-  const DType dtype = static_cast<DType>(input.TakeByte() % 3);
+  const Shape shape{1 + input.TakeByte() % 3, layout.ShardLength(rank),
+                    1 + input.TakeByte() % 3, 1 + input.TakeByte() % 5};
+  // The wire dtype, and the one the worker stages rows in.
+  const uint8_t dtypes = input.TakeByte();
+  const DType dtype = static_cast<DType>(dtypes % 3);
+  TypedTensor rows(static_cast<DType>(dtypes / 3 % 3), shape);
   ShardRowsTarget target("K", rows.view(), &layout, rank);
   v1::ShardRows message;
   while (input.Next(&message)) {
