@@ -284,10 +284,10 @@ absl::StatusOr<NpyArray> ReadNpy(const std::string& path) {
   const size_t data_bytes = *count * element_size;
   const std::optional<uint64_t> data_left = BytesLeft(file.get());
   if (data_left.has_value() && data_bytes > *data_left) {
-    return FileError(absl::StatusCode::kInvalidArgument, path,
-                     absl::StrCat("truncated data: the header promises ",
-                                  data_bytes, " bytes, the file holds ",
-                                  *data_left));
+    return FileError(
+        absl::StatusCode::kInvalidArgument, path,
+        absl::StrCat("truncated data: the header promises ", data_bytes,
+                     " bytes, the file holds ", *data_left));
   }
 
   NpyArray array;

@@ -34,11 +34,12 @@ absl::Status CheckTensorSize(const std::string& len_field,
       elements <= kMaxTensorElements) {
     return absl::OkStatus();
   }
-  return Invalid(len_field,
-                 absl::StrCat("must keep ", tensor, " (batch x ", len_field,
-                              " x heads x head_dim) within ",
-                              kMaxTensorElements, " elements"),
-                 absl::StrCat(batch, " x ", len, " x ", heads, " x ", head_dim));
+  return Invalid(
+      len_field,
+      absl::StrCat("must keep ", tensor, " (batch x ", len_field,
+                   " x heads x head_dim) within ", kMaxTensorElements,
+                   " elements"),
+      absl::StrCat(batch, " x ", len, " x ", heads, " x ", head_dim));
 }
 
 // a / b rounded up, for a >= 0 and b >= 1 (a + b - 1 could overflow).

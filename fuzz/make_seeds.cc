@@ -32,8 +32,8 @@ void WriteFile(const std::string& path, const std::string& bytes) {
 // float32 in version 1.0 where the header fits.
 std::string Float16Npy(int major, const std::string& shape,
                        const std::vector<uint16_t>& values) {
-  std::string dict = "{'descr': '<f2', 'fortran_order': False, 'shape': " +
-                     shape + ", }";
+  std::string dict =
+      "{'descr': '<f2', 'fortran_order': False, 'shape': " + shape + ", }";
   const size_t preamble = major == 1 ? 10 : 12;
   dict.resize((preamble + dict.size() + 1 + 63) / 64 * 64 - preamble - 1, ' ');
   dict.push_back('\n');
@@ -176,9 +176,9 @@ std::string ShardRowsStream(bool zigzag, int64_t seq_len, int64_t workers,
                             int64_t rank, Shape shape, DType dtype,
                             bool listed) {
   std::string out;
-  for (int64_t param : {int64_t{zigzag}, seq_len - 1, workers - 1, rank,
-                        shape.batch - 1, shape.heads - 1, shape.dim - 1,
-                        static_cast<int64_t>(dtype)}) {
+  for (int64_t param :
+       {int64_t{zigzag}, seq_len - 1, workers - 1, rank, shape.batch - 1,
+        shape.heads - 1, shape.dim - 1, static_cast<int64_t>(dtype)}) {
     out.push_back(static_cast<char>(param));
   }
   const ShardLayout layout = ShardLayout::Make(
@@ -208,9 +208,9 @@ std::string ShardRowsStream(bool zigzag, int64_t seq_len, int64_t workers,
 void ShardRowsSeeds(const std::string& dir) {
   WriteFile(dir + "/zigzag_runs", ShardRowsStream(true, 10, 3, 1, {2, 0, 2, 3},
                                                   DType::kFloat16, false));
-  WriteFile(dir + "/contiguous_listed",
-            ShardRowsStream(false, 7, 2, 0, {1, 0, 1, 4}, DType::kFloat32,
-                            true));
+  WriteFile(
+      dir + "/contiguous_listed",
+      ShardRowsStream(false, 7, 2, 0, {1, 0, 1, 4}, DType::kFloat32, true));
 }
 
 }  // namespace

@@ -1,9 +1,8 @@
 // Fuzzes OutputAssembler (client/chunking.h), the client's reassembly of the
 // output stream, with a small output shape, dtype and mode (kept or handed to
 // a consumer) taken from the first bytes and a sequence of arbitrary
-// OutputChunks (fuzz_input.h). Invariants: what it
-// accepts never exceeds the output, and it reports the output complete exactly
-// when every byte arrived.
+// OutputChunks (fuzz_input.h). Invariants: what it accepts never exceeds the
+// output, and it reports the output complete exactly when every byte arrived.
 
 #include <cstddef>
 #include <cstdint>

@@ -9,8 +9,7 @@
 
 #include "fuzz/fuzz_input.h"
 
-extern "C" size_t LLVMFuzzerMutate(uint8_t* data, size_t size,
-                                   size_t max_size);
+extern "C" size_t LLVMFuzzerMutate(uint8_t* data, size_t size, size_t max_size);
 
 namespace ringattn {
 namespace {
@@ -88,8 +87,8 @@ class Mutator {
         return kEdges[Below(sizeof(kEdges) / sizeof(kEdges[0]))];
       case 1:
         // Wraps around at the limits rather than overflowing.
-        return static_cast<int64_t>(static_cast<uint64_t>(current) +
-                                    Below(9) - 4);
+        return static_cast<int64_t>(static_cast<uint64_t>(current) + Below(9) -
+                                    4);
       case 2:
         return static_cast<int64_t>(Below(64));
       default:
@@ -98,7 +97,11 @@ class Mutator {
   }
 
   float Float() {
-    static const float kEdges[] = {0.0f, -1.0f, 1.0f, 1e-45f, 3e38f,
+    static const float kEdges[] = {0.0f,
+                                   -1.0f,
+                                   1.0f,
+                                   1e-45f,
+                                   3e38f,
                                    std::numeric_limits<float>::infinity(),
                                    std::numeric_limits<float>::quiet_NaN()};
     return kEdges[Below(sizeof(kEdges) / sizeof(kEdges[0]))];
@@ -120,8 +123,9 @@ class Mutator {
     const Reflection* r = message->GetReflection();
     switch (field->cpp_type()) {
       case FieldDescriptor::CPPTYPE_INT32:
-        r->SetInt32(message, field,
-                    static_cast<int32_t>(Integer(r->GetInt32(*message, field))));
+        r->SetInt32(
+            message, field,
+            static_cast<int32_t>(Integer(r->GetInt32(*message, field))));
         break;
       case FieldDescriptor::CPPTYPE_INT64:
         r->SetInt64(message, field, Integer(r->GetInt64(*message, field)));
@@ -175,9 +179,8 @@ class Mutator {
                      int index) {
     const Reflection* r = message->GetReflection();
     if (field->cpp_type() == FieldDescriptor::CPPTYPE_INT64) {
-      r->SetRepeatedInt64(
-          message, field, index,
-          Integer(r->GetRepeatedInt64(*message, field, index)));
+      r->SetRepeatedInt64(message, field, index,
+                          Integer(r->GetRepeatedInt64(*message, field, index)));
     }
   }
 

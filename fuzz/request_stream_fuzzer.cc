@@ -4,9 +4,8 @@
 // (RequestLayout, FillShardRows), and the ShardRows it becomes through each
 // worker's ShardRowsTarget::Place, for 1 to 8 workers. The input is a byte
 // choosing the workers and the dtype they stage rows in, then an AttendRequest
-// header and chunks (fuzz_input.h); the
-// stream ends, as the coordinator's call does, at the first message it
-// refuses.
+// header and chunks (fuzz_input.h); the stream ends, as the coordinator's call
+// does, at the first message it refuses.
 //
 // Invariants: an accepted spec's upload size fits in int64 (the coordinator
 // multiplies it out); a chunk the coordinator accepts is accepted by every
@@ -93,8 +92,8 @@ void Run(FuzzInput& input) {
           staged, Shape{spec->batch, layout.kv_layout().ShardLength(w),
                         spec->kv_heads, spec->head_dim});
     }
-    shard.targets[0] = ShardRowsTarget("Q", shard.tensors[0].view(),
-                                       &layout.q_layout(), rank);
+    shard.targets[0] =
+        ShardRowsTarget("Q", shard.tensors[0].view(), &layout.q_layout(), rank);
     shard.targets[1] = ShardRowsTarget("K", shard.tensors[1].view(),
                                        &layout.kv_layout(), rank);
     shard.targets[2] = ShardRowsTarget("V", shard.tensors[2].view(),

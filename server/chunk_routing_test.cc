@@ -33,12 +33,12 @@ v1::TensorChunk Chunk(v1::TensorName tensor, int64_t batch, int64_t offset,
 
 TEST(CheckChunkRows, AcceptsRowsInsideTheirTensor) {
   // Q rows take 4 x 3 fp16 values, K rows 2 x 3.
-  EXPECT_TRUE(CheckChunkRows(Spec(), DType::kFloat16,
-                             Chunk(v1::Q, 1, 3, 2, 2 * 24), 1)
-                  .ok());
-  EXPECT_TRUE(CheckChunkRows(Spec(), DType::kFloat16,
-                             Chunk(v1::K, 0, 0, 7, 7 * 12), 2)
-                  .ok());
+  EXPECT_TRUE(
+      CheckChunkRows(Spec(), DType::kFloat16, Chunk(v1::Q, 1, 3, 2, 2 * 24), 1)
+          .ok());
+  EXPECT_TRUE(
+      CheckChunkRows(Spec(), DType::kFloat16, Chunk(v1::K, 0, 0, 7, 7 * 12), 2)
+          .ok());
 }
 
 TEST(CheckChunkRows, RefusesBadBatchRangeAndSize) {
@@ -47,8 +47,7 @@ TEST(CheckChunkRows, RefusesBadBatchRangeAndSize) {
        {Chunk(v1::Q, 2, 0, 1, 48), Chunk(v1::Q, -1, 0, 1, 48),
         Chunk(v1::Q, 0, 4, 2, 96), Chunk(v1::V, 0, 0, 0, 0),
         Chunk(v1::V, 0, -1, 1, 24), Chunk(v1::K, 0, 0, 1, 25)}) {
-    const absl::Status status =
-        CheckChunkRows(spec, DType::kFloat32, chunk, 3);
+    const absl::Status status = CheckChunkRows(spec, DType::kFloat32, chunk, 3);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument)
         << chunk.DebugString();
     EXPECT_NE(status.message().find("chunk 3"), std::string::npos);
@@ -65,8 +64,7 @@ TEST(CheckChunkRows, RefusesARangeWhoseEndOverflows) {
     const absl::Status status = CheckChunkRows(
         Spec(), DType::kFloat32, Chunk(v1::Q, 0, offset, count, 0), 4);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
-    EXPECT_NE(status.message().find("are not inside [0, 5)"),
-              std::string::npos)
+    EXPECT_NE(status.message().find("are not inside [0, 5)"), std::string::npos)
         << status;
   }
 }

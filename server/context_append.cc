@@ -109,10 +109,9 @@ absl::Status ContextAppend::Route(const v1::TensorChunk& chunk, int64_t index) {
   const int64_t count = chunk.token_count();
   // begin + count could overflow; count_ - count cannot.
   if (count < 1 || begin < 0 || begin > count_ - count) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("chunk ", index, ": tensor ", name, ": ", count,
-                     " tokens from token ", begin, " are not inside [0, ",
-                     count_, ") (the new tokens)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk ", index, ": tensor ", name, ": ", count, " tokens from token ",
+        begin, " are not inside [0, ", count_, ") (the new tokens)"));
   }
   const int64_t row_bytes =
       before_.kv_heads * before_.head_dim * DTypeSize(dtype_);
