@@ -1,5 +1,6 @@
 #include "server/chunk_routing.h"
 
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -28,10 +29,14 @@ absl::Status CheckChunkRows(const AttentionSpec& spec, DType dtype,
   const int64_t count = chunk.token_count();
   // begin + count could overflow; len - count cannot.
   if (count < 1 || begin < 0 || begin > len - count) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "chunk ", index, ": tensor ", name, ": ", count, " tokens from token ",
-        begin, " are not inside [0, ", len, ") (", name, " has ", len,
-        " tokens; token_count must be >= 1)"));
+    int64_t end;
+    const std::string end_text = __builtin_add_overflow(begin, count, &end)
+                                     ? absl::StrCat(begin, " + ", count)
+                                     : absl::StrCat(end);
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk ", index, ": tensor ", name, " tokens [", begin,
+                     ", ", end_text, ") are not inside [0, ", len, ") (", name,
+                     " has ", len, " tokens; token_count must be >= 1)"));
   }
   const int64_t row_bytes = ChunkRowBytes(spec, dtype, tensor);
   if (static_cast<int64_t>(chunk.data().size()) != count * row_bytes) {

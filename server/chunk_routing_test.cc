@@ -67,6 +67,15 @@ TEST(CheckChunkRows, RefusesARangeWhoseEndOverflows) {
     EXPECT_NE(status.message().find("are not inside [0, 5)"), std::string::npos)
         << status;
   }
+  EXPECT_NE(
+      CheckChunkRows(Spec(), DType::kFloat32, Chunk(v1::Q, 0, max, 2, 0), 4)
+          .message()
+          .find("tokens [9223372036854775807, 9223372036854775807 + 2)"),
+      std::string::npos);
+  EXPECT_NE(CheckChunkRows(Spec(), DType::kFloat32, Chunk(v1::Q, 0, 4, 2, 0), 4)
+                .message()
+                .find("tokens [4, 6) are not inside [0, 5)"),
+            std::string::npos);
 }
 
 TEST(FillShardRows, ListsPositionsOnlyWhenNotContiguous) {
