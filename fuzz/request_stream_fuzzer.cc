@@ -108,7 +108,7 @@ void Run(FuzzInput& input) {
 
   for (int64_t index = 1; input.Next(&request); ++index) {
     if (!request.has_chunk()) return;
-    const v1::TensorChunk& chunk = request.chunk();
+    v1::TensorChunk& chunk = *request.mutable_chunk();
     const v1::TensorName tensor = chunk.tensor();
     if (tensor != v1::Q && tensor != v1::K && tensor != v1::V) return;
     if (!CheckChunkRows(*spec, *dtype, chunk, index).ok()) return;
@@ -122,7 +122,7 @@ void Run(FuzzInput& input) {
     for (const RequestLayout::Piece& piece :
          layout.Route(t != 0, begin, count)) {
       v1::ShardRows rows;
-      FillShardRows(chunk, piece, row_bytes, &rows);
+      FillShardRows(&chunk, piece, row_bytes, &rows);
       if (!shards[piece.worker].targets[t].Place(rows, *dtype).ok()) {
         __builtin_trap();
       }
