@@ -91,9 +91,9 @@ absl::Status OutputAssembler::Add(const v1::OutputChunk& chunk) {
   const int64_t batch = chunk.batch();
   const int64_t offset = chunk.token_offset();
   const int64_t count = chunk.token_count();
-  const std::string rows =
-      absl::StrCat("output rows [", offset, ", ", offset + count,
-                   ") of batch entry ", batch);
+  // Named by count, not by offset + count, which could overflow.
+  const std::string rows = absl::StrCat(count, " output rows from token ",
+                                        offset, " of batch entry ", batch);
   if (batch < 0 || batch >= shape_.batch || offset < 0 || count < 1 ||
       offset > shape_.seq - count) {
     return absl::InternalError(absl::StrCat(

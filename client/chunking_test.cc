@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -192,6 +193,20 @@ TEST(OutputAssemblerTest, ReportsMissingRows) {
   EXPECT_NE(status.message().find(
                 "missing 2 of 8 token rows (the first: token 2 of batch "
                 "entry 1)"),
+            std::string::npos)
+      << status;
+}
+
+// Found by fuzz/output_assembler_fuzzer: the message naming the rows of a
+// chunk at token_offset INT64_MAX computed offset + count, which overflowed.
+TEST(OutputAssemblerTest, NamesRowsWhoseEndOverflows) {
+  OutputAssembler output({1, 4, 2, 2}, /*with_lse=*/false);
+  const absl::Status status = output.Add(
+      OutputRows(0, std::numeric_limits<int64_t>::max(), 4, 2, 2, false));
+  EXPECT_EQ(status.code(), absl::StatusCode::kInternal);
+  EXPECT_NE(status.message().find("4 output rows from token "
+                                  "9223372036854775807 of batch entry 0, "
+                                  "outside the output"),
             std::string::npos)
       << status;
 }

@@ -1,9 +1,12 @@
 #include "client/npy.h"
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <utility>
 
@@ -190,6 +193,19 @@ absl::StatusOr<int64_t> ElementCount(absl::Span<const int64_t> shape,
   return count;
 }
 
+// The bytes of `file` after its read position, or nullopt where that is
+// unknown (not a regular file: a pipe, a terminal). Sizes a header claims are
+// checked against it before they are allocated.
+std::optional<uint64_t> BytesLeft(std::FILE* file) {
+  struct stat info;
+  const long position = std::ftell(file);
+  if (fstat(fileno(file), &info) != 0 || !S_ISREG(info.st_mode) ||
+      position < 0 || position > info.st_size) {
+    return std::nullopt;
+  }
+  return static_cast<uint64_t>(info.st_size - position);
+}
+
 uint32_t LittleEndian(const unsigned char* bytes, int size) {
   uint32_t value = 0;
   for (int i = size - 1; i >= 0; --i) value = value << 8 | bytes[i];
@@ -228,6 +244,11 @@ absl::StatusOr<NpyArray> ReadNpy(const std::string& path) {
         absl::StrCat("unsupported .npy format version ", major, ".", minor));
   }
   const uint32_t header_size = LittleEndian(preamble + 8, length_size);
+  const std::optional<uint64_t> header_left = BytesLeft(file.get());
+  if (header_left.has_value() && header_size > *header_left) {
+    return FileError(absl::StatusCode::kInvalidArgument, path,
+                     "truncated header");
+  }
   std::string header_text(header_size, '\0');
   if (std::fread(header_text.data(), 1, header_size, file.get()) !=
       header_size) {
@@ -260,6 +281,15 @@ absl::StatusOr<NpyArray> ReadNpy(const std::string& path) {
     return FileError(count.status().code(), path, count.status().message());
   }
 
+  const size_t data_bytes = *count * element_size;
+  const std::optional<uint64_t> data_left = BytesLeft(file.get());
+  if (data_left.has_value() && data_bytes > *data_left) {
+    return FileError(
+        absl::StatusCode::kInvalidArgument, path,
+        absl::StrCat("truncated data: the header promises ", data_bytes,
+                     " bytes, the file holds ", *data_left));
+  }
+
   NpyArray array;
   array.shape = std::move(header->shape);
   array.values.resize(*count);
@@ -267,7 +297,6 @@ absl::StatusOr<NpyArray> ReadNpy(const std::string& path) {
   void* data = dtype == DType::kFloat32
                    ? static_cast<void*>(array.values.data())
                    : static_cast<void*>(narrow.data());
-  const size_t data_bytes = *count * element_size;
   const size_t read = std::fread(data, 1, data_bytes, file.get());
   if (read != data_bytes) {
     return FileError(absl::StatusCode::kInvalidArgument, path,

@@ -1,5 +1,7 @@
 #include "client/npy.h"
 
+#include <sys/resource.h>
+
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
@@ -201,6 +203,30 @@ TEST(NpyTest, RejectsBadFiles) {
   ExpectInvalid("extra_key.npy",
                 NpyBytes(1, f4 + "'shape': (2,), 'x': 1}", two),
                 "unexpected key 'x'");
+}
+
+// The process's peak resident memory in KiB.
+long PeakRssKib() {
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss;
+}
+
+// Found by fuzz/npy_fuzzer: a 100-byte file whose header claimed a 1.9 GB
+// header (or a shape of terabytes) made the reader allocate that much before
+// it noticed the file was short.
+TEST(NpyTest, RefusesSizesLargerThanTheFileBeforeAllocating) {
+  const long peak_before = PeakRssKib();
+  std::string huge_header("\x93NUMPY\x03\x00\x74\x00\x00\x73", 12);
+  huge_header += "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }";
+  ExpectInvalid("huge_header.npy", huge_header, "truncated header");
+  ExpectInvalid("huge_data.npy",
+                NpyBytes(1,
+                         "{'descr': '<f2', 'fortran_order': False, "
+                         "'shape': (1099511627776,), }",
+                         FloatBytes({1, 2})),
+                "the header promises 2199023255552 bytes, the file holds 8");
+  EXPECT_LT(PeakRssKib() - peak_before, 64 * 1024);
 }
 
 TEST(NpyTest, WriteRejectsAShapeThatDoesNotMatchTheValues) {

@@ -22,7 +22,28 @@ absl::Status CheckAtLeast(const std::string& field, int64_t value,
                  absl::StrCat(value));
 }
 
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// OK if a tensor of batch x len x heads x head_dim elements holds at most
+// kMaxTensorElements; `len_field` names its length.
+absl::Status CheckTensorSize(const std::string& len_field,
+                             const std::string& tensor, int64_t batch,
+                             int64_t len, int64_t heads, int64_t head_dim) {
+  int64_t elements;
+  if (!__builtin_mul_overflow(batch, len, &elements) &&
+      !__builtin_mul_overflow(elements, heads, &elements) &&
+      !__builtin_mul_overflow(elements, head_dim, &elements) &&
+      elements <= kMaxTensorElements) {
+    return absl::OkStatus();
+  }
+  return Invalid(
+      len_field,
+      absl::StrCat("must keep ", tensor, " (batch x ", len_field,
+                   " x heads x head_dim) within ", kMaxTensorElements,
+                   " elements"),
+      absl::StrCat(batch, " x ", len, " x ", heads, " x ", head_dim));
+}
+
+// a / b rounded up, for a >= 0 and b >= 1 (a + b - 1 could overflow).
+int64_t CeilDiv(int64_t a, int64_t b) { return a / b + (a % b != 0); }
 
 absl::Status ValidateBlockSparse(const BlockSparseRules& rules,
                                  int64_t seq_len) {
@@ -74,6 +95,10 @@ absl::Status AttentionSpec::Validate() const {
                    absl::StrCat("must be in [1, ", kMaxHeadDim, "]"),
                    absl::StrCat(head_dim));
   }
+  RINGATTN_RETURN_IF_ERROR(
+      CheckTensorSize("q_len", "Q", batch, q_len, q_heads, head_dim));
+  RINGATTN_RETURN_IF_ERROR(
+      CheckTensorSize("kv_len", "K and V", batch, kv_len, kv_heads, head_dim));
   if (scale.has_value() && !(std::isfinite(*scale) && *scale > 0)) {
     return Invalid("scale", "must be finite and > 0", absl::StrCat(*scale));
   }
@@ -117,7 +142,9 @@ absl::Status AttentionSpec::Validate() const {
     RINGATTN_RETURN_IF_ERROR(
         CheckAtLeast("hilbert.height", hilbert->height, 1));
     RINGATTN_RETURN_IF_ERROR(CheckAtLeast("hilbert.width", hilbert->width, 1));
-    if (hilbert->height * hilbert->width != q_len) {
+    int64_t area;
+    if (__builtin_mul_overflow(hilbert->height, hilbert->width, &area) ||
+        area != q_len) {
       return Invalid("hilbert",
                      absl::StrCat("height x width must equal the sequence "
                                   "length (",

@@ -80,6 +80,10 @@ struct AttentionSpec {
 // The largest head dimension any path accepts.
 inline constexpr int64_t kMaxHeadDim = 256;
 
+// The most elements Q, K, V or O may hold (2^56), so that the byte counts of a
+// whole request, and of a worker's share of it, stay far inside int64.
+inline constexpr int64_t kMaxTensorElements = int64_t{1} << 56;
+
 }  // namespace ringattn
 
 #endif  // RINGATTN_CORE_ATTENTION_SPEC_H_

@@ -1,5 +1,6 @@
 #include "core/attention_spec.h"
 
+#include <limits>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -162,12 +163,55 @@ TEST(AttentionSpec, RejectsBlockPairOutsideSequence) {
   ExpectRejected(spec, {"'block_sparse.pairs[1]'", "[0, 7)", "(7, 1)"});
 }
 
+// Found by fuzz/request_stream_fuzzer: a batch of 3.5e17 passed validation,
+// and the coordinator's byte count of the request (batch x q_len x q_heads x
+// head_dim x 2) overflowed int64.
+TEST(AttentionSpec, RejectsTensorsTooLargeToCountInBytes) {
+  AttentionSpec spec = Valid();
+  spec.batch = 351270050394504101;
+  spec.q_len = spec.kv_len = 9;
+  spec.q_heads = spec.kv_heads = 1;
+  spec.head_dim = 4;
+  ExpectRejected(spec, {"'q_len'", "351270050394504101 x 9 x 1 x 4"});
+  spec = Valid();
+  spec.kv_len = int64_t{1} << 62;
+  ExpectRejected(spec, {"'kv_len'", "K and V"});
+  spec = Valid();
+  spec.batch = 1;
+  spec.q_len = kMaxTensorElements / (8 * 64);
+  EXPECT_TRUE(spec.Validate().ok()) << spec.Validate();
+  ++spec.q_len;
+  ExpectRejected(spec, {"'q_len'", "72057594037927936 elements"});
+}
+
+// Found by fuzz/request_stream_fuzzer: a block size of INT64_MAX overflowed
+// the count of blocks, which came out -1.
+TEST(AttentionSpec, BlockSizeLongerThanTheSequenceIsOneBlock) {
+  AttentionSpec spec = Valid();
+  spec.block_sparse = BlockSparseRules{};
+  spec.block_sparse->block_size = std::numeric_limits<int64_t>::max();
+  spec.block_sparse->pairs = {{0, 0}};
+  EXPECT_TRUE(spec.Validate().ok()) << spec.Validate();
+  spec.block_sparse->pairs = {{0, 1}};
+  ExpectRejected(spec, {"'block_sparse.pairs[0]'", "[0, 1)"});
+}
+
 TEST(AttentionSpec, RejectsHilbertGridOfWrongArea) {
   AttentionSpec spec = Valid();
   spec.hilbert = HilbertGrid{9, 11};
   ExpectRejected(spec, {"'hilbert'", "(100)", "9 x 11"});
   spec.hilbert = HilbertGrid{0, 100};
   ExpectRejected(spec, {"'hilbert.height'", "got 0"});
+}
+
+// Found by fuzz/request_stream_fuzzer: height x width overflowed, and a grid
+// of 2^64 + 100 tokens wrapped around to the 100 of the sequence.
+TEST(AttentionSpec, RejectsHilbertGridWhoseAreaOverflows) {
+  AttentionSpec spec = Valid();
+  spec.hilbert = HilbertGrid{(int64_t{1} << 62) + 25, 4};
+  ExpectRejected(spec, {"'hilbert'", "4611686018427387929 x 4"});
+  spec.hilbert = HilbertGrid{3, std::numeric_limits<int64_t>::max()};
+  ExpectRejected(spec, {"'hilbert'"});
 }
 
 }  // namespace

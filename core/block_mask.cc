@@ -23,7 +23,9 @@ BlockMask::BlockMask(int64_t block_size, int64_t num_blocks)
       allowed_(static_cast<size_t>(num_blocks * num_blocks), 0) {}
 
 BlockMask BlockMask::FromRules(const BlockSparseRules& rules, int64_t seq_len) {
-  const int64_t nb = (seq_len + rules.block_size - 1) / rules.block_size;
+  // Rounded up without seq_len + block_size - 1, which could overflow.
+  const int64_t nb =
+      seq_len / rules.block_size + (seq_len % rules.block_size != 0);
   BlockMask mask(rules.block_size, nb);
   auto allow = [&](int64_t i, int64_t j) { mask.allowed_[i * nb + j] = 1; };
   for (int64_t i = 0; i < nb; ++i) {

@@ -1,5 +1,7 @@
 #include "core/block_mask.h"
 
+#include <limits>
+
 #include "gtest/gtest.h"
 
 namespace ringattn {
@@ -17,6 +19,14 @@ TEST(BlockMask, LastBlockMayBeShort) {
   const BlockMask mask = BlockMask::FromRules(rules, 95);
   EXPECT_EQ(mask.num_blocks(), 10);
   EXPECT_EQ(mask.CountAllowed(), 10);
+}
+
+TEST(BlockMask, BlockLongerThanTheSequenceIsOneBlock) {
+  BlockSparseRules rules = Rules(std::numeric_limits<int64_t>::max());
+  rules.local = 0;
+  const BlockMask mask = BlockMask::FromRules(rules, 95);
+  EXPECT_EQ(mask.num_blocks(), 1);
+  EXPECT_TRUE(mask.Allowed(0, 0));
 }
 
 TEST(BlockMask, LocalAllowsBand) {

@@ -22,6 +22,7 @@
 #include "proto/grpc_status.h"
 #include "proto/spec_conversion.h"
 #include "ringattn/v1/worker.grpc.pb.h"
+#include "server/chunk_routing.h"
 #include "server/context_append.h"
 #include "server/context_upload.h"
 #include "server/request_layout.h"
@@ -419,28 +420,10 @@ absl::Status Call::RouteChunk(v1::TensorChunk& chunk, int64_t index) {
                      "append_length; K and V come from context '",
                      resident_->name, "'"));
   }
-  const int64_t len = keys ? spec_.kv_len : spec_.q_len;
-  const int64_t heads = keys ? spec_.kv_heads : spec_.q_heads;
-  if (chunk.batch() < 0 || chunk.batch() >= spec_.batch) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("chunk ", index, ": tensor ", name, " batch ",
-                     chunk.batch(), " is outside [0, ", spec_.batch, ")"));
-  }
+  RINGATTN_RETURN_IF_ERROR(CheckChunkRows(spec_, dtype_, chunk, index));
   const int64_t begin = chunk.token_offset();
   const int64_t count = chunk.token_count();
-  if (count < 1 || begin < 0 || begin + count > len) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("chunk ", index, ": tensor ", name, " tokens [", begin,
-                     ", ", begin + count, ") are not inside [0, ", len, ") (",
-                     name, " has ", len, " tokens; token_count must be >= 1)"));
-  }
-  const int64_t row_bytes = heads * spec_.head_dim * DTypeSize(dtype_);
-  if (static_cast<int64_t>(chunk.data().size()) != count * row_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "chunk ", index, ": tensor ", name, " carries ", chunk.data().size(),
-        " bytes but ", count, " tokens x ", heads, " heads x ", spec_.head_dim,
-        " dims of ", DTypeName(dtype_), " need ", count * row_bytes));
-  }
+  const int64_t row_bytes = ChunkRowBytes(spec_, dtype_, tensor);
   const int tensor_index = tensor == v1::Q ? 0 : tensor == v1::K ? 1 : 2;
   RowCoverage& coverage = coverage_[tensor_index * spec_.batch + chunk.batch()];
   if (std::optional<Range> twice = coverage.Mark(begin, begin + count)) {
@@ -467,22 +450,7 @@ absl::Status Call::RouteChunk(v1::TensorChunk& chunk, int64_t index) {
   }
   for (const RequestLayout::Piece& piece : layout_->Route(keys, begin, count)) {
     v1::ExecuteRequest request;
-    v1::ShardRows* rows = request.mutable_rows();
-    rows->set_tensor(tensor);
-    rows->set_batch(chunk.batch());
-    const int64_t n = static_cast<int64_t>(piece.positions.size());
-    rows->set_first_position(piece.positions.front());
-    rows->set_count(n);
-    if (!piece.contiguous) {
-      *rows->mutable_positions() = {piece.positions.begin(),
-                                    piece.positions.end()};
-    }
-    if (n == count) {
-      rows->set_data(std::move(*chunk.mutable_data()));  // the whole chunk
-    } else {
-      rows->set_data(
-          chunk.data().substr(piece.first_token * row_bytes, n * row_bytes));
-    }
+    FillShardRows(&chunk, piece, row_bytes, request.mutable_rows());
     RINGATTN_RETURN_IF_ERROR(SendToWorker(piece.worker, std::move(request)));
   }
   return absl::OkStatus();

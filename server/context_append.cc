@@ -1,6 +1,7 @@
 #include "server/context_append.h"
 
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -107,10 +108,15 @@ absl::Status ContextAppend::Route(const v1::TensorChunk& chunk, int64_t index) {
   }
   const int64_t begin = chunk.token_offset();
   const int64_t count = chunk.token_count();
-  if (count < 1 || begin < 0 || begin + count > count_) {
+  // begin + count could overflow; count_ - count cannot.
+  if (count < 1 || begin < 0 || begin > count_ - count) {
+    int64_t end;
+    const std::string end_text = __builtin_add_overflow(begin, count, &end)
+                                     ? absl::StrCat(begin, " + ", count)
+                                     : absl::StrCat(end);
     return absl::InvalidArgumentError(absl::StrCat(
-        "chunk ", index, ": tensor ", name, " tokens [", begin, ", ",
-        begin + count, ") are not inside [0, ", count_, ") (the new tokens)"));
+        "chunk ", index, ": tensor ", name, " tokens [", begin, ", ", end_text,
+        ") are not inside [0, ", count_, ") (the new tokens)"));
   }
   const int64_t row_bytes =
       before_.kv_heads * before_.head_dim * DTypeSize(dtype_);

@@ -43,9 +43,10 @@ absl::Status ShardRowsTarget::Place(const v1::ShardRows& rows,
   }
   if (!listed && (count < 0 || rows.first_position() < 0 ||
                   rows.first_position() > seq_len - count)) {
+    // Named by count, not by their end, which could overflow.
     return absl::InvalidArgumentError(absl::StrCat(
-        "ShardRows of ", name_, ": rows [", rows.first_position(), ", ",
-        rows.first_position() + count, ") are outside [0, ", seq_len, ")"));
+        "ShardRows of ", name_, ": ", count, " rows from position ",
+        rows.first_position(), " are outside [0, ", seq_len, ")"));
   }
   const int64_t values_per_row = shape.heads * shape.dim;
   const int64_t row_bytes = values_per_row * DTypeSize(wire_dtype);
