@@ -272,6 +272,11 @@ k8s_tests() {
       fail "k8s overlay $overlay renders and validates" "$work/k8s.log"
       continue
     fi
+    if "$VENV/bin/python" deploy/k8s_drift_check.py "$out" bin >"$work/k8s.log" 2>&1; then
+      pass "k8s overlay $overlay: every flag, port and probe exists in the binaries"
+    else
+      fail "k8s overlay $overlay: flags, ports and probes match the binaries" "$work/k8s.log"
+    fi
     # The StatefulSet's replicas must equal the coordinator's --world_size.
     python3 - "$out" >"$work/k8s.log" 2>&1 <<'PY' && pass "k8s overlay $overlay: worker replicas = WORLD_SIZE" ||
 import re, sys
