@@ -25,11 +25,13 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/chunking.h"
 #include "client/client.h"
 #include "core/dtype.h"
 #include "core/large_buffers.h"
+#include "core/tensor.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "the coordinator");
 ABSL_FLAG(std::string, lengths, "262144",
@@ -43,6 +45,10 @@ ABSL_FLAG(bool, causal, true, "causal attention");
 ABSL_FLAG(int, check_rows, 4, "output rows checked against float64");
 ABSL_FLAG(int64_t, chunk_bytes, 4 << 20, "bytes per uploaded chunk");
 ABSL_FLAG(int, threads, 0, "reference threads (0: all cores)");
+ABSL_FLAG(int, decode_steps, 0,
+          "instead of one-shot requests: upload each length as a resident "
+          "context, then time this many decode steps (1 query row, 1 new K/V "
+          "row each) against it");
 ABSL_FLAG(int, wait_ready_seconds, 0,
           "how long to wait for the cluster to become ready");
 
@@ -96,12 +102,16 @@ struct Shapes {
   int64_t RowValues(int tensor) const { return (tensor == 0 ? hq : hkv) * d; }
 };
 
-// The chunks of Q, K and V (batch 1, bf16) in order, generated as they go.
+// The chunks of Q, K and V (batch 1, bf16) in order, generated as they go;
+// from `first_tensor` on (1: only K and V, a context's upload).
 class GeneratedSource : public ChunkSource {
  public:
   GeneratedSource(const RowPool& pool, const Shapes& shapes,
-                  int64_t chunk_bytes)
-      : pool_(pool), shapes_(shapes), chunk_bytes_(chunk_bytes) {}
+                  int64_t chunk_bytes, int first_tensor = 0)
+      : pool_(pool),
+        shapes_(shapes),
+        chunk_bytes_(chunk_bytes),
+        tensor_(first_tensor) {}
 
   bool Next(v1::TensorChunk* chunk) override {
     if (tensor_ == 3) return false;
@@ -129,7 +139,7 @@ class GeneratedSource : public ChunkSource {
   }
 
   int64_t total_bytes() const override {
-    return 2 * (shapes_.nq * shapes_.RowValues(0) +
+    return 2 * ((tensor_ == 0 ? shapes_.nq * shapes_.RowValues(0) : 0) +
                 2 * shapes_.n * shapes_.RowValues(1));
   }
 
@@ -140,7 +150,7 @@ class GeneratedSource : public ChunkSource {
   const RowPool& pool_;
   const Shapes shapes_;
   const int64_t chunk_bytes_;
-  int tensor_ = 0;  // 0 Q, 1 K, 2 V; 3 when done
+  int tensor_;  // 0 Q, 1 K, 2 V; 3 when done
   int64_t row_ = 0;
   Clock::time_point done_;
 };
@@ -219,6 +229,98 @@ double PhaseSeconds(const v1::Summary& summary, const std::string& phase) {
   return 0;
 }
 
+// Row `row` of tensor `tensor` from the pool as a [1, 1, heads, d] fp32
+// tensor (exactly its bf16 values).
+Tensor<float> PoolRow(const RowPool& pool, const Shapes& s, int tensor,
+                      int64_t row) {
+  const int64_t values = s.RowValues(tensor);
+  Tensor<float> t(Shape{1, 1, values / s.d, s.d});
+  std::memcpy(t.data(), pool.Floats(tensor, row, values),
+              sizeof(float) * values);
+  return t;
+}
+
+// Uploads `s.n` K/V rows as context `name`, then runs `steps` decode steps
+// against it (each: query row 0 of the pool and the next K/V row, appended
+// and attended in one call), and checks the last step against float64. Prints
+// one table row; false if anything failed.
+bool RunDecodeSteps(Client& client, const RowPool& pool, Shapes s, int steps,
+                    int64_t chunk_bytes, int threads) {
+  const std::string name = absl::StrCat("service-bench-", s.n);
+  client.DeleteContext(name).IgnoreError();
+  v1::ContextHeader header;
+  header.set_name(name);
+  header.set_batch(1);
+  header.set_kv_heads(s.hkv);
+  header.set_head_dim(s.d);
+  header.set_length(s.n);
+  header.set_wire_dtype(v1::BF16);
+  GeneratedSource source(pool, s, chunk_bytes, /*first_tensor=*/1);
+  const Clock::time_point start = Clock::now();
+  absl::StatusOr<v1::ContextInfo> info =
+      client.UploadContextStreaming(/*create=*/true, header, source);
+  const double upload = Seconds(start, Clock::now());
+  if (!info.ok()) {
+    std::printf("| %lld | failed: %s |\n", static_cast<long long>(s.n),
+                info.status().ToString().c_str());
+    return false;
+  }
+  v1::AttentionSpec spec;
+  spec.set_batch(1);
+  spec.set_q_len(1);
+  spec.set_q_heads(s.hq);
+  spec.set_kv_heads(s.hkv);
+  spec.set_head_dim(s.d);
+  spec.set_causal(true);
+  spec.set_wire_dtype(v1::BF16);
+  const Tensor<float> q = PoolRow(pool, s, 0, 0);
+  std::vector<double> latencies;
+  absl::StatusOr<AttendResult> result;
+  std::string strategy;
+  for (int step = 0; step < steps; ++step) {
+    const Tensor<float> k = PoolRow(pool, s, 1, s.n + step);
+    const Tensor<float> v = PoolRow(pool, s, 2, s.n + step);
+    const Clock::time_point begin = Clock::now();
+    result = client.Query(name, spec, q.view(), k.view(), v.view());
+    latencies.push_back(Seconds(begin, Clock::now()));
+    if (!result.ok()) break;
+    strategy = v1::Strategy_Name(result->summary.strategy());
+  }
+  client.DeleteContext(name).IgnoreError();
+  if (!result.ok()) {
+    std::printf("| %lld | failed: %s |\n", static_cast<long long>(s.n),
+                result.status().ToString().c_str());
+    return false;
+  }
+  // The last step's query row saw every key: the context and the new rows.
+  Shapes last = s;
+  last.nq = 1;
+  last.n = s.n + steps;
+  const std::vector<double> want = Reference(pool, last, {0}, threads);
+  double rms = 0, worst = 0;
+  for (double x : want) rms += x * x;
+  rms = std::sqrt(rms / want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    worst = std::max(worst, std::abs(result->output.values()[i] - want[i]));
+  }
+  worst /= rms;
+  std::vector<double> sorted = latencies;
+  std::sort(sorted.begin(), sorted.end());
+  auto at = [&](double quantile) {
+    return 1e3 *
+           sorted[std::min(sorted.size() - 1,
+                           static_cast<size_t>(quantile * sorted.size()))];
+  };
+  constexpr double kTolerance = 3e-2;
+  std::printf(
+      "| %lld | %.2f | %.2f | %d | %s | %.2f | %.2f | %.2f | %.2g | %s |\n",
+      static_cast<long long>(s.n), info->bytes() / 1e9,
+      info->bytes() / 1e9 / upload, steps, strategy.c_str(), at(0.5), at(0.99),
+      1e3 * sorted.back(), worst, worst <= kTolerance ? "ok" : "FAILED");
+  std::fflush(stdout);
+  return worst <= kTolerance;
+}
+
 int Run() {
   const Shapes base{0,
                     0,
@@ -250,6 +352,24 @@ int Run() {
       return 1;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  if (const int steps = absl::GetFlag(FLAGS_decode_steps); steps > 0) {
+    std::printf(
+        "| context tokens | context GB | upload GB/s | decode steps | strategy "
+        "| p50 ms | p99 ms | max ms | max err / RMS (last step) | check |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    bool ok = true;
+    for (absl::string_view text :
+         absl::StrSplit(absl::GetFlag(FLAGS_lengths), ',')) {
+      Shapes s = base;
+      if (!absl::SimpleAtoi(text, &s.n) || s.n < 1) {
+        std::fprintf(stderr, "bad length '%s'\n", std::string(text).c_str());
+        return 2;
+      }
+      ok &= RunDecodeSteps(**client, pool, s, steps, options.chunk_bytes,
+                           threads);
+    }
+    return ok ? 0 : 1;
   }
   std::printf(
       "| Nq | N | mask | end to end s | workers' compute s | upload GB | "
