@@ -211,4 +211,8 @@ int64_t RingPlan::NumTasks() const {
   return tasks;
 }
 
+ShardLayout WorldOfOne(const ShardLayout& layout, int rank) {
+  return ShardLayout::FromChunks(layout.seq_len(), {layout.Chunks(rank)});
+}
+
 }  // namespace ringattn

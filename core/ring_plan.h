@@ -98,6 +98,12 @@ absl::StatusOr<ShardLayout> KvLayoutFor(
     const AttentionSpec& spec, int64_t workers,
     std::optional<ShardLayout> explicit_layout);
 
+// Rank `rank`'s chunks of `layout` as the only worker of a world of one: the
+// keys a broadcast-Q rank computes against, in global positions. Not a
+// partition of the sequence (other ranks hold the rest), so it does not pass
+// ShardLayout::Validate.
+ShardLayout WorldOfOne(const ShardLayout& layout, int rank);
+
 }  // namespace ringattn
 
 #endif  // RINGATTN_CORE_RING_PLAN_H_

@@ -24,11 +24,6 @@ ShardLayout AllQueries(int64_t q_len) {
   return ShardLayout::FromChunks(q_len, {{Range{0, q_len}}});
 }
 
-// This rank's K/V chunks as the only worker of a world of one.
-ShardLayout OwnKeys(const ShardLayout& kv_layout, int rank) {
-  return ShardLayout::FromChunks(kv_layout.seq_len(), {kv_layout.Chunks(rank)});
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<BroadcastExecutor>> BroadcastExecutor::Create(
@@ -82,14 +77,14 @@ BroadcastExecutor::BroadcastExecutor(const AttentionSpec& spec, int rank,
       rank_(rank),
       q_layout_(AllQueries(spec.q_len)),
       kv_layout_(std::move(kv_layout)),
-      plan_(RingPlan::Build(spec, q_layout_, OwnKeys(kv_layout_, rank),
+      plan_(RingPlan::Build(spec, q_layout_, WorldOfOne(kv_layout_, rank),
                             /*blocks=*/nullptr)) {
   const Shape q_shape{spec.batch, spec.q_len, spec.q_heads, spec.head_dim};
   const Shape kv_shape{spec.batch, kv_layout_.ShardLength(rank), spec.kv_heads,
                        spec.head_dim};
   q_ = Tensor<float>(q_shape);
-  k_ = Tensor<float>(kv_shape);
-  v_ = Tensor<float>(kv_shape);
+  k_ = TypedTensor(DType::kFloat32, kv_shape);
+  v_ = TypedTensor(DType::kFloat32, kv_shape);
   o_ = Tensor<float>(q_shape);
   lse_ = Tensor<float>(Shape{q_shape.batch, q_shape.seq, q_shape.heads, 1});
   std::fill(lse_.values().begin(), lse_.values().end(), -INFINITY);
@@ -106,7 +101,7 @@ absl::StatusOr<RingOutput> BroadcastExecutor::Run(
       BytesNeeded(spec_, rank_, kv_layout_.num_workers(), &kv_layout_);
   stats.steps = 1;
   const absl::Time start = absl::Now();
-  const WorkerBuffers buffers{q_.view(), k_.view(),   v_.view(),
+  const WorkerBuffers buffers{q_.view(), k_.floats(), v_.floats(),
                               o_.view(), lse_.view(), &task_scratch_};
   for (const AttentionTask& task : plan_.Step(0, 0).tasks) {
     if (cancelled != nullptr && cancelled->load()) {

@@ -19,6 +19,7 @@
 #include "core/ring_plan.h"
 #include "core/shard_layout.h"
 #include "core/tensor.h"
+#include "core/typed_tensor.h"
 #include "worker/ring_executor.h"
 
 namespace ringattn {
@@ -49,8 +50,8 @@ class BroadcastExecutor {
   // Where the caller loads the inputs before Run, fp32: all Q rows, and the K
   // and V rows of kv_layout().Chunks(rank) in chunk order.
   View<float> q() { return q_.view(); }
-  View<float> k() { return k_.view(); }
-  View<float> v() { return v_.view(); }
+  View<float> k() { return k_.floats(); }
+  View<float> v() { return v_.floats(); }
 
   // Computes the partial output of every query row over this rank's keys
   // (rows that see none: O = 0, LSE = -inf). Once only: FAILED_PRECONDITION
@@ -68,8 +69,10 @@ class BroadcastExecutor {
   const RingPlan plan_;
 
   Tensor<float> q_;
-  Tensor<float> k_;
-  Tensor<float> v_;
+  // Uninitialized until loaded (every row is): no zero-filling of a long
+  // context's copy on each query.
+  TypedTensor k_;
+  TypedTensor v_;
   Tensor<float> o_;
   Tensor<float> lse_;
   std::vector<float> task_scratch_;  // one task's partial result

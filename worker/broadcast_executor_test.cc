@@ -115,9 +115,10 @@ TEST(BroadcastExecutor, RowsThatSeeNoneOfTheShardAreEmpty) {
   absl::StatusOr<std::unique_ptr<BroadcastExecutor>> executor =
       BroadcastExecutor::Create(spec, 1, 3);
   ASSERT_TRUE(executor.ok()) << executor.status();
-  std::fill((*executor)->q().data(),
-            (*executor)->q().data() + (*executor)->q().shape().NumElements(),
-            0.5f);
+  for (const View<float>& t :
+       {(*executor)->q(), (*executor)->k(), (*executor)->v()}) {
+    std::fill(t.data(), t.data() + t.shape().NumElements(), 0.5f);
+  }
   absl::StatusOr<RingOutput> part = (*executor)->Run(nullptr);
   ASSERT_TRUE(part.ok()) << part.status();
   for (int64_t h = 0; h < spec.q_heads; ++h) {

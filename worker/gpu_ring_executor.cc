@@ -298,11 +298,7 @@ GpuRingExecutor::CreateBroadcast(const AttentionSpec& spec, int rank,
   absl::StatusOr<ShardLayout> layout =
       KvLayoutFor(spec, world_size, std::move(kv_layout));
   if (!layout.ok()) return layout.status();
-  return Build(spec, 0, 1, config, OwnKeys(*layout, rank));
-}
-
-ShardLayout GpuRingExecutor::OwnKeys(const ShardLayout& kv_layout, int rank) {
-  return ShardLayout::FromChunks(kv_layout.seq_len(), {kv_layout.Chunks(rank)});
+  return Build(spec, 0, 1, config, WorldOfOne(*layout, rank));
 }
 
 absl::StatusOr<std::unique_ptr<GpuRingExecutor>> GpuRingExecutor::Build(

@@ -137,10 +137,6 @@ class GpuRingExecutor {
       const GpuRingConfig& config,
       std::optional<ShardLayout> kv_layout = std::nullopt);
 
-  // Rank `rank`'s chunks of `kv_layout` as the only worker of a world of one
-  // (what a broadcast executor's kv_layout() is).
-  static ShardLayout OwnKeys(const ShardLayout& kv_layout, int rank);
-
   // The device bytes Create allocates for this rank (the pool). Requires a
   // valid spec and 0 <= rank < world_size; saturates for absurd shapes.
   static int64_t DeviceBytesNeeded(const AttentionSpec& spec, int rank,

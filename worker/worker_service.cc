@@ -292,7 +292,7 @@ class ExecuteReactor final
       absl::StatusOr<ShardLayout> layout =
           KvLayoutFor(spec_, world_size_, std::move(kv_layout));
       if (!layout.ok()) return layout.status();
-      const ShardLayout own = GpuRingExecutor::OwnKeys(*layout, rank_);
+      const ShardLayout own = WorldOfOne(*layout, rank_);
       RINGATTN_RETURN_IF_ERROR(ticket_.Reserve(
           GpuRingExecutor::DeviceBytesNeeded(spec_, 0, 1, config, &own)));
       kv_layout = std::move(*layout);
