@@ -22,6 +22,11 @@ BlockMask::BlockMask(int64_t block_size, int64_t num_blocks)
       num_blocks_(num_blocks),
       allowed_(static_cast<size_t>(num_blocks * num_blocks), 0) {}
 
+std::optional<BlockMask> BlockMask::ForSpec(const AttentionSpec& spec) {
+  if (!spec.block_sparse.has_value()) return std::nullopt;
+  return FromRules(*spec.block_sparse, spec.kv_len);
+}
+
 BlockMask BlockMask::FromRules(const BlockSparseRules& rules, int64_t seq_len) {
   // Rounded up without seq_len + block_size - 1, which could overflow.
   const int64_t nb =

@@ -6,6 +6,7 @@
 // short). Immutable once built; safe to share between threads.
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "core/attention_spec.h"
@@ -16,6 +17,8 @@ class BlockMask {
  public:
   // The mask the rules allow for a sequence of `seq_len` positions.
   static BlockMask FromRules(const BlockSparseRules& rules, int64_t seq_len);
+  // The mask of a block-sparse spec (over its K/V length); none otherwise.
+  static std::optional<BlockMask> ForSpec(const AttentionSpec& spec);
 
   int64_t block_size() const { return block_size_; }
   int64_t num_blocks() const { return num_blocks_; }

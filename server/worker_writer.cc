@@ -27,7 +27,7 @@ bool WorkerWriter::Push(v1::ExecuteRequest request) {
   };
   mutex_.Await(absl::Condition(&room));
   if (failed_) return false;
-  queue_.push_back(std::move(request));
+  queue_.push_back(Queued{std::move(request), bytes});
   queued_bytes_ += bytes;
   return true;
 }
@@ -43,7 +43,7 @@ bool WorkerWriter::Flush() {
 
 void WorkerWriter::Run() {
   for (;;) {
-    v1::ExecuteRequest request;
+    Queued next;
     {
       absl::MutexLock lock(&mutex_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
@@ -51,15 +51,14 @@ void WorkerWriter::Run() {
       };
       mutex_.Await(absl::Condition(&ready));
       if (stopping_ || failed_) return;
-      request = std::move(queue_.front());
+      next = std::move(queue_.front());
       queue_.pop_front();
       writing_ = true;
     }
-    const int64_t bytes = static_cast<int64_t>(request.ByteSizeLong());
-    const bool ok = stream_->Write(request);
+    const bool ok = stream_->Write(next.request);
     absl::MutexLock lock(&mutex_);
     writing_ = false;
-    queued_bytes_ -= bytes;
+    queued_bytes_ -= next.bytes;
     if (!ok) {
       failed_ = true;
       queue_.clear();

@@ -46,7 +46,11 @@ class WorkerWriter {
   Stream* const stream_;
   const int64_t max_queued_bytes_;
   absl::Mutex mutex_;
-  std::deque<v1::ExecuteRequest> queue_ ABSL_GUARDED_BY(mutex_);
+  struct Queued {
+    v1::ExecuteRequest request;
+    int64_t bytes = 0;
+  };
+  std::deque<Queued> queue_ ABSL_GUARDED_BY(mutex_);
   int64_t queued_bytes_ ABSL_GUARDED_BY(mutex_) = 0;
   bool writing_ ABSL_GUARDED_BY(mutex_) = false;
   bool failed_ ABSL_GUARDED_BY(mutex_) = false;

@@ -12,13 +12,11 @@
 #include "core/status_macros.h"
 #include "core/strategy_support.h"
 #include "kernels/cpu/run_task.h"
+#include "worker/executor_memory.h"
 #include "worker/task_flops.h"
 
 namespace ringattn {
 namespace {
-
-// Where BytesNeeded saturates: below the largest int64_t.
-constexpr double kMostBytes = 9.0e18;
 
 ShardLayout AllQueries(int64_t q_len) {
   return ShardLayout::FromChunks(q_len, {{Range{0, q_len}}});
@@ -37,19 +35,11 @@ absl::StatusOr<std::unique_ptr<BroadcastExecutor>> BroadcastExecutor::Create(
   if (!layout.ok()) return layout.status();
   kv_layout = std::move(*layout);
   const int64_t bytes = BytesNeeded(spec, rank, world_size, &*kv_layout);
-  if (bytes >= kMostBytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("rank ", rank, " of ", world_size,
-                     " cannot hold all query rows of a request this large"));
-  }
-  try {
-    return std::unique_ptr<BroadcastExecutor>(
-        new BroadcastExecutor(spec, rank, std::move(*kv_layout)));
-  } catch (const std::bad_alloc&) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cannot allocate the ", bytes, " bytes rank ", rank,
-                     " needs for this request"));
-  }
+  RINGATTN_RETURN_IF_ERROR(
+      CheckExecutorBytes(bytes, rank, world_size, "all query rows"));
+  return AllocateExecutor<BroadcastExecutor>(bytes, rank, [&] {
+    return new BroadcastExecutor(spec, rank, std::move(*kv_layout));
+  });
 }
 
 int64_t BroadcastExecutor::BytesNeeded(const AttentionSpec& spec, int rank,
@@ -68,7 +58,7 @@ int64_t BroadcastExecutor::BytesNeeded(const AttentionSpec& spec, int rank,
   // and LSE).
   const double bytes =
       sizeof(float) * (3 * q_values + 2 * lse_values + kv_values);
-  return static_cast<int64_t>(std::min(bytes, kMostBytes));
+  return SaturatedBytes(bytes);
 }
 
 BroadcastExecutor::BroadcastExecutor(const AttentionSpec& spec, int rank,

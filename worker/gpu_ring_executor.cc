@@ -12,6 +12,7 @@
 #include "core/strategy_support.h"
 #include "kernels/cuda/convert.h"
 #include "kernels/cuda/partial_merge.h"
+#include "worker/executor_memory.h"
 #include "worker/task_flops.h"
 
 namespace ringattn {
@@ -19,8 +20,6 @@ namespace {
 
 // Every slice of the pool starts on this boundary (cuDNN wants 16 bytes).
 constexpr int64_t kAlignment = 256;
-// Where DeviceBytesNeeded saturates: below the largest int64_t.
-constexpr double kMostBytes = 9.0e18;
 // fp32 values Upload moves per chunk through its device staging buffer.
 constexpr int64_t kUploadChunk = int64_t{8} << 20;
 
@@ -264,7 +263,7 @@ int64_t GpuRingExecutor::DeviceBytesNeeded(const AttentionSpec& spec, int rank,
       LayOutPool(spec, q_layout.ShardLength(rank), block_rows, world_size > 1,
                  config.tile_q_rows, /*element_bytes=*/2)
           .total;
-  return static_cast<int64_t>(std::min(bytes, kMostBytes));
+  return SaturatedBytes(bytes);
 }
 
 absl::StatusOr<std::unique_ptr<GpuRingExecutor>> GpuRingExecutor::Create(
@@ -306,11 +305,8 @@ absl::StatusOr<std::unique_ptr<GpuRingExecutor>> GpuRingExecutor::Build(
     const GpuRingConfig& config, ShardLayout kv_layout) {
   const int64_t bytes =
       DeviceBytesNeeded(spec, rank, world_size, config, &kv_layout);
-  if (bytes >= kMostBytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("rank ", rank, " of ", world_size,
-                     " cannot hold its share of a request this large"));
-  }
+  RINGATTN_RETURN_IF_ERROR(
+      CheckExecutorBytes(bytes, rank, world_size, "its share"));
   RINGATTN_RETURN_IF_ERROR(OpenCudaDevice(config.device).status());
   std::unique_ptr<GpuRingExecutor> executor(new GpuRingExecutor(
       spec, rank, world_size, config, std::move(kv_layout)));
@@ -327,10 +323,7 @@ GpuRingExecutor::GpuRingExecutor(const AttentionSpec& spec, int rank,
       config_(config),
       q_layout_(LayoutFor(spec, spec.q_len, world_size)),
       kv_layout_(std::move(kv_layout)),
-      blocks_(spec.block_sparse.has_value()
-                  ? std::optional<BlockMask>(
-                        BlockMask::FromRules(*spec.block_sparse, spec.kv_len))
-                  : std::nullopt),
+      blocks_(BlockMask::ForSpec(spec)),
       plan_(RingPlan::Build(spec, q_layout_, kv_layout_, blocks())),
       element_bytes_(2) {}
 

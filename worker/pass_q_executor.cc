@@ -9,18 +9,11 @@
 #include "absl/time/time.h"
 #include "core/status_macros.h"
 #include "kernels/cpu/run_task.h"
+#include "worker/executor_memory.h"
 #include "worker/task_flops.h"
 
 namespace ringattn {
 namespace {
-
-std::optional<BlockMask> MakeBlocks(const AttentionSpec& spec) {
-  if (!spec.block_sparse.has_value()) return std::nullopt;
-  return BlockMask::FromRules(*spec.block_sparse, spec.kv_len);
-}
-
-// Where BytesNeeded saturates: below the largest int64_t.
-constexpr double kMostBytes = 9.0e18;
 
 double SecondsSince(absl::Time start) {
   return absl::ToDoubleSeconds(absl::Now() - start);
@@ -39,19 +32,11 @@ absl::StatusOr<std::unique_ptr<PassQExecutor>> PassQExecutor::Create(
       KvLayoutFor(spec, world_size, std::move(kv_layout));
   if (!layout.ok()) return layout.status();
   const int64_t bytes = BytesNeeded(spec, rank, world_size, &*layout);
-  if (bytes >= kMostBytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("rank ", rank, " of ", world_size,
-                     " cannot hold its share of a request this large"));
-  }
-  try {
-    return std::unique_ptr<PassQExecutor>(
-        new PassQExecutor(spec, rank, world_size, std::move(*layout)));
-  } catch (const std::bad_alloc&) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cannot allocate the ", bytes, " bytes rank ", rank,
-                     " needs for this request"));
-  }
+  RINGATTN_RETURN_IF_ERROR(
+      CheckExecutorBytes(bytes, rank, world_size, "its share"));
+  return AllocateExecutor<PassQExecutor>(bytes, rank, [&] {
+    return new PassQExecutor(spec, rank, world_size, std::move(*layout));
+  });
 }
 
 int64_t PassQExecutor::BytesNeeded(const AttentionSpec& spec, int rank,
@@ -75,7 +60,7 @@ int64_t PassQExecutor::BytesNeeded(const AttentionSpec& spec, int rank,
   const double values = 2 * block_values +
                         2 * batch * kv_rows * spec.kv_heads * spec.head_dim +
                         own_rows * row_values + largest_rows * row_values;
-  return static_cast<int64_t>(std::min(sizeof(float) * values, kMostBytes));
+  return SaturatedBytes(sizeof(float) * values);
 }
 
 PassQExecutor::PassQExecutor(const AttentionSpec& spec, int rank,
@@ -85,7 +70,7 @@ PassQExecutor::PassQExecutor(const AttentionSpec& spec, int rank,
       world_size_(world_size),
       q_layout_(LayoutFor(spec, spec.q_len, world_size)),
       kv_layout_(std::move(kv_layout)),
-      blocks_(MakeBlocks(spec)) {
+      blocks_(BlockMask::ForSpec(spec)) {
   // The plan lists, for every query shard, its tasks against every K/V block;
   // this rank keeps those against its own.
   const RingPlan plan = RingPlan::Build(

@@ -9,18 +9,11 @@
 #include "core/ring_plan.h"
 #include "core/status_macros.h"
 #include "kernels/cpu/run_task.h"
+#include "worker/executor_memory.h"
 #include "worker/task_flops.h"
 
 namespace ringattn {
 namespace {
-
-std::optional<BlockMask> MakeBlocks(const AttentionSpec& spec) {
-  if (!spec.block_sparse.has_value()) return std::nullopt;
-  return BlockMask::FromRules(*spec.block_sparse, spec.kv_len);
-}
-
-// Where BytesNeeded saturates: below the largest int64_t.
-constexpr double kMostBytes = 9.0e18;
 
 double SecondsSince(absl::Time start) {
   return absl::ToDoubleSeconds(absl::Now() - start);
@@ -38,19 +31,11 @@ absl::StatusOr<std::unique_ptr<RingExecutor>> RingExecutor::Create(
   if (!layout.ok()) return layout.status();
   kv_layout = std::move(*layout);
   const int64_t bytes = BytesNeeded(spec, rank, world_size, &*kv_layout);
-  if (bytes >= kMostBytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("rank ", rank, " of ", world_size,
-                     " cannot hold its share of a request this large"));
-  }
-  try {
-    return std::unique_ptr<RingExecutor>(
-        new RingExecutor(spec, rank, world_size, std::move(*kv_layout)));
-  } catch (const std::bad_alloc&) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cannot allocate the ", bytes, " bytes rank ", rank,
-                     " needs for this request"));
-  }
+  RINGATTN_RETURN_IF_ERROR(
+      CheckExecutorBytes(bytes, rank, world_size, "its share"));
+  return AllocateExecutor<RingExecutor>(bytes, rank, [&] {
+    return new RingExecutor(spec, rank, world_size, std::move(*kv_layout));
+  });
 }
 
 int64_t RingExecutor::BytesNeeded(const AttentionSpec& spec, int rank,
@@ -72,7 +57,7 @@ int64_t RingExecutor::BytesNeeded(const AttentionSpec& spec, int rank,
   // LSE).
   const double bytes =
       sizeof(float) * (3 * q_values + 2 * lse_values + 2 * block_values);
-  return static_cast<int64_t>(std::min(bytes, kMostBytes));
+  return SaturatedBytes(bytes);
 }
 
 RingExecutor::RingExecutor(const AttentionSpec& spec, int rank, int world_size,
@@ -82,7 +67,7 @@ RingExecutor::RingExecutor(const AttentionSpec& spec, int rank, int world_size,
       world_size_(world_size),
       q_layout_(LayoutFor(spec, spec.q_len, world_size)),
       kv_layout_(std::move(kv_layout)),
-      blocks_(MakeBlocks(spec)),
+      blocks_(BlockMask::ForSpec(spec)),
       plan_(RingPlan::Build(spec, q_layout_, kv_layout_,
                             blocks_.has_value() ? &*blocks_ : nullptr)) {
   const Shape q_shape{spec.batch, q_layout_.ShardLength(rank), spec.q_heads,

@@ -252,26 +252,10 @@ class ExecuteReactor final
         RingExecutor::Create(spec_, rank_, world_size_, std::move(kv_layout));
     if (!executor.ok()) return executor.status();
     executor_ = std::move(*executor);
-    q_chunks_ = executor_->q_layout().Chunks(rank_);
-    targets_[0] = ShardRowsTarget("Q", TypedView(executor_->q()),
-                                  &executor_->q_layout(), rank_);
-    targets_[1] = ShardRowsTarget("K", TypedView(executor_->k()),
-                                  &executor_->kv_layout(), rank_);
-    targets_[2] = ShardRowsTarget("V", TypedView(executor_->v()),
-                                  &executor_->kv_layout(), rank_);
-    if (!header.context().empty()) {
-      // K and V come from the resident context, not from the stream.
-      LoadContextAtRun(header.context(), executor_->kv_layout().Chunks(rank_),
-                       TypedView(executor_->k()), TypedView(executor_->v()));
-    }
-    Log(spdlog::level::info,
-        absl::StrCat("header: batch ", spec_.batch, ", q_len ", spec_.q_len,
-                     ", kv_len ", spec_.kv_len, ", heads ", spec_.q_heads, "/",
-                     spec_.kv_heads, ", head_dim ", spec_.head_dim, ", ",
-                     DTypeName(wire_dtype_), "; shard of ",
-                     targets_[0].rows().shape().seq, " query and ",
-                     targets_[1].rows().shape().seq, " key rows, ",
-                     ticket_.reserved_bytes(), " bytes"));
+    StageShard(header, executor_->q_layout(), rank_, TypedView(executor_->q()),
+               executor_->kv_layout(), rank_, TypedView(executor_->k()),
+               TypedView(executor_->v()));
+    LogHeader("", "", "bytes");
     return absl::OkStatus();
   }
 
@@ -310,22 +294,12 @@ class ExecuteReactor final
     if (!executor.ok()) return executor.status();
     gpu_executor_ = std::move(*executor);
     GpuRingExecutor& e = *gpu_executor_;
-    q_chunks_ = e.q_layout().Chunks(rank);
-    targets_[0] = ShardRowsTarget("Q", e.host_q(), &e.q_layout(), rank);
-    targets_[1] = ShardRowsTarget("K", e.host_k(), &e.kv_layout(), rank);
-    targets_[2] = ShardRowsTarget("V", e.host_v(), &e.kv_layout(), rank);
-    if (!header.context().empty()) {
-      LoadContextAtRun(header.context(), e.kv_layout().Chunks(rank), e.host_k(),
-                       e.host_v());
-    }
-    Log(spdlog::level::info,
-        absl::StrCat("header: batch ", spec_.batch, ", q_len ", spec_.q_len,
-                     ", kv_len ", spec_.kv_len, ", heads ", spec_.q_heads, "/",
-                     spec_.kv_heads, ", head_dim ", spec_.head_dim, ", ",
-                     DTypeName(wire_dtype_), "; shard of ", e.q_shape().seq,
-                     " query and ", e.kv_shape().seq, " key rows on cuda:",
-                     config.device, " in ", DeviceDTypeName(config.dtype), ", ",
-                     ticket_.reserved_bytes(), " device bytes"));
+    StageShard(header, e.q_layout(), rank, e.host_q(), e.kv_layout(), rank,
+               e.host_k(), e.host_v());
+    LogHeader(broadcast ? "broadcast-Q" : "",
+              absl::StrCat(" on cuda:", config.device, " in ",
+                           DeviceDTypeName(config.dtype)),
+              "device bytes");
     return absl::OkStatus();
   }
 
@@ -342,21 +316,9 @@ class ExecuteReactor final
     broadcast_executor_ = std::move(*executor);
     BroadcastExecutor& e = *broadcast_executor_;
     // The query rows form a world of one, held by its rank 0.
-    q_chunks_ = e.q_layout().Chunks(0);
-    targets_[0] = ShardRowsTarget("Q", TypedView(e.q()), &e.q_layout(), 0);
-    targets_[1] = ShardRowsTarget("K", TypedView(e.k()), &e.kv_layout(), rank_);
-    targets_[2] = ShardRowsTarget("V", TypedView(e.v()), &e.kv_layout(), rank_);
-    if (!header.context().empty()) {
-      LoadContextAtRun(header.context(), e.kv_layout().Chunks(rank_),
-                       TypedView(e.k()), TypedView(e.v()));
-    }
-    Log(spdlog::level::info,
-        absl::StrCat("header (broadcast-Q): batch ", spec_.batch, ", q_len ",
-                     spec_.q_len, ", kv_len ", spec_.kv_len, ", heads ",
-                     spec_.q_heads, "/", spec_.kv_heads, ", head_dim ",
-                     spec_.head_dim, ", ", DTypeName(wire_dtype_),
-                     "; all query rows and ", targets_[1].rows().shape().seq,
-                     " key rows, ", ticket_.reserved_bytes(), " bytes"));
+    StageShard(header, e.q_layout(), 0, TypedView(e.q()), e.kv_layout(), rank_,
+               TypedView(e.k()), TypedView(e.v()));
+    LogHeader("broadcast-Q", "", "bytes");
     return absl::OkStatus();
   }
 
@@ -371,22 +333,9 @@ class ExecuteReactor final
     if (!executor.ok()) return executor.status();
     pass_q_executor_ = std::move(*executor);
     PassQExecutor& e = *pass_q_executor_;
-    q_chunks_ = e.q_layout().Chunks(rank_);
-    targets_[0] = ShardRowsTarget("Q", TypedView(e.q()), &e.q_layout(), rank_);
-    targets_[1] = ShardRowsTarget("K", TypedView(e.k()), &e.kv_layout(), rank_);
-    targets_[2] = ShardRowsTarget("V", TypedView(e.v()), &e.kv_layout(), rank_);
-    if (!header.context().empty()) {
-      LoadContextAtRun(header.context(), e.kv_layout().Chunks(rank_),
-                       TypedView(e.k()), TypedView(e.v()));
-    }
-    Log(spdlog::level::info,
-        absl::StrCat("header (pass-Q): batch ", spec_.batch, ", q_len ",
-                     spec_.q_len, ", kv_len ", spec_.kv_len, ", heads ",
-                     spec_.q_heads, "/", spec_.kv_heads, ", head_dim ",
-                     spec_.head_dim, ", ", DTypeName(wire_dtype_),
-                     "; shard of ", targets_[0].rows().shape().seq,
-                     " query and ", targets_[1].rows().shape().seq,
-                     " key rows, ", ticket_.reserved_bytes(), " bytes"));
+    StageShard(header, e.q_layout(), rank_, TypedView(e.q()), e.kv_layout(),
+               rank_, TypedView(e.k()), TypedView(e.v()));
+    LogHeader("pass-Q", "", "bytes");
     return absl::OkStatus();
   }
 
@@ -417,6 +366,39 @@ class ExecuteReactor final
                          static_cast<int>(rows.tensor())));
     }
     return targets_[index].Place(rows, wire_dtype_);
+  }
+
+  // Points the row targets at an executor's staging tensors: Q rows of
+  // `q_layout`'s chunks of `q_rank`, K and V rows of `kv_layout`'s chunks of
+  // `kv_rank`; K and V come from the resident context instead when the header
+  // names one.
+  void StageShard(const v1::ExecuteHeader& header, const ShardLayout& q_layout,
+                  int q_rank, TypedView q, const ShardLayout& kv_layout,
+                  int kv_rank, TypedView k, TypedView v) {
+    q_chunks_ = q_layout.Chunks(q_rank);
+    targets_[0] = ShardRowsTarget("Q", q, &q_layout, q_rank);
+    targets_[1] = ShardRowsTarget("K", k, &kv_layout, kv_rank);
+    targets_[2] = ShardRowsTarget("V", v, &kv_layout, kv_rank);
+    if (!header.context().empty()) {
+      LoadContextAtRun(header.context(), kv_layout.Chunks(kv_rank), k, v);
+    }
+  }
+
+  // Logs the accepted header: the request's shapes, the shard staged for it
+  // (`where`: on which device, in which dtype) and the memory reserved, in
+  // `unit`.
+  void LogHeader(absl::string_view strategy, absl::string_view where,
+                 absl::string_view unit) {
+    Log(spdlog::level::info,
+        absl::StrCat("header", strategy.empty() ? "" : " (", strategy,
+                     strategy.empty() ? "" : ")", ": batch ", spec_.batch,
+                     ", q_len ", spec_.q_len, ", kv_len ", spec_.kv_len,
+                     ", heads ", spec_.q_heads, "/", spec_.kv_heads,
+                     ", head_dim ", spec_.head_dim, ", ",
+                     DTypeName(wire_dtype_), "; shard of ",
+                     targets_[0].rows().shape().seq, " query and ",
+                     targets_[1].rows().shape().seq, " key rows", where, ", ",
+                     ticket_.reserved_bytes(), " ", unit));
   }
 
   // Marks this rank's K/V as coming from resident context `name` (the rows of

@@ -9,6 +9,8 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu/register_blocks.h"
+
 // How the kernel works. For each (batch, key/value head) the query rows of the
 // heads that read it are packed into R rows (packed row r is query row
 // r / group of head kv_head * group + r % group) and prescaled by
@@ -24,10 +26,10 @@
 namespace ringattn {
 namespace {
 
-constexpr int kKeyChunk = 64;   // keys per step
-constexpr int kRowBlock = 4;    // packed rows per register block
-constexpr int kColBlock = 32;   // keys (scores) or dims (output) per block
-constexpr int kDimChunk = 16;   // head dims are padded to this many floats
+constexpr int kKeyChunk = 64;        // keys per step
+constexpr int kRowBlock = 4;         // packed rows per register block
+constexpr int kColBlock = 32;        // keys (scores) or dims (output) per block
+constexpr int kDimChunk = 16;        // head dims are padded to this many floats
 constexpr int kTransposeBlock = 16;  // keys transposed together
 constexpr int64_t kMinKeysPerSplit = 1024;
 constexpr float kLog2e = 1.4426950408889634f;
@@ -45,11 +47,11 @@ struct Problem {
   int64_t nq = 0;
   int64_t nk = 0;
   int64_t kv_heads = 0;
-  int64_t group = 0;       // query heads per key/value head
+  int64_t group = 0;  // query heads per key/value head
   int64_t dim = 0;
-  int64_t padded_dim = 0;  // dim rounded up to kDimChunk
-  int64_t rows = 0;        // packed rows: nq * group
-  int64_t padded_rows = 0; // rows rounded up to kRowBlock
+  int64_t padded_dim = 0;   // dim rounded up to kDimChunk
+  int64_t rows = 0;         // packed rows: nq * group
+  int64_t padded_rows = 0;  // rows rounded up to kRowBlock
   int64_t splits = 0;
   int64_t split_keys = 0;  // a multiple of kKeyChunk
   float score_scale = 0;   // scale * log2(e)
@@ -59,48 +61,6 @@ struct Problem {
 int64_t ScratchFloats(const Problem& p) {
   return 2 * p.padded_rows * p.padded_dim + 2 * kKeyChunk * p.padded_dim +
          p.padded_rows * kKeyChunk + 2 * p.padded_rows;
-}
-
-// s[r][c] = sum_d q[r][d] * kt[d][c] for a kRowBlock x kColBlock block; kt and
-// s have row stride kKeyChunk, q has row stride q_stride.
-[[gnu::always_inline]] inline void ScoreBlock(const float* q, int64_t q_stride,
-                                              const float* kt, int64_t depth,
-                                              float* s) {
-  float acc[kRowBlock][kColBlock] = {};
-  for (int64_t d = 0; d < depth; ++d) {
-    float a[kRowBlock];
-    for (int r = 0; r < kRowBlock; ++r) a[r] = q[r * q_stride + d];
-    const float* k = kt + d * kKeyChunk;
-    for (int r = 0; r < kRowBlock; ++r) {
-      for (int c = 0; c < kColBlock; ++c) acc[r][c] += a[r] * k[c];
-    }
-  }
-  for (int r = 0; r < kRowBlock; ++r) {
-    for (int c = 0; c < kColBlock; ++c) s[r * kKeyChunk + c] = acc[r][c];
-  }
-}
-
-// out[r][j] += sum_c p[r][c] * v[c][j] over `count` keys, for kRowBlock rows
-// and kCols dims; p has row stride kKeyChunk, v and out row stride `stride`.
-template <int kCols>
-[[gnu::always_inline]] inline void AccumulateBlock(const float* p,
-                                                   const float* v,
-                                                   int64_t count, float* out,
-                                                   int64_t stride) {
-  float acc[kRowBlock][kCols];
-  for (int r = 0; r < kRowBlock; ++r) {
-    for (int j = 0; j < kCols; ++j) acc[r][j] = out[r * stride + j];
-  }
-  for (int64_t c = 0; c < count; ++c) {
-    const float* v_row = v + c * stride;
-    for (int r = 0; r < kRowBlock; ++r) {
-      const float a = p[r * kKeyChunk + c];
-      for (int j = 0; j < kCols; ++j) acc[r][j] += a * v_row[j];
-    }
-  }
-  for (int r = 0; r < kRowBlock; ++r) {
-    for (int j = 0; j < kCols; ++j) out[r * stride + j] = acc[r][j];
-  }
 }
 
 // row[c] = 2^(row[c] - max) for a row of kKeyChunk base-2 logits (to about
@@ -167,18 +127,17 @@ void MaskChunk(const Problem& p, int64_t c_begin, int64_t cols, float* s) {
 template <int kDim>
 [[gnu::always_inline]] inline void AttendSplitFor(const Problem& p, int64_t b,
                                                   int64_t g, int64_t split,
-                                                  float* scratch,
-                                                  float* part_o,
+                                                  float* scratch, float* part_o,
                                                   float* part_lse) {
   const BlockAttentionArgs& args = *p.args;
   const int64_t dim = kDim > 0 ? kDim : p.dim;
   const int64_t pd = kDim > 0 ? kDim : p.padded_dim;
   const int64_t rows = p.padded_rows;
-  float* q = scratch;                    // [rows][pd], prescaled
-  float* out = q + rows * pd;            // [rows][pd], unnormalized O
-  float* kt = out + rows * pd;           // [pd][kKeyChunk], K^T of a chunk
-  float* vc = kt + pd * kKeyChunk;       // [kKeyChunk][pd], V of a chunk
-  float* s = vc + kKeyChunk * pd;        // [rows][kKeyChunk]
+  float* q = scratch;               // [rows][pd], prescaled
+  float* out = q + rows * pd;       // [rows][pd], unnormalized O
+  float* kt = out + rows * pd;      // [pd][kKeyChunk], K^T of a chunk
+  float* vc = kt + pd * kKeyChunk;  // [kKeyChunk][pd], V of a chunk
+  float* s = vc + kKeyChunk * pd;   // [rows][kKeyChunk]
   float* running_max = s + rows * kKeyChunk;
   float* running_sum = running_max + rows;
 
@@ -186,8 +145,7 @@ template <int kDim>
     float* q_row = q + r * pd;
     std::fill(q_row, q_row + pd, 0.0f);
     if (r < p.rows) {
-      const float* src =
-          args.q.Row(b, r / p.group, g * p.group + r % p.group);
+      const float* src = args.q.Row(b, r / p.group, g * p.group + r % p.group);
       for (int64_t d = 0; d < dim; ++d) q_row[d] = src[d] * p.score_scale;
     }
     running_max[r] = kNegInf;
@@ -238,7 +196,8 @@ template <int kDim>
     }
     for (int64_t r = 0; r < rows; r += kRowBlock) {
       for (int c = 0; c < kKeyChunk; c += kColBlock) {
-        ScoreBlock(q + r * pd, pd, kt + c, dim, s + r * kKeyChunk + c);
+        ScoreBlock<kRowBlock, kColBlock, kKeyChunk>(q + r * pd, pd, kt + c, dim,
+                                                    s + r * kKeyChunk + c);
       }
     }
     if (cols < kKeyChunk || mask.blocks != nullptr ||
@@ -267,10 +226,12 @@ template <int kDim>
       float* out_rows = out + r * pd;
       int64_t d = 0;
       for (; d + kColBlock <= pd; d += kColBlock) {
-        AccumulateBlock<kColBlock>(p_rows, vc + d, cols, out_rows + d, pd);
+        AccumulateBlock<kRowBlock, kColBlock, kKeyChunk>(
+            p_rows, vc + d, pd, cols, out_rows + d, pd);
       }
       for (; d < pd; d += kDimChunk) {
-        AccumulateBlock<kDimChunk>(p_rows, vc + d, cols, out_rows + d, pd);
+        AccumulateBlock<kRowBlock, kDimChunk, kKeyChunk>(
+            p_rows, vc + d, pd, cols, out_rows + d, pd);
       }
     }
   }
@@ -281,16 +242,18 @@ template <int kDim>
     for (int64_t d = 0; d < dim; ++d) {
       part_o[r * pd + d] = out[r * pd + d] * inverse;
     }
-    part_lse[r] = sum > 0 ? static_cast<float>(running_max[r] * kLn2 +
-                                               std::log(double{sum}))
-                          : kNegInf;
+    part_lse[r] =
+        sum > 0
+            ? static_cast<float>(running_max[r] * kLn2 + std::log(double{sum}))
+            : kNegInf;
   }
 }
 
 // The split loop for this CPU's widest vectors.
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-void AttendSplit(const Problem& p, int64_t b, int64_t g, int64_t split,
-                 float* scratch, float* part_o, float* part_lse) {
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3",
+                             "default"))) void
+AttendSplit(const Problem& p, int64_t b, int64_t g, int64_t split,
+            float* scratch, float* part_o, float* part_lse) {
   switch (p.dim) {
     case 64:
       AttendSplitFor<64>(p, b, g, split, scratch, part_o, part_lse);
@@ -359,8 +322,8 @@ void DecodeAttention(const BlockAttentionArgs& args, View<float> o,
       float* o_row = o.Row(b, r / p.group, h);
       float max = kNegInf;
       for (int64_t s = 0; s < p.splits; ++s) {
-        max = std::max(max, first[s * part_floats +
-                                  p.padded_rows * p.padded_dim + r]);
+        max = std::max(
+            max, first[s * part_floats + p.padded_rows * p.padded_dim + r]);
       }
       std::fill(o_row, o_row + p.dim, 0.0f);
       if (max == kNegInf) {
@@ -380,8 +343,7 @@ void DecodeAttention(const BlockAttentionArgs& args, View<float> o,
       }
       const float inverse = static_cast<float>(1.0 / total);
       for (int64_t d = 0; d < p.dim; ++d) o_row[d] *= inverse;
-      *lse.Row(b, r / p.group, h) =
-          static_cast<float>(max + std::log(total));
+      *lse.Row(b, r / p.group, h) = static_cast<float>(max + std::log(total));
     }
   }
 }
