@@ -1,7 +1,10 @@
 // Unit tests of the coordinator's parts that need no network.
 
 #include <algorithm>
+#include <optional>
+#include <random>
 #include <thread>
+#include <vector>
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
@@ -27,6 +30,42 @@ TEST(RowCoverage, ReportsDuplicateAndMissingRuns) {
   EXPECT_EQ(*coverage.FirstMissing(), (Range{5, 10}));
   EXPECT_FALSE(coverage.Mark(5, 10).has_value());
   EXPECT_FALSE(coverage.FirstMissing().has_value());
+}
+
+// Random marks against a row-by-row model: the same duplicates reported, the
+// same rows missing after every step.
+TEST(RowCoverage, AgreesWithARowByRowModel) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int64_t rows = 1 + static_cast<int64_t>(rng() % 60);
+    RowCoverage coverage(rows);
+    std::vector<bool> seen(static_cast<size_t>(rows), false);
+    for (int step = 0; step < 12; ++step) {
+      const int64_t begin = static_cast<int64_t>(rng() % rows);
+      const int64_t end =
+          begin + 1 + static_cast<int64_t>(rng() % (rows - begin));
+      std::optional<Range> want;
+      for (int64_t r = begin; r < end && !want; ++r) {
+        if (!seen[r]) continue;
+        int64_t last = r;
+        while (last + 1 < end && seen[last + 1]) ++last;
+        want = Range{r, last + 1};
+      }
+      if (!want) {
+        for (int64_t r = begin; r < end; ++r) seen[r] = true;
+      }
+      EXPECT_EQ(coverage.Mark(begin, end), want)
+          << "trial " << trial << " [" << begin << ", " << end << ")";
+      std::optional<Range> missing;
+      for (int64_t r = 0; r < rows && !missing; ++r) {
+        if (seen[r]) continue;
+        int64_t last = r;
+        while (last + 1 < rows && !seen[last + 1]) ++last;
+        missing = Range{r, last + 1};
+      }
+      EXPECT_EQ(coverage.FirstMissing(), missing) << "trial " << trial;
+    }
+  }
 }
 
 AttentionSpec Spec(int64_t n, bool causal) {

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 
 namespace ringattn {
 
@@ -11,24 +12,10 @@ absl::StatusOr<int64_t> ContextStore::Add(const std::string& name, bool create,
                                           TypedTensor k, TypedTensor v) {
   absl::MutexLock lock(&mutex_);
   auto found = contexts_.find(name);
-  if (create && found != contexts_.end()) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("context '", name, "' already exists on this worker"));
-  }
-  if (!create && found == contexts_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("context '", name, "' is not held by this worker"));
-  }
+  const bool exists = found != contexts_.end();
+  RINGATTN_RETURN_IF_ERROR(CheckAddition(
+      name, create, exists, exists ? found->second.layout : Layout{}, layout));
   if (!create) {
-    const Layout& have = found->second.layout;
-    if (have.batch != layout.batch || have.kv_heads != layout.kv_heads ||
-        have.head_dim != layout.head_dim) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("context '", name, "' holds batch ", have.batch, ", ",
-                       have.kv_heads, " heads of dim ", have.head_dim,
-                       "; the new rows have batch ", layout.batch, ", ",
-                       layout.kv_heads, " heads of dim ", layout.head_dim));
-    }
     for (const auto& [first, piece] : found->second.pieces) {
       if (!piece.positions.Intersect(positions).empty()) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -39,10 +26,8 @@ absl::StatusOr<int64_t> ContextStore::Add(const std::string& name, bool create,
   }
   const int64_t added = k.view().bytes() + v.view().bytes();
   if (bytes_ + added > capacity_) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("this worker's context memory is full: ", bytes_, " of ",
-                     capacity_, " bytes in use, ", added,
-                     " more needed; delete contexts or add workers"));
+    return ContextMemoryFull("this worker's context memory", bytes_, capacity_,
+                             added);
   }
   Context& context = contexts_[name];
   context.layout = layout;

@@ -1,10 +1,9 @@
 #ifndef RINGATTN_WORKER_CONTEXT_STORE_H_
 #define RINGATTN_WORKER_CONTEXT_STORE_H_
 
-// ContextStore: the K/V rows of resident contexts that this worker holds
-// between requests. A context grows by whole pieces (the rows one upload gave
-// this worker); memory is accounted against a fixed capacity and freed only by
-// Drop. Rows stay in the dtype they arrived in. Thread-safe.
+// ContextStore: the resident contexts of a CPU worker, in host memory. Memory
+// is accounted against a fixed capacity; rows stay in the dtype they arrived
+// in, and a query copies the rows it needs (Copy). Thread-safe.
 
 #include <cstdint>
 #include <map>
@@ -15,34 +14,21 @@
 #include "absl/synchronization/mutex.h"
 #include "core/range.h"
 #include "core/typed_tensor.h"
+#include "worker/resident_contexts.h"
 
 namespace ringattn {
 
-class ContextStore {
+class ContextStore final : public ResidentContexts {
  public:
   explicit ContextStore(int64_t capacity_bytes) : capacity_(capacity_bytes) {}
 
   ContextStore(const ContextStore&) = delete;
   ContextStore& operator=(const ContextStore&) = delete;
 
-  struct Layout {
-    int64_t batch = 0;
-    int64_t kv_heads = 0;
-    int64_t head_dim = 0;
-  };
-
-  // Adds the rows of context positions `positions` (K and V: [batch, n,
-  // kv_heads, head_dim]) to context `name`, creating it if `create`. Returns
-  // the bytes the context holds here afterwards. ALREADY_EXISTS / NOT_FOUND
-  // when `create` does not match, INVALID_ARGUMENT for another layout or
-  // positions already held, RESOURCE_EXHAUSTED past the capacity.
   absl::StatusOr<int64_t> Add(const std::string& name, bool create,
                               const Layout& layout, Range positions,
-                              TypedTensor k, TypedTensor v);
-
-  // Forgets context `name` (nothing if unknown), or with keep_length > 0 only
-  // its pieces that start at or after keep_length.
-  void Drop(const std::string& name, int64_t keep_length = 0);
+                              TypedTensor k, TypedTensor v) override;
+  void Drop(const std::string& name, int64_t keep_length = 0) override;
 
   // Copies the rows of `chunks` (context positions, in order) into k and v
   // ([batch, total, kv_heads, head_dim], converted to their dtype). NOT_FOUND
@@ -51,7 +37,7 @@ class ContextStore {
   absl::Status Copy(const std::string& name, const std::vector<Range>& chunks,
                     const TypedView& k, const TypedView& v);
 
-  int64_t bytes_in_use();
+  int64_t bytes_in_use() override;
 
  private:
   struct Piece {

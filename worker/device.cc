@@ -53,7 +53,7 @@ int CudaDeviceCount() {
   return count;
 }
 
-absl::StatusOr<CudaDeviceInfo> OpenCudaDevice(int index) {
+absl::Status EnterCudaDevice(int index) {
   int count = 0;
   const cudaError_t counted = cudaGetDeviceCount(&count);
   if (counted != cudaSuccess) {
@@ -71,10 +71,11 @@ absl::StatusOr<CudaDeviceInfo> OpenCudaDevice(int index) {
   }
   if (absl::Status s = UseCudaDevice(index); !s.ok()) return s;
   // Creates the context now, so that a broken device fails here.
-  if (absl::Status s = CudaStatus(cudaFree(nullptr), "creating the context");
-      !s.ok()) {
-    return s;
-  }
+  return CudaStatus(cudaFree(nullptr), "creating the context");
+}
+
+absl::StatusOr<CudaDeviceInfo> OpenCudaDevice(int index) {
+  if (absl::Status s = EnterCudaDevice(index); !s.ok()) return s;
   cudaDeviceProp properties;
   if (absl::Status s = CudaStatus(cudaGetDeviceProperties(&properties, index),
                                   "cudaGetDeviceProperties");

@@ -50,6 +50,10 @@ struct CudaDeviceInfo {
 // INTERNAL if the device cannot be used.
 absl::StatusOr<CudaDeviceInfo> OpenCudaDevice(int index);
 
+// OpenCudaDevice without the description (which takes milliseconds): makes
+// the device current, with the same errors.
+absl::Status EnterCudaDevice(int index);
+
 // cudaSetDevice(index) as a Status.
 absl::Status UseCudaDevice(int index);
 

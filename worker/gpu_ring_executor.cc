@@ -180,15 +180,6 @@ absl::Status CheckContiguous(const char* name, View<const float> view,
 
 }  // namespace
 
-DeviceDType ComputeDTypeFor(DType wire) {
-  return wire == DType::kFloat16 ? DeviceDType::kFloat16
-                                 : DeviceDType::kBFloat16;
-}
-
-DType HostDTypeOf(DeviceDType dtype) {
-  return dtype == DeviceDType::kFloat16 ? DType::kFloat16 : DType::kBFloat16;
-}
-
 std::vector<AttentionTile> TileTask(const AttentionSpec& spec,
                                     const AttentionTask& task,
                                     int64_t tile_q_rows, int64_t tile_kv_rows) {
@@ -255,10 +246,13 @@ int64_t GpuRingExecutor::DeviceBytesNeeded(const AttentionSpec& spec, int rank,
                                            const GpuRingConfig& config,
                                            const ShardLayout* kv_layout) {
   const ShardLayout q_layout = LayoutFor(spec, spec.q_len, world_size);
+  // A world of one reading a resident context in place needs no K/V block.
   const int64_t block_rows =
-      (kv_layout != nullptr ? *kv_layout
-                            : LayoutFor(spec, spec.kv_len, world_size))
-          .LargestShard();
+      config.resident_kv && world_size == 1
+          ? 0
+          : (kv_layout != nullptr ? *kv_layout
+                                  : LayoutFor(spec, spec.kv_len, world_size))
+                .LargestShard();
   const double bytes =
       LayOutPool(spec, q_layout.ShardLength(rank), block_rows, world_size > 1,
                  config.tile_q_rows, /*element_bytes=*/2)
@@ -307,7 +301,7 @@ absl::StatusOr<std::unique_ptr<GpuRingExecutor>> GpuRingExecutor::Build(
       DeviceBytesNeeded(spec, rank, world_size, config, &kv_layout);
   RINGATTN_RETURN_IF_ERROR(
       CheckExecutorBytes(bytes, rank, world_size, "its share"));
-  RINGATTN_RETURN_IF_ERROR(OpenCudaDevice(config.device).status());
+  RINGATTN_RETURN_IF_ERROR(EnterCudaDevice(config.device));
   std::unique_ptr<GpuRingExecutor> executor(new GpuRingExecutor(
       spec, rank, world_size, config, std::move(kv_layout)));
   RINGATTN_RETURN_IF_ERROR(executor->Initialize());
@@ -329,7 +323,8 @@ GpuRingExecutor::GpuRingExecutor(const AttentionSpec& spec, int rank,
 
 absl::Status GpuRingExecutor::Initialize() {
   const PoolLayout layout =
-      LayOutPool(spec_, q_layout_.ShardLength(rank_), kv_layout_.LargestShard(),
+      LayOutPool(spec_, q_layout_.ShardLength(rank_),
+                 HasHomeBlock() ? kv_layout_.LargestShard() : 0,
                  world_size_ > 1, config_.tile_q_rows, element_bytes_);
   const int64_t total = static_cast<int64_t>(layout.total);
   if (total > 0) {
@@ -388,8 +383,10 @@ absl::Status GpuRingExecutor::Initialize() {
   if (config_.host_staging) {
     const DType host = HostDTypeOf(config_.dtype);
     host_q_ = TypedTensor(host, q_shape());
-    host_k_ = TypedTensor(host, kv_shape());
-    host_v_ = TypedTensor(host, kv_shape());
+    if (!config_.resident_kv) {
+      host_k_ = TypedTensor(host, kv_shape());
+      host_v_ = TypedTensor(host, kv_shape());
+    }
   }
   return absl::OkStatus();
 }
@@ -421,6 +418,10 @@ void* GpuRingExecutor::device_v() const {
          kv_shape().NumElements() * element_bytes_;
 }
 
+bool GpuRingExecutor::HasHomeBlock() const {
+  return !(config_.resident_kv && world_size_ == 1);
+}
+
 int64_t GpuRingExecutor::BlockRows(int64_t owner) const {
   return kv_layout_.ShardLength(owner);
 }
@@ -430,8 +431,64 @@ int64_t GpuRingExecutor::BlockBytes(int64_t owner) const {
          spec_.head_dim;
 }
 
+GpuRingExecutor::KvBlock GpuRingExecutor::BlockAt(const void* buffer,
+                                                  int64_t owner) const {
+  if (!HasHomeBlock()) {
+    return KvBlock{static_cast<const char*>(resident_.k),
+                   static_cast<const char*>(resident_.v),
+                   resident_.batch_stride};
+  }
+  const int64_t rows = BlockRows(owner);
+  const int64_t row_values = spec_.kv_heads * spec_.head_dim;
+  const char* keys = static_cast<const char*>(buffer);
+  return KvBlock{keys, keys + spec_.batch * rows * row_values * element_bytes_,
+                 rows * row_values};
+}
+
+absl::Status GpuRingExecutor::UseResidentKv(ResidentKv kv) {
+  if (!config_.resident_kv) {
+    return absl::FailedPreconditionError(
+        "UseResidentKv needs an executor created with resident_kv");
+  }
+  const Shape shape = kv_shape();
+  if (kv.dtype != config_.dtype || kv.rows != shape.seq ||
+      (shape.NumElements() > 0 &&
+       kv.batch_stride < shape.seq * shape.heads * shape.dim)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the resident context gives ", kv.rows, " rows of ",
+                     DeviceDTypeName(kv.dtype), " where this rank needs ",
+                     shape.seq, " rows of ", DeviceDTypeName(config_.dtype)));
+  }
+  resident_ = std::move(kv);
+  if (!HasHomeBlock() || shape.NumElements() == 0) return absl::OkStatus();
+  RINGATTN_RETURN_IF_ERROR(UseCudaDevice(config_.device));
+  const size_t pitch =
+      static_cast<size_t>(shape.heads * shape.dim * element_bytes_);
+  const size_t width = static_cast<size_t>(shape.seq) * pitch;
+  const KvBlock home = BlockAt(home_block_, rank_);
+  const struct {
+    const void* from;
+    const char* to;
+  } copies[] = {{resident_.k, home.k}, {resident_.v, home.v}};
+  for (const auto& copy : copies) {
+    RINGATTN_RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpy2DAsync(
+            const_cast<char*>(copy.to), width, copy.from,
+            static_cast<size_t>(resident_.batch_stride) * element_bytes_, width,
+            static_cast<size_t>(shape.batch), cudaMemcpyDeviceToDevice,
+            stream_.get()),
+        "copying the resident context into the ring's block"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status GpuRingExecutor::Upload(View<const float> q, View<const float> k,
                                      View<const float> v) {
+  if (config_.resident_kv) {
+    return absl::FailedPreconditionError(
+        "this executor takes K/V from a resident context (UseResidentKv), "
+        "not from Upload");
+  }
   RINGATTN_RETURN_IF_ERROR(CheckContiguous("Q", q, q_shape()));
   RINGATTN_RETURN_IF_ERROR(CheckContiguous("K", k, kv_shape()));
   RINGATTN_RETURN_IF_ERROR(CheckContiguous("V", v, kv_shape()));
@@ -489,14 +546,11 @@ absl::Status GpuRingExecutor::Download(View<float> o, View<float> lse) const {
 }
 
 absl::Status GpuRingExecutor::EnqueueTile(const AttentionTile& tile,
-                                          const void* block, int64_t held_rows,
+                                          const KvBlock& block,
                                           GpuRingStats& stats) {
   const int64_t q_row_values = spec_.q_heads * spec_.head_dim;
   const int64_t k_row_values = spec_.kv_heads * spec_.head_dim;
   const int64_t q_rows = q_layout_.ShardLength(rank_);
-  const char* keys = static_cast<const char*>(block);
-  const char* values =
-      keys + spec_.batch * held_rows * k_row_values * element_bytes_;
   DeviceAttentionArgs args;
   args.dtype = config_.dtype;
   args.batch = spec_.batch;
@@ -509,9 +563,9 @@ absl::Status GpuRingExecutor::EnqueueTile(const AttentionTile& tile,
       static_cast<const char*>(q_) + tile.q_row * q_row_values * element_bytes_;
   args.q.batch_stride = q_rows * q_row_values;
   args.q.seq_stride = q_row_values;
-  args.k.data = keys + tile.k_row * k_row_values * element_bytes_;
-  args.v.data = values + tile.k_row * k_row_values * element_bytes_;
-  args.k.batch_stride = args.v.batch_stride = held_rows * k_row_values;
+  args.k.data = block.k + tile.k_row * k_row_values * element_bytes_;
+  args.v.data = block.v + tile.k_row * k_row_values * element_bytes_;
+  args.k.batch_stride = args.v.batch_stride = block.batch_stride;
   args.k.seq_stride = args.v.seq_stride = k_row_values;
   args.o.data = part_o_;
   args.o.batch_stride = tile.q_len * q_row_values;
@@ -616,7 +670,7 @@ absl::StatusOr<GpuRingStats> GpuRingExecutor::Run(
             absl::StrCat("rank ", rank_, " was cancelled at ring step ", s));
         break;
       }
-      compute = EnqueueTile(tile, front, BlockRows(held), stats);
+      compute = EnqueueTile(tile, BlockAt(front, held), stats);
     }
     if (compute.ok()) {
       compute = CudaStatus(cudaEventRecord(compute_end_.get(), stream_.get()),

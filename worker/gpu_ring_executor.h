@@ -48,7 +48,9 @@
 #include "kernels/cuda/attention_dispatch.h"
 #include "kernels/cuda/device_buffer.h"
 #include "worker/communicator.h"
+#include "worker/compute_dtype.h"
 #include "worker/device.h"
+#include "worker/device_context_store.h"
 #include "worker/ring_executor.h"
 
 namespace ringattn {
@@ -63,13 +65,11 @@ struct GpuRingConfig {
   // Also hold the shard in host tensors of the compute dtype (host_q() ...),
   // for RunStaged.
   bool host_staging = false;
+  // K/V come from a resident context in device memory (UseResidentKv), not
+  // from the host: a world of one reads them where they lie (its pool holds
+  // no K/V block); a ring copies them into its home block on the device.
+  bool resident_kv = false;
 };
-
-// The compute dtype of a wire dtype: fp16 for fp16, bf16 for bf16 and fp32.
-DeviceDType ComputeDTypeFor(DType wire);
-
-// The host dtype with the same bits as `dtype`.
-DType HostDTypeOf(DeviceDType dtype);
 
 // One dense block of attention within a task: query rows [q_row, q_row +
 // q_len) of the shard against rows [k_row, k_row + kv_len) of the held K/V
@@ -197,9 +197,16 @@ class GpuRingExecutor {
   // sees no key).
   absl::Status Download(View<float> o, View<float> lse) const;
 
+  // With config().resident_kv: takes this rank's K/V rows from a resident
+  // context before Run (`kv` must hold kv_shape()'s rows in config().dtype)
+  // and keeps its memory until the executor goes. INVALID_ARGUMENT for
+  // another shape or dtype, FAILED_PRECONDITION without resident_kv, INTERNAL
+  // for a failing CUDA call.
+  absl::Status UseResidentKv(ResidentKv kv);
+
   // With config().host_staging: where the caller loads the shard, in the
-  // compute dtype (otherwise empty views). Q, K and V rows as
-  // RingExecutor::q() / k() / v() take them.
+  // compute dtype (otherwise empty views; K and V also with resident_kv).
+  // Q, K and V rows as RingExecutor::q() / k() / v() take them.
   TypedView host_q() const { return host_q_.view(); }
   TypedView host_k() const { return host_k_.view(); }
   TypedView host_v() const { return host_v_.view(); }
@@ -224,12 +231,25 @@ class GpuRingExecutor {
   // Allocates the pool, the stream and the events, borrows a dispatcher and
   // tiles the plan.
   absl::Status Initialize();
+  // K and V of one block, batches `batch_stride` elements apart.
+  struct KvBlock {
+    const char* k = nullptr;
+    const char* v = nullptr;
+    int64_t batch_stride = 0;
+  };
+
+  // Whether the pool holds a home K/V block (it does not for a world of one
+  // reading a resident context in place).
+  bool HasHomeBlock() const;
   // Rows and bytes of the K/V block of `owner`.
   int64_t BlockRows(int64_t owner) const;
   int64_t BlockBytes(int64_t owner) const;
-  // Enqueues one tile against the block of `held_rows` rows at `block`.
-  absl::Status EnqueueTile(const AttentionTile& tile, const void* block,
-                           int64_t held_rows, GpuRingStats& stats);
+  // K and V of `owner`'s block, held in `buffer` (one of the two block
+  // buffers), or where the resident context holds them.
+  KvBlock BlockAt(const void* buffer, int64_t owner) const;
+  // Enqueues one tile against `block`.
+  absl::Status EnqueueTile(const AttentionTile& tile, const KvBlock& block,
+                           GpuRingStats& stats);
   // Ends a run that cannot go on: aborts the communicator, drains what is in
   // flight on both sides, and returns `status`.
   absl::Status Stop(RingCommunicator& communicator, bool in_flight,
@@ -269,6 +289,8 @@ class GpuRingExecutor {
   TypedTensor host_q_;
   TypedTensor host_k_;
   TypedTensor host_v_;
+  // With resident_kv: this rank's rows of the context (UseResidentKv).
+  ResidentKv resident_;
 };
 
 }  // namespace ringattn

@@ -315,5 +315,209 @@ TEST(GpuWorkerServiceTest, BroadcastQPartialsMergeToTheReference) {
   }
 }
 
+// Rows [first, first + count) of `t` (batch 0) in `dtype`, as ShardRows.
+v1::ShardRows RowsOf(v1::TensorName name, const Tensor<float>& t, int64_t first,
+                     int64_t count, DType dtype) {
+  v1::ShardRows rows;
+  rows.set_tensor(name);
+  rows.set_first_position(first);
+  rows.set_count(count);
+  const int64_t values = t.shape().heads * t.shape().dim;
+  std::string& data = *rows.mutable_data();
+  data.resize(count * values * DTypeSize(dtype));
+  for (int64_t i = 0; i < count; ++i) {
+    ConvertFromFloat(dtype, t.view().Row(0, first + i, 0),
+                     &data[i * values * DTypeSize(dtype)], values);
+  }
+  return rows;
+}
+
+// Stores positions `piece` of k and v as a piece of context `name`.
+grpc::Status StorePiece(v1::Worker::Stub& stub, const std::string& name,
+                        bool create, const Range& piece, const Tensor<float>& k,
+                        const Tensor<float>& v) {
+  grpc::ClientContext context;
+  v1::StoreContextResponse response;
+  auto stream = stub.StoreContext(&context, &response);
+  v1::StoreContextRequest request;
+  v1::StoreContextHeader* header = request.mutable_header();
+  header->set_name(name);
+  header->set_create(create);
+  header->set_batch(1);
+  header->set_kv_heads(k.shape().heads);
+  header->set_head_dim(k.shape().dim);
+  header->set_wire_dtype(DTypeToProto(DType::kBFloat16));
+  header->set_first_position(piece.begin);
+  header->set_count(piece.size());
+  stream->Write(request);
+  for (const auto& [tensor, t] :
+       {std::make_pair(v1::K, &k), std::make_pair(v1::V, &v)}) {
+    v1::StoreContextRequest rows;
+    *rows.mutable_rows() =
+        RowsOf(tensor, *t, piece.begin, piece.size(), DType::kBFloat16);
+    stream->Write(rows);
+  }
+  stream->WritesDone();
+  return stream->Finish();
+}
+
+// Rank `rank`'s stream of a query of context `name`, held as `held` (every
+// rank's positions): header, its Q rows, run.
+std::vector<v1::ExecuteRequest> ContextQueryOf(
+    const AttentionSpec& spec, int rank, int ranks, const std::string& prefix,
+    const std::string& name, const std::vector<std::vector<Range>>& held,
+    const Tensor<float>& q, v1::Strategy strategy) {
+  std::vector<v1::ExecuteRequest> requests(1);
+  v1::ExecuteHeader* header = requests[0].mutable_header();
+  header->set_request_id(prefix);
+  *header->mutable_spec() = SpecToProto(spec);
+  header->mutable_spec()->set_wire_dtype(DTypeToProto(DType::kBFloat16));
+  header->mutable_spec()->set_strategy(strategy);
+  header->set_rank(rank);
+  header->set_world_size(ranks);
+  header->set_rendezvous_prefix(prefix);
+  header->set_timeout_seconds(60);
+  header->set_context(name);
+  for (const std::vector<Range>& chunks : held) {
+    v1::KvChunks* layout = header->add_kv_layout();
+    for (const Range& chunk : chunks) {
+      layout->add_begin(chunk.begin);
+      layout->add_end(chunk.end);
+    }
+  }
+  const std::vector<Range> q_chunks =
+      strategy == v1::BROADCAST_Q
+          ? std::vector<Range>{Range{0, spec.q_len}}
+          : LayoutFor(spec, spec.q_len, ranks).Chunks(rank);
+  for (const Range& chunk : q_chunks) {
+    v1::ExecuteRequest request;
+    *request.mutable_rows() =
+        RowsOf(v1::Q, q, chunk.begin, chunk.size(), DType::kBFloat16);
+    requests.push_back(request);
+  }
+  v1::ExecuteRequest run;
+  run.set_run(true);
+  requests.push_back(run);
+  return requests;
+}
+
+// A tensor of normal values rounded to bf16 (what the GPU computes on).
+Tensor<float> Bf16Normal(std::mt19937& rng, int64_t len, int64_t heads,
+                         int64_t dim) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  Tensor<float> t({1, len, heads, dim});
+  for (float& x : t.values()) x = BFloat16ToFloat(FloatToBFloat16(normal(rng)));
+  return t;
+}
+
+// A context stored on the GPUs in three uneven appends (so each rank holds
+// non-adjacent positions, and a piece of one row), then queried with
+// broadcast-Q (read in place; 1 and 17 causal rows, the decode kernel and
+// cuDNN) and pass-KV (copied into the ring's blocks; 300 rows): the merged
+// outputs match the reference within the bf16 tolerance of this file.
+TEST(GpuWorkerServiceTest, ResidentContextOnGpuMatchesTheReference) {
+  const int gpus = CudaDeviceCount();
+  if (gpus == 0) GTEST_SKIP() << "no CUDA device here; runs on a GPU machine";
+  DisableNcclMulticast();
+  const int ranks = gpus >= 2 ? 2 : 1;
+  const int64_t kv_len = 3001;  // prime
+  const int64_t q_heads = 8, kv_heads = 2, dim = 80;
+  std::mt19937 rng(23);
+  const Tensor<float> k = Bf16Normal(rng, kv_len, kv_heads, dim);
+  const Tensor<float> v = Bf16Normal(rng, kv_len, kv_heads, dim);
+
+  gloo::rendezvous::HashStore store;
+  std::vector<std::unique_ptr<GpuTestWorker>> workers;
+  for (int r = 0; r < ranks; ++r) {
+    workers.push_back(std::make_unique<GpuTestWorker>(store, r));
+  }
+  std::vector<std::vector<Range>> held(ranks);
+  bool create = true;
+  for (const Range& piece :
+       {Range{0, 1500}, Range{1500, 2999}, Range{2999, kv_len}}) {
+    for (int r = 0; r < ranks; ++r) {
+      const int64_t share = piece.size() / ranks;
+      const Range part{
+          piece.begin + r * share,
+          r + 1 == ranks ? piece.end : piece.begin + (r + 1) * share};
+      const grpc::Status stored =
+          StorePiece(workers[r]->stub(), "book", create, part, k, v);
+      ASSERT_TRUE(stored.ok())
+          << "rank " << r << ": " << stored.error_message();
+      if (!part.empty()) held[r].push_back(part);
+    }
+    create = false;
+  }
+
+  int query = 0;
+  for (const auto& [q_len, strategy] :
+       {std::make_pair(int64_t{1}, v1::BROADCAST_Q),
+        std::make_pair(int64_t{17}, v1::BROADCAST_Q),
+        std::make_pair(int64_t{300}, v1::PASS_KV)}) {
+    SCOPED_TRACE(absl::StrCat(q_len, " query rows, strategy ", strategy));
+    AttentionSpec spec;
+    spec.q_len = q_len;
+    spec.kv_len = kv_len;
+    spec.q_heads = q_heads;
+    spec.kv_heads = kv_heads;
+    spec.head_dim = dim;
+    spec.causal = strategy == v1::BROADCAST_Q;
+    const Tensor<float> q = Bf16Normal(rng, q_len, q_heads, dim);
+    Tensor<double> o_ref(q.shape());
+    Tensor<double> lse_ref({1, q_len, q_heads, 1});
+    ReferenceAttention(spec, q.view(), k.view(), v.view(), o_ref.view(),
+                       lse_ref.view());
+
+    const std::string prefix = absl::StrCat("gpu-context-", query++);
+    std::vector<ExecuteResult> results(ranks);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < ranks; ++r) {
+      threads.emplace_back([&, r] {
+        results[r] = Execute(
+            workers[r]->stub(),
+            ContextQueryOf(spec, r, ranks, prefix, "book", held, q, strategy));
+      });
+    }
+    for (std::thread& t : threads) t.join();
+
+    // Every row's partials (one per rank for broadcast-Q, one in all for
+    // pass-KV) merge by LSE into the answer.
+    Tensor<float> o(q.shape());
+    std::fill(o.values().begin(), o.values().end(), 0.0f);
+    Tensor<float> lse({1, q_len, q_heads, 1});
+    std::fill(lse.values().begin(), lse.values().end(), -INFINITY);
+    const int64_t row_values = q_heads * dim;
+    int64_t rows = 0;
+    for (int r = 0; r < ranks; ++r) {
+      ASSERT_TRUE(results[r].status.ok())
+          << "rank " << r << ": " << results[r].status.error_message();
+      Tensor<float> part_o(q.shape());
+      std::fill(part_o.values().begin(), part_o.values().end(), 0.0f);
+      Tensor<float> part_lse({1, q_len, q_heads, 1});
+      std::fill(part_lse.values().begin(), part_lse.values().end(), -INFINITY);
+      for (const v1::ExecuteResponse& response : results[r].responses) {
+        if (!response.has_output()) continue;
+        const v1::ShardOutput& out = response.output();
+        ASSERT_EQ(out.data().size(), out.count() * row_values * 4);
+        std::memcpy(part_o.view().Row(0, out.first_position(), 0),
+                    out.data().data(), out.data().size());
+        std::memcpy(part_lse.view().Row(0, out.first_position(), 0),
+                    out.lse().data(), out.lse().size());
+        rows += out.count();
+      }
+      MergeWithLse(o.view(), lse.view(), part_o.view(), part_lse.view());
+    }
+    EXPECT_EQ(rows, strategy == v1::BROADCAST_Q ? q_len * ranks : q_len);
+    for (size_t i = 0; i < o.values().size(); ++i) {
+      const double want = o_ref.values()[i];
+      ASSERT_NEAR(o.values()[i], want, 3e-2 * (1 + std::fabs(want))) << i;
+    }
+    for (size_t i = 0; i < lse.values().size(); ++i) {
+      const double want = lse_ref.values()[i];
+      ASSERT_NEAR(lse.values()[i], want, 1e-2 * (1 + std::fabs(want))) << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ringattn

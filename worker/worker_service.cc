@@ -21,6 +21,7 @@
 #include "core/status_macros.h"
 #include "core/strategy_support.h"
 #include "core/tensor.h"
+#include "kernels/cuda/attention_dispatch.h"
 #include "proto/grpc_status.h"
 #include "proto/spec_conversion.h"
 #include "spdlog/spdlog.h"
@@ -62,10 +63,13 @@ class ExecuteReactor final
     : public grpc::ServerBidiReactor<v1::ExecuteRequest, v1::ExecuteResponse> {
  public:
   ExecuteReactor(grpc::CallbackServerContext* context, RingConnector& connector,
-                 ContextStore& contexts, const WorkerServiceOptions& options,
+                 ContextStore* host_contexts,
+                 DeviceContextStore* device_contexts,
+                 const WorkerServiceOptions& options,
                  absl::StatusOr<ExecutionBudget::Ticket> ticket)
       : connector_(connector),
-        contexts_(contexts),
+        host_contexts_(host_contexts),
+        device_contexts_(device_contexts),
         options_(options),
         deadline_(absl::FromChrono(context->deadline())) {
     if (!ticket.ok()) {
@@ -158,9 +162,7 @@ class ExecuteReactor final
         }
         if (context_load_.has_value()) {
           // Only now: a query that appends rows stores them before 'run'.
-          RINGATTN_RETURN_IF_ERROR(
-              contexts_.Copy(context_load_->name, context_load_->chunks,
-                             context_load_->k, context_load_->v));
+          RINGATTN_RETURN_IF_ERROR(LoadContext());
         }
         RINGATTN_RETURN_IF_ERROR(CheckComplete());
         run_requested_ = true;
@@ -270,6 +272,14 @@ class ExecuteReactor final
     config.device = options_.cuda_device;
     config.dtype = ComputeDTypeFor(wire_dtype_);
     config.host_staging = true;
+    if (!header.context().empty()) {
+      // Computed in the dtype the context is held in, read where it lies.
+      absl::StatusOr<DeviceDType> held =
+          device_contexts_->DTypeOf(header.context());
+      if (!held.ok()) return held.status();
+      config.dtype = *held;
+      config.resident_kv = true;
+    }
     // The executor's own rank: broadcast-Q runs a world of one.
     const int rank = broadcast ? 0 : rank_;
     if (broadcast) {
@@ -277,6 +287,11 @@ class ExecuteReactor final
           KvLayoutFor(spec_, world_size_, std::move(kv_layout));
       if (!layout.ok()) return layout.status();
       const ShardLayout own = WorldOfOne(*layout, rank_);
+      if (spec_.q_len * spec_.GqaRatio() <= kDecodeMaxPackedRows) {
+        // Few query rows: one tile over all keys; the decode kernel splits
+        // them over the GPU itself.
+        config.tile_kv_rows = std::max<int64_t>(1, own.LargestShard());
+      }
       RINGATTN_RETURN_IF_ERROR(ticket_.Reserve(
           GpuRingExecutor::DeviceBytesNeeded(spec_, 0, 1, config, &own)));
       kv_layout = std::move(*layout);
@@ -409,6 +424,19 @@ class ExecuteReactor final
     context_load_ = ContextLoad{name, std::move(chunks), k, v};
     targets_[1].MarkAllArrived();
     targets_[2].MarkAllArrived();
+  }
+
+  // Gives the executor this rank's K/V rows of the resident context of
+  // context_load_: read in place on a CUDA worker, copied on a CPU one.
+  absl::Status LoadContext() {
+    const ContextLoad& load = *context_load_;
+    if (gpu_executor_ == nullptr) {
+      return host_contexts_->Copy(load.name, load.chunks, load.k, load.v);
+    }
+    absl::StatusOr<ResidentKv> kv =
+        device_contexts_->Find(load.name, load.chunks);
+    if (!kv.ok()) return kv.status();
+    return gpu_executor_->UseResidentKv(*std::move(kv));
   }
 
   // OK once every row of the shard arrived; INVALID_ARGUMENT naming the first
@@ -583,7 +611,8 @@ class ExecuteReactor final
   }
 
   RingConnector& connector_;
-  ContextStore& contexts_;
+  ContextStore* const host_contexts_;          // on a CPU worker
+  DeviceContextStore* const device_contexts_;  // on a CUDA worker
   const WorkerServiceOptions& options_;
   const absl::Time deadline_;
   ExecutionBudget::Ticket ticket_;
@@ -646,7 +675,7 @@ class ExecuteReactor final
 class StoreContextReactor final
     : public grpc::ServerReadReactor<v1::StoreContextRequest> {
  public:
-  StoreContextReactor(ContextStore& contexts,
+  StoreContextReactor(ResidentContexts& contexts,
                       v1::StoreContextResponse* response)
       : contexts_(contexts), response_(response) {
     StartRead(&request_);
@@ -718,8 +747,8 @@ class StoreContextReactor final
     }
     absl::StatusOr<int64_t> bytes = contexts_.Add(
         header_->name(), header_->create(),
-        ContextStore::Layout{header_->batch(), header_->kv_heads(),
-                             header_->head_dim()},
+        ResidentContexts::Layout{header_->batch(), header_->kv_heads(),
+                                 header_->head_dim()},
         positions_, std::move(k_), std::move(v_));
     if (!bytes.ok()) return bytes.status();
     response_->set_bytes(*bytes);
@@ -728,7 +757,7 @@ class StoreContextReactor final
     return absl::OkStatus();
   }
 
-  ContextStore& contexts_;
+  ResidentContexts& contexts_;
   v1::StoreContextResponse* const response_;
   v1::StoreContextRequest request_;
   std::optional<v1::StoreContextHeader> header_;
@@ -746,24 +775,36 @@ WorkerService::WorkerService(RingConnector& connector,
                              const WorkerServiceOptions& options)
     : connector_(connector),
       options_(options),
-      budget_(options.max_concurrent_executions, options.memory_bytes),
-      contexts_(options.context_memory_bytes) {}
+      budget_(options.max_concurrent_executions, options.memory_bytes) {
+  if (options.cuda_device >= 0) {
+    device_contexts_ = std::make_unique<DeviceContextStore>(
+        options.cuda_device, options.context_memory_bytes);
+  } else {
+    host_contexts_ =
+        std::make_unique<ContextStore>(options.context_memory_bytes);
+  }
+}
 
 grpc::ServerBidiReactor<v1::ExecuteRequest, v1::ExecuteResponse>*
 WorkerService::Execute(grpc::CallbackServerContext* context) {
-  return new ExecuteReactor(context, connector_, contexts_, options_,
-                            budget_.Admit());
+  return new ExecuteReactor(context, connector_, host_contexts_.get(),
+                            device_contexts_.get(), options_, budget_.Admit());
+}
+
+ResidentContexts& WorkerService::contexts() {
+  if (device_contexts_ != nullptr) return *device_contexts_;
+  return *host_contexts_;
 }
 
 grpc::ServerReadReactor<v1::StoreContextRequest>* WorkerService::StoreContext(
     grpc::CallbackServerContext*, v1::StoreContextResponse* response) {
-  return new StoreContextReactor(contexts_, response);
+  return new StoreContextReactor(contexts(), response);
 }
 
 grpc::ServerUnaryReactor* WorkerService::DropContext(
     grpc::CallbackServerContext* context, const v1::DropContextRequest* request,
     v1::DropContextResponse*) {
-  contexts_.Drop(request->name(), request->keep_length());
+  contexts().Drop(request->name(), request->keep_length());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;

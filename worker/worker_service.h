@@ -9,19 +9,24 @@
 // rank gets every query row, joins no ring, and returns partial rows for all
 // queries over its own K/V (BroadcastExecutor). For PASS_Q the rank gets the
 // same shard as for PASS_KV, but query blocks travel the ring instead of K/V
-// (PassQExecutor; CPU workers only). Streams are callback reactors (no gRPC
-// thread is parked on a stream); the computation of a request runs on a
+// (PassQExecutor; CPU workers only). Resident contexts live in host memory
+// on a CPU worker, which copies a query's rows out of them, and in device
+// memory on a CUDA worker, whose broadcast-Q queries read them in place (a
+// decode step moves only its query rows). Streams are callback reactors (no
+// gRPC thread is parked on a stream); the computation of a request runs on a
 // thread of its own. Cancelling a stream, or its deadline passing, aborts the
 // ring on this rank and frees the request's memory. Bad input gets
 // INVALID_ARGUMENT naming the problem; a worker at its limits answers
 // RESOURCE_EXHAUSTED. Thread-safe.
 
 #include <cstdint>
+#include <memory>
 
 #include "absl/time/time.h"
 #include "ringattn/v1/worker.grpc.pb.h"
 #include "worker/communicator.h"
 #include "worker/context_store.h"
+#include "worker/device_context_store.h"
 #include "worker/execution_budget.h"
 
 namespace ringattn {
@@ -34,7 +39,8 @@ struct WorkerServiceOptions {
   int64_t memory_bytes = int64_t{4} << 30;
   // The ring timeout of a header that leaves timeout_seconds at 0.
   absl::Duration default_ring_timeout = absl::Seconds(60);
-  // Memory resident contexts may hold on this worker.
+  // Memory resident contexts may hold on this worker (device memory on a CUDA
+  // worker, where queries read them in place).
   int64_t context_memory_bytes = int64_t{4} << 30;
   // The CUDA device requests run on (GpuRingExecutor; the connector must then
   // move device memory: an NcclConnector, and memory_bytes counts device
@@ -65,10 +71,15 @@ class WorkerService final : public v1::Worker::CallbackService {
   int active_executions() const { return budget_.executions(); }
 
  private:
+  ResidentContexts& contexts();
+
   RingConnector& connector_;
   const WorkerServiceOptions options_;
   ExecutionBudget budget_;
-  ContextStore contexts_;
+  // Resident contexts: in host memory on a CPU worker, in device memory on a
+  // CUDA one (exactly one is set).
+  std::unique_ptr<ContextStore> host_contexts_;
+  std::unique_ptr<DeviceContextStore> device_contexts_;
 };
 
 }  // namespace ringattn

@@ -19,7 +19,8 @@
 # 10-minute call on its own). The service stage starts a coordinator and one
 # GPU worker per GPU and sends service_bench's requests through them, causal,
 # at SERVICE_LENGTHS (default "262144 1048576 4194304"), with SERVICE_FLAGS
-# added to its command line (e.g. --q_len=16). Prints the test summary, the tables and "N passed, N failed,
+# added to its command line (e.g. --q_len=16), once for each GPU count in
+# SERVICE_GPUS (default: GPUS). Prints the test summary, the tables and "N passed, N failed,
 # N skipped" (gtest cases) last; exits non-zero if anything failed.
 set -uo pipefail
 
@@ -31,6 +32,7 @@ BINARIES=(
   worker/ringattn-worker
   kernels/cuda/partial_merge_test
   worker/gpu_device_test
+  worker/gpu_device_context_store_test
   worker/gpu_nccl_communicator_test
   worker/gpu_ring_executor_test
   worker/gpu_ring_tiles_test
@@ -143,14 +145,20 @@ run() {
       failed_logs+=("$OUT/peer_cp_$world.err")
   done
 
+  local service_gpus
   if [[ $stages == *" service "* ]]; then
-    run_service "$bin_dir" "$gpus" "$ours_path" || failed_logs+=("$OUT/service_bench.err")
+    for service_gpus in ${SERVICE_GPUS:-$gpus}; do
+      run_service "$bin_dir" "$service_gpus" "$ours_path" ||
+        failed_logs+=("$OUT/service_bench_${service_gpus}gpu.err")
+    done
   fi
 
   echo "logs in $OUT"
   printf '%s' "$summary"
   [ -f "$OUT/ring_bench.md" ] && cat "$OUT/ring_bench.md"
-  [ -f "$OUT/service_bench.md" ] && cat "$OUT/service_bench.md"
+  for f in "$OUT"/service_bench_*gpu.md; do
+    [ -f "$f" ] && { echo "${f##*/service_bench_} (service_bench through one worker per GPU):"; cat "$f"; }
+  done
   echo
   # Per-GPU throughput of the ring against one GPU, and what the transfers
   # cost against the same run without them.
@@ -185,17 +193,18 @@ run() {
 }
 
 # A coordinator and $2 GPU workers on this machine, service_bench through
-# them, and everything stopped again. Logs in $OUT/service_*.
+# them, and everything stopped again. Logs in $OUT/service_*, the table in
+# $OUT/service_bench_$2gpu.md.
 run_service() {
   local bin_dir=$1 gpus=$2 ours_path=$3 port=50151 pids=() i rc
   LD_LIBRARY_PATH=$ours_path "$bin_dir/ringattn-coordinator" --world_size="$gpus" \
     --host=127.0.0.1 --port=$port --http_port=0 --ring_timeout_seconds=900 \
     --max_request_bytes=$((1 << 40)) --max_inflight_bytes=$((1 << 40)) \
-    >"$OUT/service_coordinator.log" 2>&1 &
+    >"$OUT/service_coordinator_${gpus}gpu.log" 2>&1 &
   pids+=($!)
   for ((i = 0; i < gpus; i++)); do
     LD_LIBRARY_PATH=$ours_path "$bin_dir/ringattn-worker" --coordinator=127.0.0.1:$port \
-      --device="cuda:$i" --ring_timeout_seconds=900 >"$OUT/service_worker_$i.log" 2>&1 &
+      --device="cuda:$i" --ring_timeout_seconds=900 >"$OUT/service_worker_${gpus}gpu_$i.log" 2>&1 &
     pids+=($!)
   done
   local lengths=${SERVICE_LENGTHS:-262144 1048576 4194304}
@@ -203,7 +212,7 @@ run_service() {
   LD_LIBRARY_PATH=$ours_path timeout 1500 "$bin_dir/service_bench" \
     --target=127.0.0.1:$port --wait_ready_seconds=120 \
     --lengths="$(echo $lengths | tr ' ' ',')" ${SERVICE_FLAGS:-} \
-    >"$OUT/service_bench.md" 2>"$OUT/service_bench.err"
+    >"$OUT/service_bench_${gpus}gpu.md" 2>"$OUT/service_bench_${gpus}gpu.err"
   rc=$?
   kill "${pids[@]}" 2>/dev/null
   wait "${pids[@]}" 2>/dev/null

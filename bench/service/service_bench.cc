@@ -26,6 +26,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "client/chunking.h"
 #include "client/client.h"
@@ -49,6 +50,10 @@ ABSL_FLAG(int, decode_steps, 0,
           "instead of one-shot requests: upload each length as a resident "
           "context, then time this many decode steps (1 query row, 1 new K/V "
           "row each) against it");
+ABSL_FLAG(std::string, query_rows, "",
+          "with --decode_steps: also time queries of these many rows "
+          "(comma-separated, no rows appended) against each context");
+ABSL_FLAG(int, query_repeats, 10, "how often each --query_rows query runs");
 ABSL_FLAG(int, wait_ready_seconds, 0,
           "how long to wait for the cluster to become ready");
 
@@ -240,12 +245,84 @@ Tensor<float> PoolRow(const RowPool& pool, const Shapes& s, int tensor,
   return t;
 }
 
+// The `quantile` of `values` (sorted in place).
+double Quantile(std::vector<double>& values, double quantile) {
+  std::sort(values.begin(), values.end());
+  return values[std::min(values.size() - 1,
+                         static_cast<size_t>(quantile * values.size()))];
+}
+
+// Row 0's largest error against float64 (`n` keys, `nq` causal query rows),
+// relative to the reference row's RMS.
+double RowZeroError(const RowPool& pool, Shapes s, int64_t n, int64_t nq,
+                    const Tensor<float>& output, int threads) {
+  s.nq = nq;
+  s.n = n;
+  const std::vector<double> want = Reference(pool, s, {0}, threads);
+  double rms = 0, worst = 0;
+  for (double x : want) rms += x * x;
+  rms = std::sqrt(rms / want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    worst = std::max(worst, std::abs(output.values()[i] - want[i]));
+  }
+  return worst / rms;
+}
+
+// Times `repeats` queries of `nq` rows (rows of the pool) against context
+// `name` of `n` tokens, no rows appended; returns a table row (end to end and
+// the slowest worker's compute, p50), or the failure.
+std::string TimeQueries(Client& client, const RowPool& pool, const Shapes& s,
+                        const std::string& name, int64_t n, int64_t nq,
+                        int repeats, int threads) {
+  Tensor<float> q(Shape{1, nq, s.hq, s.d});
+  for (int64_t i = 0; i < nq; ++i) {
+    std::memcpy(q.view().Row(0, i, 0), pool.Floats(0, i, s.RowValues(0)),
+                sizeof(float) * s.RowValues(0));
+  }
+  v1::AttentionSpec spec;
+  spec.set_batch(1);
+  spec.set_q_len(nq);
+  spec.set_q_heads(s.hq);
+  spec.set_kv_heads(s.hkv);
+  spec.set_head_dim(s.d);
+  spec.set_causal(true);
+  spec.set_wire_dtype(v1::BF16);
+  std::vector<double> latencies, computes;
+  absl::StatusOr<AttendResult> result;
+  for (int i = 0; i < repeats; ++i) {
+    const Clock::time_point begin = Clock::now();
+    result = client.Query(name, spec, q.view());
+    if (!result.ok()) {
+      return absl::StrCat("| ", n, " | ", nq,
+                          " | failed: ", result.status().ToString(), " |");
+    }
+    latencies.push_back(Seconds(begin, Clock::now()));
+    double slowest = 0;
+    for (const v1::WorkerUsage& w : result->summary.workers()) {
+      slowest = std::max(slowest, w.compute_seconds());
+    }
+    computes.push_back(slowest);
+  }
+  const double error = RowZeroError(pool, s, n, nq, result->output, threads);
+  const double bytes = 2.0 * n * s.hkv * s.d * 2;
+  const double compute = Quantile(computes, 0.5);
+  return absl::StrFormat(
+      "| %d | %d | %s | %.3f | %.3f | %.3f | %.0f | %.2g | %s |", n, nq,
+      v1::Strategy_Name(result->summary.strategy()),
+      1e3 * Quantile(latencies, 0.5), 1e3 * Quantile(latencies, 0.99),
+      1e3 * compute, compute > 0 ? bytes / compute / 1e9 : 0.0, error,
+      error <= 3e-2 ? "ok" : "FAILED");
+}
+
 // Uploads `s.n` K/V rows as context `name`, then runs `steps` decode steps
 // against it (each: query row 0 of the pool and the next K/V row, appended
 // and attended in one call), and checks the last step against float64. Prints
-// one table row; false if anything failed.
+// one table row; false if anything failed. Then times queries of each of
+// `query_rows` rows, adding a line to `query_lines` for each.
 bool RunDecodeSteps(Client& client, const RowPool& pool, Shapes s, int steps,
-                    int64_t chunk_bytes, int threads) {
+                    int64_t chunk_bytes, int threads,
+                    const std::vector<int64_t>& query_rows,
+                    std::vector<std::string>& query_lines) {
   const std::string name = absl::StrCat("service-bench-", s.n);
   client.DeleteContext(name).IgnoreError();
   v1::ContextHeader header;
@@ -286,6 +363,13 @@ bool RunDecodeSteps(Client& client, const RowPool& pool, Shapes s, int steps,
     if (!result.ok()) break;
     strategy = v1::Strategy_Name(result->summary.strategy());
   }
+  if (result.ok()) {
+    for (int64_t nq : query_rows) {
+      query_lines.push_back(TimeQueries(client, pool, s, name, s.n + steps, nq,
+                                        absl::GetFlag(FLAGS_query_repeats),
+                                        threads));
+    }
+  }
   client.DeleteContext(name).IgnoreError();
   if (!result.ok()) {
     std::printf("| %lld | failed: %s |\n", static_cast<long long>(s.n),
@@ -293,30 +377,16 @@ bool RunDecodeSteps(Client& client, const RowPool& pool, Shapes s, int steps,
     return false;
   }
   // The last step's query row saw every key: the context and the new rows.
-  Shapes last = s;
-  last.nq = 1;
-  last.n = s.n + steps;
-  const std::vector<double> want = Reference(pool, last, {0}, threads);
-  double rms = 0, worst = 0;
-  for (double x : want) rms += x * x;
-  rms = std::sqrt(rms / want.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    worst = std::max(worst, std::abs(result->output.values()[i] - want[i]));
-  }
-  worst /= rms;
-  std::vector<double> sorted = latencies;
-  std::sort(sorted.begin(), sorted.end());
-  auto at = [&](double quantile) {
-    return 1e3 *
-           sorted[std::min(sorted.size() - 1,
-                           static_cast<size_t>(quantile * sorted.size()))];
-  };
+  const double worst =
+      RowZeroError(pool, s, s.n + steps, 1, result->output, threads);
   constexpr double kTolerance = 3e-2;
   std::printf(
       "| %lld | %.2f | %.2f | %d | %s | %.2f | %.2f | %.2f | %.2g | %s |\n",
       static_cast<long long>(s.n), info->bytes() / 1e9,
-      info->bytes() / 1e9 / upload, steps, strategy.c_str(), at(0.5), at(0.99),
-      1e3 * sorted.back(), worst, worst <= kTolerance ? "ok" : "FAILED");
+      info->bytes() / 1e9 / upload, steps, strategy.c_str(),
+      1e3 * Quantile(latencies, 0.5), 1e3 * Quantile(latencies, 0.99),
+      1e3 * Quantile(latencies, 1.0), worst,
+      worst <= kTolerance ? "ok" : "FAILED");
   std::fflush(stdout);
   return worst <= kTolerance;
 }
@@ -358,7 +428,19 @@ int Run() {
         "| context tokens | context GB | upload GB/s | decode steps | strategy "
         "| p50 ms | p99 ms | max ms | max err / RMS (last step) | check |\n"
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    std::vector<int64_t> query_rows;
+    for (absl::string_view text : absl::StrSplit(
+             absl::GetFlag(FLAGS_query_rows), ',', absl::SkipEmpty())) {
+      int64_t rows = 0;
+      if (!absl::SimpleAtoi(text, &rows) || rows < 1) {
+        std::fprintf(stderr, "bad query rows '%s'\n",
+                     std::string(text).c_str());
+        return 2;
+      }
+      query_rows.push_back(rows);
+    }
     bool ok = true;
+    std::vector<std::string> query_lines;
     for (absl::string_view text :
          absl::StrSplit(absl::GetFlag(FLAGS_lengths), ',')) {
       Shapes s = base;
@@ -367,7 +449,18 @@ int Run() {
         return 2;
       }
       ok &= RunDecodeSteps(**client, pool, s, steps, options.chunk_bytes,
-                           threads);
+                           threads, query_rows, query_lines);
+    }
+    if (!query_lines.empty()) {
+      std::printf(
+          "\n| context tokens | query rows | strategy | p50 ms | p99 ms | "
+          "slowest worker's compute p50 ms | its K/V GB/s | max err / RMS "
+          "(row 0) | check |\n"
+          "| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+      for (const std::string& line : query_lines) {
+        std::printf("%s\n", line.c_str());
+        ok &= line.find("| ok |") != std::string::npos;
+      }
     }
     return ok ? 0 : 1;
   }

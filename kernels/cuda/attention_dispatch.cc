@@ -17,9 +17,7 @@ constexpr int64_t kMaxLength = int64_t{1} << 30;
 // The decode kernel's limit: one grid slice per (batch, kv head).
 constexpr int64_t kMaxBatchKvHeads = 65535;
 
-// PrefersDecode's thresholds: at most this many packed rows per K/V head ...
-constexpr int64_t kDecodeMaxRows = 512;
-// ... against at least this many keys.
+// PrefersDecode's threshold on keys: at least this many.
 constexpr int64_t kDecodeMinKeys = 1024;
 
 }  // namespace
@@ -88,9 +86,9 @@ absl::Status RunDecodeAttention(const DeviceAttentionArgs& args,
                     "launching the decode attention kernel");
 }
 
-bool PrefersDecode(const DeviceAttentionArgs& args, bool cudnn_available) {
-  return args.kv_heads > 0 && (args.q_len > 1 || !cudnn_available) &&
-         args.q_len * (args.q_heads / args.kv_heads) <= kDecodeMaxRows &&
+bool PrefersDecode(const DeviceAttentionArgs& args) {
+  return args.kv_heads > 0 &&
+         args.q_len * (args.q_heads / args.kv_heads) <= kDecodeMaxPackedRows &&
          args.kv_len >= kDecodeMinKeys &&
          args.batch * args.kv_heads <= kMaxBatchKvHeads;
 }
@@ -107,7 +105,7 @@ AttentionDispatcher::AttentionDispatcher() {
 
 absl::StatusOr<AttentionPath> AttentionDispatcher::Forward(
     const DeviceAttentionArgs& args, cudaStream_t stream) {
-  if (PrefersDecode(args, cudnn_ != nullptr)) {
+  if (PrefersDecode(args)) {
     if (absl::Status status =
             RunDecodeAttention(args, decode_workspace_, stream);
         !status.ok()) {

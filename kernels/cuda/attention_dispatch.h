@@ -21,9 +21,10 @@ namespace ringattn {
 
 // The GPU attention paths.
 enum class AttentionPath {
-  kCudnn,  // cuDNN's fused SDPA forward
+  kCudnn,   // cuDNN's fused SDPA forward
   kFlash,   // our kernel, kernels/cuda/flash_attention.cu
-  kDecode,  // our split-K/V kernel for few rows, kernels/cuda/decode_attention.cu
+  kDecode,  // our split-K/V kernel for few rows,
+            // kernels/cuda/decode_attention.cu
 };
 
 // "cudnn", "flash" or "decode".
@@ -42,12 +43,16 @@ absl::Status RunFlashAttention(const DeviceAttentionArgs& args,
 absl::Status RunDecodeAttention(const DeviceAttentionArgs& args,
                                 DeviceBuffer& workspace, cudaStream_t stream);
 
+// The most packed rows per K/V head PrefersDecode sends to the decode kernel.
+inline constexpr int64_t kDecodeMaxPackedRows = 512;
+
 // Whether AttentionDispatcher runs `args` on the decode kernel: few packed rows
 // (q_len * q_heads / kv_heads, the rows that share one K/V head) against
 // enough keys, where it beat cuDNN as measured on one H200 (README, "Decode
-// kernel"); a single query row only without cuDNN (`cudnn_available` false),
-// since cuDNN reads K/V a little faster for it.
-bool PrefersDecode(const DeviceAttentionArgs& args, bool cudnn_available);
+// kernel"). A single query row goes there too although cuDNN reads K/V about
+// 8% faster for it: decode steps grow the keys by one row each, and cuDNN
+// would build and keep a plan for every length.
+bool PrefersDecode(const DeviceAttentionArgs& args);
 
 class AttentionDispatcher {
  public:

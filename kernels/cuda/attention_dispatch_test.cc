@@ -38,8 +38,7 @@ Ran RunAndCheck(AttentionDispatcher& dispatcher, const AttentionCase& c) {
   if (!path.ok()) return {};
   EXPECT_TRUE(problem->OutputsMatchReference())
       << "path " << AttentionPathName(*path) << ", seed " << seed;
-  return {*path, PrefersDecode(problem->args(),
-                               dispatcher.cudnn_status().ok())};
+  return {*path, PrefersDecode(problem->args())};
 }
 
 class AttentionDispatchTest : public ::testing::TestWithParam<AttentionCase> {};

@@ -1,0 +1,243 @@
+#include "worker/device_context_store.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/dtype.h"
+#include "core/status_macros.h"
+#include "worker/compute_dtype.h"
+
+namespace ringattn {
+namespace {
+
+// Spare rows a new context gets beyond its first piece, as a fraction of it
+// (at least kLeastSpareRows), so that appends rarely reallocate.
+constexpr int64_t kCreateSpareDivisor = 64;
+constexpr int64_t kLeastSpareRows = 256;
+// Spare rows after a reallocation, as a fraction of the rows needed.
+constexpr int64_t kGrowthSpareDivisor = 8;
+
+// `tensor` in `dtype`, converted on the host if it is in another.
+TypedTensor InDType(TypedTensor tensor, DType dtype) {
+  if (tensor.dtype() == dtype) return tensor;
+  TypedTensor converted(dtype, tensor.view().shape());
+  ConvertDType(tensor.dtype(), tensor.view().data(), dtype,
+               converted.view().data(), tensor.view().shape().NumElements());
+  return converted;
+}
+
+}  // namespace
+
+DeviceContextStore::DeviceContextStore(int device, int64_t capacity_bytes)
+    : device_(device), capacity_(capacity_bytes) {}
+
+int64_t DeviceContextStore::RowBytes(const Context& context) {
+  return context.layout.kv_heads * context.layout.head_dim * 2;
+}
+
+int64_t DeviceContextStore::BytesOf(const Context& context) {
+  return context.buffers ? 2 * context.layout.batch *
+                               context.buffers->capacity * RowBytes(context)
+                         : 0;
+}
+
+int64_t DeviceContextStore::HeldBytes() const {
+  int64_t bytes = 0;
+  for (const auto& [name, context] : contexts_) bytes += BytesOf(context);
+  return bytes;
+}
+
+int64_t DeviceContextStore::RowOf(const Context& context, int64_t position) {
+  auto piece =
+      std::upper_bound(context.pieces.begin(), context.pieces.end(), position,
+                       [](int64_t p, const Range& r) { return p < r.begin; });
+  if (piece == context.pieces.begin()) return -1;
+  --piece;
+  if (position >= piece->end) return -1;
+  return context.first_rows.at(piece->begin) + position - piece->begin;
+}
+
+absl::Status DeviceContextStore::Reserve(const std::string& name,
+                                         Context& context, int64_t rows) {
+  const int64_t held = context.buffers ? context.buffers->capacity : 0;
+  if (rows <= held) return absl::OkStatus();
+  const int64_t capacity =
+      context.buffers
+          ? rows + rows / kGrowthSpareDivisor
+          : rows + std::max(kLeastSpareRows, rows / kCreateSpareDivisor);
+  const int64_t pitch = RowBytes(context);
+  const int64_t batch = context.layout.batch;
+  const int64_t old_bytes = BytesOf(context);
+  const int64_t new_bytes = 2 * batch * capacity * pitch;
+  const int64_t in_use = HeldBytes();
+  if (in_use - old_bytes + new_bytes > capacity_) {
+    return ContextMemoryFull("this worker's device memory for contexts", in_use,
+                             capacity_, new_bytes - old_bytes);
+  }
+  auto buffers = std::make_shared<Buffers>();
+  buffers->capacity = capacity;
+  for (DeviceBuffer* buffer : {&buffers->k, &buffers->v}) {
+    absl::StatusOr<DeviceBuffer> allocated =
+        DeviceBuffer::Allocate(static_cast<size_t>(new_bytes / 2));
+    if (!allocated.ok()) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "cuda:", device_, " cannot hold ", new_bytes, " bytes for context '",
+          name, "' (", allocated.status().message(),
+          "); delete contexts or add workers"));
+    }
+    *buffer = *std::move(allocated);
+  }
+  if (context.rows > 0) {
+    const size_t width = static_cast<size_t>(context.rows * pitch);
+    for (const auto& [to, from] :
+         {std::make_pair(&buffers->k, &context.buffers->k),
+          std::make_pair(&buffers->v, &context.buffers->v)}) {
+      RINGATTN_RETURN_IF_ERROR(CudaStatus(
+          cudaMemcpy2DAsync(to->as<char>(), capacity * pitch, from->as<char>(),
+                            held * pitch, width, batch,
+                            cudaMemcpyDeviceToDevice, stream_.get()),
+          "moving a context to larger buffers"));
+    }
+    RINGATTN_RETURN_IF_ERROR(
+        CudaStatus(cudaStreamSynchronize(stream_.get()), "moving a context"));
+  }
+  context.buffers = std::move(buffers);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> DeviceContextStore::Add(const std::string& name,
+                                                bool create,
+                                                const Layout& layout,
+                                                Range positions, TypedTensor k,
+                                                TypedTensor v) {
+  absl::MutexLock lock(&mutex_);
+  auto found = contexts_.find(name);
+  const bool exists = found != contexts_.end();
+  RINGATTN_RETURN_IF_ERROR(CheckAddition(
+      name, create, exists, exists ? found->second.layout : Layout{}, layout));
+  if (exists && !found->second.pieces.empty() &&
+      positions.begin < found->second.pieces.back().end) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "context '", name, "' holds positions up to ",
+        found->second.pieces.back().end,
+        " on this worker; a GPU worker takes new rows only after those, got [",
+        positions.begin, ", ", positions.end, ")"));
+  }
+  RINGATTN_RETURN_IF_ERROR(UseCudaDevice(device_));
+  if (stream_.get() == nullptr) {
+    absl::StatusOr<CudaStream> stream = CudaStream::Create();
+    if (!stream.ok()) return stream.status();
+    stream_ = *std::move(stream);
+  }
+  Context fresh;
+  if (!exists) {
+    fresh.layout = layout;
+    fresh.dtype = ComputeDTypeFor(k.dtype());
+  }
+  Context& context = exists ? found->second : fresh;
+  const int64_t count = positions.size();
+  RINGATTN_RETURN_IF_ERROR(Reserve(name, context, context.rows + count));
+  if (count > 0) {
+    const DType host = HostDTypeOf(context.dtype);
+    const int64_t pitch = RowBytes(context);
+    const int64_t capacity = context.buffers->capacity;
+    const TypedTensor rows[] = {InDType(std::move(k), host),
+                                InDType(std::move(v), host)};
+    const DeviceBuffer* targets[] = {&context.buffers->k, &context.buffers->v};
+    for (int i = 0; i < 2; ++i) {
+      RINGATTN_RETURN_IF_ERROR(CudaStatus(
+          cudaMemcpy2DAsync(targets[i]->as<char>() + context.rows * pitch,
+                            capacity * pitch, rows[i].view().data(),
+                            count * pitch, count * pitch, layout.batch,
+                            cudaMemcpyHostToDevice, stream_.get()),
+          "copying context rows to the device"));
+    }
+    RINGATTN_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_.get()),
+                                        "copying context rows"));
+    context.first_rows[positions.begin] = context.rows;
+    context.pieces.push_back(positions);
+    context.rows += count;
+  }
+  const int64_t bytes = BytesOf(context);
+  if (!exists) contexts_.emplace(name, std::move(fresh));
+  return bytes;
+}
+
+void DeviceContextStore::Drop(const std::string& name, int64_t keep_length) {
+  absl::MutexLock lock(&mutex_);
+  auto found = contexts_.find(name);
+  if (found == contexts_.end()) return;
+  Context& context = found->second;
+  if (keep_length <= 0) {
+    contexts_.erase(found);
+    return;
+  }
+  while (!context.pieces.empty() &&
+         context.pieces.back().begin >= keep_length) {
+    context.rows = context.first_rows.at(context.pieces.back().begin);
+    context.first_rows.erase(context.pieces.back().begin);
+    context.pieces.pop_back();
+  }
+}
+
+int64_t DeviceContextStore::bytes_in_use() {
+  absl::MutexLock lock(&mutex_);
+  return HeldBytes();
+}
+
+absl::StatusOr<DeviceDType> DeviceContextStore::DTypeOf(
+    const std::string& name) {
+  absl::MutexLock lock(&mutex_);
+  auto found = contexts_.find(name);
+  if (found == contexts_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("context '", name, "' is not held by this worker"));
+  }
+  return found->second.dtype;
+}
+
+absl::StatusOr<ResidentKv> DeviceContextStore::Find(
+    const std::string& name, const std::vector<Range>& chunks) {
+  absl::MutexLock lock(&mutex_);
+  auto found = contexts_.find(name);
+  if (found == contexts_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("context '", name, "' is not held by this worker"));
+  }
+  const Context& context = found->second;
+  int64_t first = -1;
+  int64_t rows = 0;
+  for (const Range& chunk : chunks) {
+    if (chunk.empty()) continue;
+    const int64_t begin = RowOf(context, chunk.begin);
+    const int64_t last = RowOf(context, chunk.end - 1);
+    if (begin < 0 || last < 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("context '", name, "' positions [", chunk.begin, ", ",
+                       chunk.end, ") are not all held by this worker"));
+    }
+    if (last - begin != chunk.size() - 1 ||
+        (first >= 0 && begin != first + rows)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "context '", name, "' positions [", chunk.begin, ", ", chunk.end,
+          ") are not the rows that follow the query's previous ones here"));
+    }
+    if (first < 0) first = begin;
+    rows += chunk.size();
+  }
+  ResidentKv kv;
+  kv.dtype = context.dtype;
+  kv.rows = rows;
+  if (context.buffers) {
+    const int64_t offset = std::max<int64_t>(first, 0) * RowBytes(context);
+    kv.k = context.buffers->k.as<char>() + offset;
+    kv.v = context.buffers->v.as<char>() + offset;
+    kv.batch_stride = context.buffers->capacity * context.layout.kv_heads *
+                      context.layout.head_dim;
+    kv.keep_alive = context.buffers;
+  }
+  return kv;
+}
+
+}  // namespace ringattn

@@ -1,0 +1,36 @@
+#include "worker/resident_contexts.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace ringattn {
+
+absl::Status CheckAddition(const std::string& name, bool create, bool exists,
+                           const ResidentContexts::Layout& has,
+                           const ResidentContexts::Layout& layout) {
+  if (create && exists) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("context '", name, "' already exists on this worker"));
+  }
+  if (!create && !exists) {
+    return absl::NotFoundError(
+        absl::StrCat("context '", name, "' is not held by this worker"));
+  }
+  if (exists && (has.batch != layout.batch || has.kv_heads != layout.kv_heads ||
+                 has.head_dim != layout.head_dim)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("context '", name, "' holds batch ", has.batch, ", ",
+                     has.kv_heads, " heads of dim ", has.head_dim,
+                     "; the new rows have batch ", layout.batch, ", ",
+                     layout.kv_heads, " heads of dim ", layout.head_dim));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ContextMemoryFull(const char* where, int64_t in_use,
+                               int64_t capacity, int64_t added) {
+  return absl::ResourceExhaustedError(absl::StrCat(
+      where, " is full: ", in_use, " of ", capacity, " bytes in use, ", added,
+      " more needed; delete contexts or add workers"));
+}
+
+}  // namespace ringattn

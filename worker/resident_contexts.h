@@ -1,0 +1,61 @@
+#ifndef RINGATTN_WORKER_RESIDENT_CONTEXTS_H_
+#define RINGATTN_WORKER_RESIDENT_CONTEXTS_H_
+
+// ResidentContexts: where a worker keeps the K/V rows of resident contexts
+// between requests. A context grows by whole pieces (the rows one upload gave
+// this worker) and is freed only by Drop. CPU workers keep them in host memory
+// (ContextStore), GPU workers in device memory (DeviceContextStore); the
+// StoreContext and DropContext calls go through this interface.
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/range.h"
+#include "core/typed_tensor.h"
+
+namespace ringattn {
+
+class ResidentContexts {
+ public:
+  struct Layout {
+    int64_t batch = 0;
+    int64_t kv_heads = 0;
+    int64_t head_dim = 0;
+  };
+
+  virtual ~ResidentContexts() = default;
+
+  // Adds the rows of context positions `positions` (K and V: [batch, n,
+  // kv_heads, head_dim]) to context `name`, creating it if `create`. Returns
+  // the bytes the context holds here afterwards. ALREADY_EXISTS / NOT_FOUND
+  // when `create` does not match, INVALID_ARGUMENT for another layout or
+  // positions already held, RESOURCE_EXHAUSTED past the capacity.
+  virtual absl::StatusOr<int64_t> Add(const std::string& name, bool create,
+                                      const Layout& layout, Range positions,
+                                      TypedTensor k, TypedTensor v) = 0;
+
+  // Forgets context `name` (nothing if unknown), or with keep_length > 0 only
+  // its pieces that start at or after keep_length.
+  virtual void Drop(const std::string& name, int64_t keep_length = 0) = 0;
+
+  // Bytes all contexts hold here.
+  virtual int64_t bytes_in_use() = 0;
+};
+
+// What Add checks before it stores anything: `create` against whether the
+// context `exists`, and the layout of the new rows against the one it `has`
+// (when it exists).
+absl::Status CheckAddition(const std::string& name, bool create, bool exists,
+                           const ResidentContexts::Layout& has,
+                           const ResidentContexts::Layout& layout);
+
+// RESOURCE_EXHAUSTED saying that `added` more bytes do not fit beside `in_use`
+// of `capacity` in `where` (e.g. "this worker's context memory").
+absl::Status ContextMemoryFull(const char* where, int64_t in_use,
+                               int64_t capacity, int64_t added);
+
+}  // namespace ringattn
+
+#endif  // RINGATTN_WORKER_RESIDENT_CONTEXTS_H_
