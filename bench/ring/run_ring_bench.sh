@@ -31,6 +31,8 @@ BINARIES=(
   worker/ringattn-worker
   kernels/cuda/partial_merge_test
   worker/gpu_device_test
+  worker/gpu_dilated_tasks_test
+  worker/gpu_dilated_test
   worker/gpu_nccl_communicator_test
   worker/gpu_ring_executor_test
   worker/gpu_ring_tiles_test
