@@ -191,6 +191,7 @@ std::vector<AttentionTile> TileTask(const AttentionSpec& spec,
                                     const AttentionTask& task,
                                     int64_t tile_q_rows, int64_t tile_kv_rows) {
   std::vector<AttentionTile> tiles;
+  if (task.kind == TaskKind::kDilated) return tiles;  // gpu_dilated_tasks.h
   if (task.kind != TaskKind::kBlockSparse || blocks == nullptr) {
     AddRectangleTiles(spec, spec.causal && task.kind != TaskKind::kFull, task.q,
                       task.q_row, task.k, task.k_row, tile_q_rows, tile_kv_rows,
@@ -269,11 +270,6 @@ absl::StatusOr<std::unique_ptr<GpuRingExecutor>> GpuRingExecutor::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("tile sizes must be positive, got ", config.tile_q_rows,
                      " x ", config.tile_kv_rows));
-  }
-  if (!spec.dilated.empty()) {
-    return absl::UnimplementedError(
-        "dilated attention is not implemented on GPU workers yet (dense, "
-        "causal and block-sparse are); CPU workers run it");
   }
   absl::StatusOr<ShardLayout> layout =
       KvLayoutFor(spec, world_size, std::move(kv_layout));
@@ -379,6 +375,9 @@ absl::Status GpuRingExecutor::Initialize() {
       ++step_tasks_[s];
     }
   }
+  step_dilated_calls_ =
+      PlanDilatedSteps(spec_, plan_, rank_, q_layout_.ShardLength(rank_),
+                       config_.tile_q_rows, config_.tile_kv_rows);
 
   if (config_.host_staging) {
     const DType host = HostDTypeOf(config_.dtype);
@@ -596,6 +595,31 @@ absl::Status GpuRingExecutor::EnqueueTile(const AttentionTile& tile,
       "merging a tile");
 }
 
+absl::Status GpuRingExecutor::EnqueueDilatedStep(int64_t step,
+                                                 const KvBlock& block,
+                                                 const RingOptions& options,
+                                                 GpuRingStats& stats) {
+  DilatedOperands operands;
+  operands.dtype = config_.dtype;
+  operands.q = q_;
+  operands.q_rows = q_layout_.ShardLength(rank_);
+  operands.k = block.k;
+  operands.v = block.v;
+  operands.kv_batch_stride = block.batch_stride;
+  operands.o = o_;
+  operands.lse = lse_;
+  operands.part_o = part_o_;
+  operands.part_lse = part_lse_;
+  AttentionPathCounts counts;
+  const absl::Status enqueued = EnqueueDilatedCalls(
+      spec_, step_dilated_calls_[step], operands, *dispatcher_,
+      options.cancelled, stream_.get(), counts);
+  stats.cudnn_tiles += counts.cudnn;
+  stats.flash_tiles += counts.flash;
+  stats.decode_tiles += counts.decode;
+  return enqueued;
+}
+
 absl::Status GpuRingExecutor::Stop(RingCommunicator& communicator,
                                    bool in_flight, absl::Status status) {
   communicator.Abort();
@@ -672,6 +696,9 @@ absl::StatusOr<GpuRingStats> GpuRingExecutor::Run(
       }
       compute = EnqueueTile(tile, BlockAt(front, held), stats);
     }
+    if (compute.ok() && !step_dilated_calls_[s].empty()) {
+      compute = EnqueueDilatedStep(s, BlockAt(front, held), options, stats);
+    }
     if (compute.ok()) {
       compute = CudaStatus(cudaEventRecord(compute_end_.get(), stream_.get()),
                            "timing a step");
@@ -700,6 +727,8 @@ absl::StatusOr<GpuRingStats> GpuRingExecutor::Run(
       held = incoming;
     }
   }
+  RINGATTN_RETURN_IF_ERROR(
+      EnqueueFinishDilated(spec_, o_, q.NumElements(), stream_.get()));
   return stats;
 }
 

@@ -14,9 +14,10 @@
 // are folded into the accumulators by an LSE merge; then waits for both and
 // swaps the buffers.
 //
-// Dense and causal attention (zigzag shards, GQA/MQA, any lengths) and
-// block-sparse attention (causal or not) run here; dilated requests get
-// UNIMPLEMENTED. A block-sparse task is cut at the mask's block boundaries:
+// Dense and causal attention (zigzag shards, GQA/MQA, any lengths),
+// block-sparse attention (causal or not) and dilated attention (both combines,
+// causal or not; launches planned by worker/gpu_dilated_tasks.h) run here. A
+// block-sparse task is cut at the mask's block boundaries:
 // the block pairs the mask (built once per executor) allows run as dense or
 // causal tiles, consecutive allowed key blocks of a query block (and
 // consecutive query blocks allowing the same key blocks) sharing tiles, and
@@ -51,6 +52,7 @@
 #include "worker/compute_dtype.h"
 #include "worker/device.h"
 #include "worker/device_context_store.h"
+#include "worker/gpu_dilated_tasks.h"
 #include "worker/ring_executor.h"
 
 namespace ringattn {
@@ -87,7 +89,8 @@ struct AttentionTile {
   }
 };
 
-// The tiles that compute `task` (kFull, kCausal or kBlockSparse) of `spec`:
+// The tiles that compute `task` (kFull, kCausal or kBlockSparse; none for
+// kDilated, which gpu_dilated_tasks.h cuts into launches) of `spec`:
 // every visible (query, key) pair in exactly one tile, no tile without one. A
 // causal task is cut into tiles with no mask, tiles whose own bottom-right
 // diagonal is the task's, and nothing for pairs the mask hides. A
@@ -119,9 +122,8 @@ class GpuRingExecutor {
   // An executor for rank `rank` of `world_size`, its device pool allocated.
   // K/V are sharded as the spec's usual layout, or as `kv_layout` when given
   // (a resident context's pieces). INVALID_ARGUMENT for a bad spec, rank,
-  // world size, layout or tile size; UNIMPLEMENTED for dilated specs; NOT_FOUND
-  // for a missing device; RESOURCE_EXHAUSTED if the pool does not fit on the
-  // device.
+  // world size, layout or tile size; NOT_FOUND for a missing device;
+  // RESOURCE_EXHAUSTED if the pool does not fit on the device.
   static absl::StatusOr<std::unique_ptr<GpuRingExecutor>> Create(
       const AttentionSpec& spec, int rank, int world_size,
       const GpuRingConfig& config,
@@ -250,6 +252,10 @@ class GpuRingExecutor {
   // Enqueues one tile against `block`.
   absl::Status EnqueueTile(const AttentionTile& tile, const KvBlock& block,
                            GpuRingStats& stats);
+  // Enqueues step `step`'s dilated launches against `block`.
+  absl::Status EnqueueDilatedStep(int64_t step, const KvBlock& block,
+                                  const RingOptions& options,
+                                  GpuRingStats& stats);
   // Ends a run that cannot go on: aborts the communicator, drains what is in
   // flight on both sides, and returns `status`.
   absl::Status Stop(RingCommunicator& communicator, bool in_flight,
@@ -269,6 +275,8 @@ class GpuRingExecutor {
   std::vector<std::vector<AttentionTile>> step_tiles_;
   std::vector<double> step_flops_;
   std::vector<int64_t> step_tasks_;
+  // Per step: the launches of its dilated tasks.
+  std::vector<std::vector<DilatedCall>> step_dilated_calls_;
 
   DeviceBuffer pool_;
   void* q_ = nullptr;

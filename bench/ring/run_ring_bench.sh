@@ -33,6 +33,8 @@ BINARIES=(
   kernels/cuda/partial_merge_test
   worker/gpu_device_test
   worker/gpu_device_context_store_test
+  worker/gpu_dilated_tasks_test
+  worker/gpu_dilated_test
   worker/gpu_nccl_communicator_test
   worker/gpu_ring_executor_test
   worker/gpu_ring_tiles_test

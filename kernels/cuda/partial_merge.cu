@@ -1,6 +1,7 @@
 #include <cuda_fp16.h>
 
 #include <cmath>
+#include <cstdint>
 
 #include "kernels/cuda/partial_merge.h"
 
@@ -25,22 +26,43 @@ __global__ void FillKernel(float* data, int64_t count, float value) {
   }
 }
 
-// Block (kWarp, kRowsPerBlock): warp y of block x merges row
-// x * kRowsPerBlock + y of batch blockIdx.y. Even `dim` moves two values per
-// lane and load.
+__global__ void ScaleKernel(float* data, int64_t count, float factor) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < count; i += step) {
+    data[i] *= factor;
+  }
+}
+
+// Enough blocks of kThreads for `count` values, at most kMaxBlocks (the
+// kernels above stride over the rest).
+constexpr int kThreads = 256;
+unsigned GridFor(int64_t count) {
+  constexpr int64_t kMaxBlocks = 4096;
+  const int64_t blocks = (count + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(blocks < kMaxBlocks ? blocks : kMaxBlocks);
+}
+
+// Block (kWarp, kRowsPerBlock): warp y of block x merges partial row
+// x * kRowsPerBlock + y (position row / heads, head row % heads) of batch
+// blockIdx.y. kPairs (even `dim` and float2-aligned accumulator rows) moves two
+// values per lane and load.
 template <bool kHalf, bool kPairs>
 __global__ void MergePartialKernel(const uint16_t* part_o,
-                                   const float* part_lse, int64_t rows,
-                                   int64_t dim, float* o, float* lse,
-                                   int64_t o_batch_rows) {
+                                   const float* part_lse, int64_t seq,
+                                   int64_t heads, int64_t dim,
+                                   AccumulatorRows into) {
   const int64_t row =
       static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.y;
-  if (row >= rows) return;
-  const int64_t part_row = blockIdx.y * rows + row;
-  const int64_t acc_row = blockIdx.y * o_batch_rows + row;
+  if (row >= seq * heads) return;
+  const int64_t t = row / heads;
+  const int64_t h = row - t * heads;
+  const int64_t part_row = blockIdx.y * seq * heads + row;
   const float add = part_lse[part_row];
   if (add == -INFINITY) return;
-  const float acc = lse[acc_row];
+  float* const acc_lse = into.lse + blockIdx.y * into.lse_batch_stride +
+                         t * into.lse_seq_stride + h;
+  const float acc = *acc_lse;
   float keep_weight = 0.0f;
   float add_weight = 1.0f;
   float merged = add;
@@ -53,7 +75,8 @@ __global__ void MergePartialKernel(const uint16_t* part_o,
     add_weight = more / sum;
     merged = max + logf(sum);
   }
-  float* out = o + acc_row * dim;
+  float* out = into.o + blockIdx.y * into.o_batch_stride +
+               t * into.o_seq_stride + h * dim;
   const uint16_t* part = part_o + part_row * dim;
   if (kPairs) {
     float2* out2 = reinterpret_cast<float2*>(out);
@@ -73,25 +96,29 @@ __global__ void MergePartialKernel(const uint16_t* part_o,
       out[d] = out[d] * keep_weight + Widen<kHalf>(part[d]) * add_weight;
     }
   }
-  // Every lane has read lse[acc_row] above; only then may it change.
+  // Every lane has read the accumulated LSE above; only then may it change.
   __syncwarp();
-  if (threadIdx.x == 0) lse[acc_row] = merged;
+  if (threadIdx.x == 0) *acc_lse = merged;
 }
 
 template <bool kHalf>
 void LaunchMerge(const uint16_t* part_o, const float* part_lse, int64_t batch,
-                 int64_t rows, int64_t dim, float* o, float* lse,
-                 int64_t o_batch_rows, cudaStream_t stream) {
+                 int64_t seq, int64_t heads, int64_t dim,
+                 const AccumulatorRows& into, cudaStream_t stream) {
   const dim3 block(kWarp, kRowsPerBlock);
   const dim3 grid(
-      static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock),
+      static_cast<unsigned>((seq * heads + kRowsPerBlock - 1) / kRowsPerBlock),
       static_cast<unsigned>(batch));
-  if (dim % 2 == 0) {
-    MergePartialKernel<kHalf, true><<<grid, block, 0, stream>>>(
-        part_o, part_lse, rows, dim, o, lse, o_batch_rows);
+  // Rows start float2-aligned when dim, both strides and the base are even.
+  const bool pairs = dim % 2 == 0 && into.o_batch_stride % 2 == 0 &&
+                     into.o_seq_stride % 2 == 0 &&
+                     reinterpret_cast<uintptr_t>(into.o) % sizeof(float2) == 0;
+  if (pairs) {
+    MergePartialKernel<kHalf, true>
+        <<<grid, block, 0, stream>>>(part_o, part_lse, seq, heads, dim, into);
   } else {
-    MergePartialKernel<kHalf, false><<<grid, block, 0, stream>>>(
-        part_o, part_lse, rows, dim, o, lse, o_batch_rows);
+    MergePartialKernel<kHalf, false>
+        <<<grid, block, 0, stream>>>(part_o, part_lse, seq, heads, dim, into);
   }
 }
 
@@ -106,11 +133,28 @@ cudaError_t LaunchClearAccumulators(float* o, int64_t o_count, float* lse,
     if (error != cudaSuccess) return error;
   }
   if (lse_count == 0) return cudaSuccess;
-  constexpr int kThreads = 256;
-  constexpr int64_t kMaxBlocks = 4096;
-  const int64_t blocks = (lse_count + kThreads - 1) / kThreads;
-  FillKernel<<<static_cast<unsigned>(blocks < kMaxBlocks ? blocks : kMaxBlocks),
-               kThreads, 0, stream>>>(lse, lse_count, -INFINITY);
+  FillKernel<<<GridFor(lse_count), kThreads, 0, stream>>>(lse, lse_count,
+                                                          -INFINITY);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchMergePartialStrided(DeviceDType dtype, const void* part_o,
+                                      const float* part_lse, int64_t batch,
+                                      int64_t seq, int64_t heads, int64_t dim,
+                                      const AccumulatorRows& into,
+                                      cudaStream_t stream) {
+  if (batch < 0 || seq < 0 || heads <= 0 || dim <= 0 || batch > kMaxBatch ||
+      into.o_seq_stride < heads * dim || into.lse_seq_stride < heads ||
+      into.o_batch_stride < 0 || into.lse_batch_stride < 0) {
+    return cudaErrorInvalidValue;
+  }
+  if (batch == 0 || seq == 0) return cudaSuccess;
+  const uint16_t* part = static_cast<const uint16_t*>(part_o);
+  if (dtype == DeviceDType::kFloat16) {
+    LaunchMerge<true>(part, part_lse, batch, seq, heads, dim, into, stream);
+  } else {
+    LaunchMerge<false>(part, part_lse, batch, seq, heads, dim, into, stream);
+  }
   return cudaGetLastError();
 }
 
@@ -118,19 +162,23 @@ cudaError_t LaunchMergePartial(DeviceDType dtype, const void* part_o,
                                const float* part_lse, int64_t batch,
                                int64_t rows, int64_t dim, float* o, float* lse,
                                int64_t o_batch_rows, cudaStream_t stream) {
-  if (batch < 0 || rows < 0 || dim <= 0 || rows > o_batch_rows ||
-      batch > kMaxBatch) {
-    return cudaErrorInvalidValue;
-  }
-  if (batch == 0 || rows == 0) return cudaSuccess;
-  const uint16_t* part = static_cast<const uint16_t*>(part_o);
-  if (dtype == DeviceDType::kFloat16) {
-    LaunchMerge<true>(part, part_lse, batch, rows, dim, o, lse, o_batch_rows,
-                      stream);
-  } else {
-    LaunchMerge<false>(part, part_lse, batch, rows, dim, o, lse, o_batch_rows,
-                       stream);
-  }
+  if (rows > o_batch_rows) return cudaErrorInvalidValue;
+  AccumulatorRows into;
+  into.o = o;
+  into.o_batch_stride = o_batch_rows * dim;
+  into.o_seq_stride = dim;
+  into.lse = lse;
+  into.lse_batch_stride = o_batch_rows;
+  into.lse_seq_stride = 1;
+  return LaunchMergePartialStrided(dtype, part_o, part_lse, batch, rows,
+                                   /*heads=*/1, dim, into, stream);
+}
+
+cudaError_t LaunchScaleAccumulator(float* data, int64_t count, float factor,
+                                   cudaStream_t stream) {
+  if (count < 0) return cudaErrorInvalidValue;
+  if (count == 0) return cudaSuccess;
+  ScaleKernel<<<GridFor(count), kThreads, 0, stream>>>(data, count, factor);
   return cudaGetLastError();
 }
 

@@ -1,0 +1,332 @@
+#include "worker/gpu_dilated_tasks.h"
+
+#include <algorithm>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "core/dilated.h"
+#include "core/range.h"
+#include "core/status_macros.h"
+#include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/partial_merge.h"
+
+namespace ringattn {
+namespace {
+
+// Query heads [q_head, q_head + q_heads) that keep the same positions
+// (`offset`) and read K/V heads [kv_head, kv_head + kv_heads).
+struct HeadRun {
+  int64_t q_head = 0;
+  int64_t q_heads = 0;
+  int64_t kv_head = 0;
+  int64_t kv_heads = 0;
+  int64_t offset = 0;
+};
+
+// Query heads [begin, end), all with `offset`, as runs that each map onto
+// whole K/V heads or lie within one.
+void AddHeadRuns(const AttentionSpec& spec, int64_t begin, int64_t end,
+                 int64_t offset, std::vector<HeadRun>& runs) {
+  const int64_t ratio = spec.GqaRatio();
+  for (int64_t h = begin; h < end;) {
+    const int64_t kv_head = h / ratio;
+    const int64_t whole = h % ratio == 0 ? (end - h) / ratio : 0;
+    if (whole > 0) {
+      runs.push_back({h, whole * ratio, kv_head, whole, offset});
+      h += whole * ratio;
+    } else {
+      const int64_t stop = std::min(end, (kv_head + 1) * ratio);
+      runs.push_back({h, stop - h, kv_head, 1, offset});
+      h = stop;
+    }
+  }
+}
+
+// The head runs of branch `branch`: every head at once where all keep the
+// same positions, else one run per head.
+std::vector<HeadRun> HeadRunsOf(const AttentionSpec& spec, int64_t branch) {
+  std::vector<HeadRun> runs;
+  if (spec.combine == DilatedCombine::kHeadGroups) {
+    const Range group = HeadGroup(
+        spec.q_heads, static_cast<int64_t>(spec.dilated.size()), branch);
+    AddHeadRuns(spec, group.begin, group.end,
+                DilatedOffset(spec, branch, group.begin), runs);
+  } else if (spec.dilated[branch].dilation == 1) {
+    AddHeadRuns(spec, 0, spec.q_heads, 0, runs);
+  } else {
+    for (int64_t h = 0; h < spec.q_heads; ++h) {
+      runs.push_back(
+          {h, 1, spec.KvHeadOf(h), 1, DilatedOffset(spec, branch, h)});
+    }
+  }
+  return runs;
+}
+
+// The kept rows of one segment of a task for one offset: q_count query rows
+// from shard row q_row and k_count key rows from block row k_row, `dilation`
+// rows apart; kept query i sees kept key j iff j <= i + shift (when causal).
+struct Piece {
+  int64_t q_row = 0;
+  int64_t q_count = 0;
+  int64_t k_row = 0;
+  int64_t k_count = 0;
+  int64_t shift = 0;
+};
+
+// A rectangle of kept rows within a piece: queries [q, q + q_len) against keys
+// [k, k + kv_len), bottom-right causal if `causal`.
+struct Rect {
+  int64_t q = 0;
+  int64_t q_len = 0;
+  int64_t k = 0;
+  int64_t kv_len = 0;
+  bool causal = false;
+};
+
+// Sizes that differ by at most one, summing to `length`, none above `most`
+// (as the executor's tiles).
+std::vector<Range> Tiles(int64_t length, int64_t most) {
+  std::vector<Range> tiles;
+  if (length <= 0) return tiles;
+  const int64_t parts = (length + most - 1) / most;
+  const int64_t base = length / parts;
+  const int64_t extra = length % parts;
+  int64_t at = 0;
+  for (int64_t i = 0; i < parts; ++i) {
+    const int64_t size = base + (i < extra ? 1 : 0);
+    tiles.push_back(Range{at, at + size});
+    at += size;
+  }
+  return tiles;
+}
+
+// Appends the rectangles of queries [q, q + q_len) against keys [k, k +
+// kv_len), where local query i sees local key j iff j <= i + shift: unmasked
+// ones, one whose own bottom-right diagonal is the mask's, none for rows that
+// see nothing.
+void AddCausalRects(int64_t q, int64_t q_len, int64_t k, int64_t kv_len,
+                    int64_t shift, std::vector<Rect>& rects) {
+  if (shift >= kv_len - 1) {  // even the first row sees every key
+    rects.push_back({q, q_len, k, kv_len, false});
+    return;
+  }
+  if (shift + q_len - 1 < 0) return;  // even the last row sees no key
+  const int64_t limited_rows = std::min(q_len, kv_len - shift);
+  const int64_t blind_rows = std::max<int64_t>(0, -shift);
+  rects.push_back({q + blind_rows, limited_rows - blind_rows, k,
+                   limited_rows + shift, true});
+  if (limited_rows < q_len) {
+    rects.push_back({q + limited_rows, q_len - limited_rows, k, kv_len, false});
+  }
+}
+
+// The rectangles of a piece within the tile sizes.
+std::vector<Rect> RectsOf(const Piece& piece, bool causal,
+                          const DilatedLimits& limits) {
+  std::vector<Rect> rects;
+  for (const Range& qt : Tiles(piece.q_count, limits.tile_q_rows)) {
+    for (const Range& kt : Tiles(piece.k_count, limits.tile_kv_rows)) {
+      if (!causal) {
+        rects.push_back({qt.begin, qt.size(), kt.begin, kt.size(), false});
+        continue;
+      }
+      AddCausalRects(qt.begin, qt.size(), kt.begin, kt.size(),
+                     piece.shift + qt.begin - kt.begin, rects);
+    }
+  }
+  return rects;
+}
+
+// The non-empty pieces of `task` for heads with `offset`, in segment order.
+std::vector<Piece> PiecesOf(const AttentionSpec& spec,
+                            const AttentionTask& task, int64_t offset) {
+  const DilatedBranch& branch = spec.dilated[task.branch];
+  const int64_t r = branch.dilation;
+  std::vector<Piece> pieces;
+  for (const Range& segment : SegmentsIn(branch, spec.q_len, task.q)) {
+    const KeptPositions kq = KeptIn(segment, r, offset, task.q);
+    const KeptPositions kk = KeptIn(segment, r, offset, task.k);
+    if (kq.count == 0 || kk.count == 0) continue;
+    pieces.push_back({task.q_row + kq.first - task.q.begin, kq.count,
+                      task.k_row + kk.first - task.k.begin, kk.count,
+                      (kq.first - kk.first) / r});
+  }
+  return pieces;
+}
+
+// Whether `next` continues a batch of segments that ends with `last`: the same
+// kept counts and mask, one segment further on in both the shard and the
+// block.
+bool Continues(const Piece& last, const Piece& next, bool causal,
+               int64_t segment_rows) {
+  return next.q_count == last.q_count && next.k_count == last.k_count &&
+         (!causal || next.shift == last.shift) &&
+         next.q_row - last.q_row == segment_rows &&
+         next.k_row - last.k_row == segment_rows;
+}
+
+}  // namespace
+
+std::vector<DilatedCall> PlanDilatedTask(const AttentionSpec& spec,
+                                         const AttentionTask& task,
+                                         const DilatedLimits& limits) {
+  std::vector<DilatedCall> calls;
+  if (task.kind != TaskKind::kDilated) return calls;
+  const DilatedBranch& branch = spec.dilated[task.branch];
+  const int64_t w = branch.segment_length;
+  const int64_t r = branch.dilation;
+  // Pieces depend on the offset only; heads sharing one share them.
+  std::map<int64_t, std::vector<Piece>> pieces_of;
+  for (const HeadRun& run : HeadRunsOf(spec, task.branch)) {
+    auto [entry, inserted] = pieces_of.try_emplace(run.offset);
+    if (inserted) entry->second = PiecesOf(spec, task, run.offset);
+    const std::vector<Piece>& pieces = entry->second;
+    for (size_t first = 0; first < pieces.size();) {
+      size_t end = first + 1;
+      while (end < pieces.size() &&
+             Continues(pieces[end - 1], pieces[end], spec.causal, w)) {
+        ++end;
+      }
+      const Piece& piece = pieces[first];
+      const int64_t batch = static_cast<int64_t>(end - first);
+      for (const Rect& rect : RectsOf(piece, spec.causal, limits)) {
+        const int64_t most = std::max<int64_t>(
+            1, std::min(limits.partial_rows / (rect.q_len * run.q_heads),
+                        kMaxDilatedBatchHeads / run.q_heads));
+        for (int64_t s = 0; s < batch; s += most) {
+          DilatedCall call;
+          call.q_row = piece.q_row + (s * w) + rect.q * r;
+          call.q_len = rect.q_len;
+          call.k_row = piece.k_row + (s * w) + rect.k * r;
+          call.kv_len = rect.kv_len;
+          call.causal = rect.causal;
+          call.segments = std::min(most, batch - s);
+          call.segment_rows = w;
+          call.dilation = r;
+          call.q_head = run.q_head;
+          call.q_heads = run.q_heads;
+          call.kv_head = run.kv_head;
+          call.kv_heads = run.kv_heads;
+          calls.push_back(call);
+        }
+      }
+      first = end;
+    }
+  }
+  return calls;
+}
+
+std::vector<std::vector<DilatedCall>> PlanDilatedSteps(
+    const AttentionSpec& spec, const RingPlan& plan, int rank, int64_t q_rows,
+    int64_t tile_q_rows, int64_t tile_kv_rows) {
+  DilatedLimits limits;
+  limits.tile_q_rows = tile_q_rows;
+  limits.tile_kv_rows = tile_kv_rows;
+  limits.partial_rows = std::min(q_rows, tile_q_rows) * spec.q_heads;
+  std::vector<std::vector<DilatedCall>> steps(
+      static_cast<size_t>(plan.num_steps()));
+  for (int64_t s = 0; s < plan.num_steps(); ++s) {
+    for (const AttentionTask& task : plan.Step(rank, s).tasks) {
+      std::vector<DilatedCall> calls = PlanDilatedTask(spec, task, limits);
+      steps[s].insert(steps[s].end(), calls.begin(), calls.end());
+    }
+  }
+  return steps;
+}
+
+absl::Status EnqueueDilatedCalls(const AttentionSpec& spec,
+                                 const std::vector<DilatedCall>& calls,
+                                 const DilatedOperands& operands,
+                                 AttentionDispatcher& dispatcher,
+                                 const std::atomic<bool>* cancelled,
+                                 cudaStream_t stream,
+                                 AttentionPathCounts& counts) {
+  constexpr int64_t kElementBytes = 2;
+  const int64_t d = spec.head_dim;
+  const int64_t q_row_values = spec.q_heads * d;
+  const int64_t k_row_values = spec.kv_heads * d;
+  const int64_t q_batch_rows = operands.q_rows;
+  for (size_t c = 0; c < calls.size(); ++c) {
+    if (cancelled != nullptr && cancelled->load()) {
+      return absl::CancelledError(absl::StrCat(
+          "cancelled before dilated launch ", c + 1, " of ", calls.size()));
+    }
+    const DilatedCall& call = calls[c];
+    // Batched segments run one spec batch at a time; a single segment takes
+    // every spec batch in one launch.
+    const bool batched = call.segments > 1;
+    const int64_t launches = batched ? spec.batch : 1;
+    for (int64_t b = 0; b < launches; ++b) {
+      const int64_t q_first =
+          (b * q_batch_rows + call.q_row) * q_row_values + call.q_head * d;
+      const int64_t k_first = b * operands.kv_batch_stride +
+                              call.k_row * k_row_values + call.kv_head * d;
+      DeviceAttentionArgs args;
+      args.dtype = operands.dtype;
+      args.batch = batched ? call.segments : spec.batch;
+      args.q_len = call.q_len;
+      args.kv_len = call.kv_len;
+      args.q_heads = call.q_heads;
+      args.kv_heads = call.kv_heads;
+      args.head_dim = d;
+      args.q.data =
+          static_cast<const char*>(operands.q) + q_first * kElementBytes;
+      args.q.batch_stride =
+          (batched ? call.segment_rows : q_batch_rows) * q_row_values;
+      args.q.seq_stride = call.dilation * q_row_values;
+      args.k.data =
+          static_cast<const char*>(operands.k) + k_first * kElementBytes;
+      args.v.data =
+          static_cast<const char*>(operands.v) + k_first * kElementBytes;
+      args.k.batch_stride = args.v.batch_stride =
+          batched ? call.segment_rows * k_row_values : operands.kv_batch_stride;
+      args.k.seq_stride = args.v.seq_stride = call.dilation * k_row_values;
+      args.o.data = operands.part_o;
+      args.o.batch_stride = call.q_len * call.q_heads * d;
+      args.o.seq_stride = call.q_heads * d;
+      args.lse = operands.part_lse;
+      args.scale = spec.EffectiveScale();
+      args.causal = call.causal;
+      absl::StatusOr<AttentionPath> path = dispatcher.Forward(args, stream);
+      if (!path.ok()) return path.status();
+      switch (*path) {
+        case AttentionPath::kCudnn:
+          ++counts.cudnn;
+          break;
+        case AttentionPath::kFlash:
+          ++counts.flash;
+          break;
+        case AttentionPath::kDecode:
+          ++counts.decode;
+          break;
+      }
+      const int64_t acc_batch_rows = batched ? call.segment_rows : q_batch_rows;
+      AccumulatorRows into;
+      into.o = operands.o + q_first;
+      into.o_batch_stride = acc_batch_rows * q_row_values;
+      into.o_seq_stride = call.dilation * q_row_values;
+      into.lse = operands.lse + (b * q_batch_rows + call.q_row) * spec.q_heads +
+                 call.q_head;
+      into.lse_batch_stride = acc_batch_rows * spec.q_heads;
+      into.lse_seq_stride = call.dilation * spec.q_heads;
+      RINGATTN_RETURN_IF_ERROR(CudaStatus(
+          LaunchMergePartialStrided(operands.dtype, operands.part_o,
+                                    operands.part_lse, args.batch, call.q_len,
+                                    call.q_heads, d, into, stream),
+          "merging a dilated launch"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EnqueueFinishDilated(const AttentionSpec& spec, float* o,
+                                  int64_t count, cudaStream_t stream) {
+  if (spec.dilated.empty() || spec.combine != DilatedCombine::kHeadGroups) {
+    return absl::OkStatus();
+  }
+  const float inverse = 1.0f / static_cast<float>(spec.dilated.size());
+  return CudaStatus(LaunchScaleAccumulator(o, count, inverse, stream),
+                    "dividing O by the number of branches");
+}
+
+}  // namespace ringattn
