@@ -135,6 +135,8 @@ class Call {
   std::vector<std::thread> readers_;
   std::vector<RowCoverage> coverage_;  // [tensor * batch + b]
   AdmissionControl::Ticket ticket_;
+  // The workers' kept ring communicator, if this request got it.
+  CommunicatorKeys::Lease communicator_;
 
   absl::Mutex mutex_;
   std::deque<WorkerEvent> events_ ABSL_GUARDED_BY(mutex_);
@@ -241,12 +243,13 @@ absl::Status Call::CheckSize() {
 }
 
 absl::Status Call::OpenWorkers() {
-  absl::StatusOr<std::vector<Cluster::Member>> members =
-      state_.cluster->ReadyMembers();
-  if (!members.ok()) return members.status();
-  const int64_t p = static_cast<int64_t>(members->size());
+  absl::StatusOr<Cluster::Membership> membership =
+      state_.cluster->ReadyMembership();
+  if (!membership.ok()) return membership.status();
+  const std::vector<Cluster::Member>& members = membership->members;
+  const int64_t p = static_cast<int64_t>(members.size());
   const bool all_cpu =
-      std::all_of(members->begin(), members->end(),
+      std::all_of(members.begin(), members.end(),
                   [](const Cluster::Member& m) { return m.device == "cpu"; });
   absl::StatusOr<v1::Strategy> strategy = ChooseStrategy(
       spec_, spec_proto_.strategy(), p, DTypeSize(dtype_), all_cpu);
@@ -265,7 +268,7 @@ absl::Status Call::OpenWorkers() {
   const int64_t q_values = spec_.batch * q_rows * spec_.q_heads;
   const int64_t kv_values =
       2 * spec_.batch * kv_rows * spec_.kv_heads * spec_.head_dim;
-  for (const Cluster::Member& member : *members) {
+  for (const Cluster::Member& member : members) {
     const int64_t per_worker =
         member.device == "cpu"
             ? 4 * ((pass_q ? 3 : 1) * q_values * (2 * spec_.head_dim + 1) +
@@ -279,11 +282,11 @@ absl::Status Call::OpenWorkers() {
     }
   }
   if (resident_.has_value()) {
-    RINGATTN_RETURN_IF_ERROR(CheckContextMembers(*resident_, *members));
+    RINGATTN_RETURN_IF_ERROR(CheckContextMembers(*resident_, members));
   }
   if (appending_) {
     absl::StatusOr<std::unique_ptr<ContextAppend>> append =
-        ContextAppend::Start(*members, *resident_,
+        ContextAppend::Start(members, *resident_,
                              /*create=*/false, stream_->append_length(), dtype_,
                              context_->deadline());
     if (!append.ok()) return append.status();
@@ -308,6 +311,16 @@ absl::Status Call::OpenWorkers() {
   *h->mutable_spec() = spec_proto_;
   h->set_world_size(static_cast<int>(p));
   h->set_rendezvous_prefix(prefix_);
+  if (p > 1 && !broadcast) {
+    communicator_ = state_.communicator_keys->Acquire(membership->epoch);
+    h->set_communicator_key(communicator_.key());
+    state_.metrics->Add(
+        "ringattn_ring_communicators_total",
+        {{"communicator", communicator_.key().empty() ? "own"
+                          : communicator_.first_use() ? "new"
+                                                      : "reused"}},
+        1);
+  }
   const absl::Duration remaining =
       absl::FromChrono(context_->deadline()) - absl::Now();
   h->set_timeout_seconds(
@@ -328,7 +341,7 @@ absl::Status Call::OpenWorkers() {
       coverage_[2 * spec_.batch + b].Mark(0, spec_.kv_len);
     }
   }
-  for (const Cluster::Member& member : *members) {
+  for (const Cluster::Member& member : members) {
     auto link = std::make_unique<WorkerLink>();
     link->member = member;
     link->context.set_deadline(context_->deadline());
@@ -770,6 +783,7 @@ absl::Status Call::RunSteps() {
                v1::Strategy_Name(strategy_));
   RINGATTN_RETURN_IF_ERROR(Upload());
   RINGATTN_RETURN_IF_ERROR(Compute());
+  communicator_.Succeeded();
   v1::AttendResponse response;
   *response.mutable_summary() = MakeSummary();
   state_.metrics->Observe("ringattn_phase_seconds", {{"phase", "upload"}},

@@ -16,6 +16,7 @@
 #include "ringattn/v1/attention.grpc.pb.h"
 #include "server/admission_control.h"
 #include "server/cluster.h"
+#include "server/communicator_keys.h"
 #include "server/context_registry.h"
 #include "server/coordinator_options.h"
 #include "server/metrics.h"
@@ -32,6 +33,7 @@ struct CoordinatorState {
   Metrics* metrics;
   AdmissionControl* admission;
   ContextRegistry* contexts;
+  CommunicatorKeys* communicator_keys;
 };
 
 // The client's side of an attention call: Attend's stream, or Query's, whose

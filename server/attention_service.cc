@@ -56,6 +56,11 @@ void DeclareCoordinatorMetrics(Metrics& metrics) {
                   Metrics::Kind::kCounter);
   metrics.Declare("ringattn_bytes_out_total", "Output bytes streamed back.",
                   Metrics::Kind::kCounter);
+  metrics.Declare("ringattn_ring_communicators_total",
+                  "Rings formed, by the communicator the workers used: "
+                  "reused (kept from an earlier request), new (made and "
+                  "kept) or own (made for that request alone).",
+                  Metrics::Kind::kCounter);
   metrics.Declare("ringattn_workers_alive", "Workers alive now.",
                   Metrics::Kind::kGauge);
   metrics.Declare("ringattn_world_size", "Workers the cluster needs.",

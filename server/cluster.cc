@@ -1,6 +1,7 @@
 #include "server/cluster.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -98,6 +99,12 @@ void Cluster::MarkDead(int rank, const std::string& address) {
 }
 
 absl::StatusOr<std::vector<Cluster::Member>> Cluster::ReadyMembers() {
+  absl::StatusOr<Membership> membership = ReadyMembership();
+  if (!membership.ok()) return membership.status();
+  return std::move(membership->members);
+}
+
+absl::StatusOr<Cluster::Membership> Cluster::ReadyMembership() {
   absl::MutexLock lock(&mutex_);
   const Clock::time_point now = Clock::now();
   std::vector<Member> members;
@@ -115,7 +122,7 @@ absl::StatusOr<std::vector<Cluster::Member>> Cluster::ReadyMembers() {
         " workers alive (missing rank ", absl::StrJoin(missing, ", "),
         "); start or restart ringattn-worker processes"));
   }
-  return members;
+  return Membership{epoch_, std::move(members)};
 }
 
 bool Cluster::Ready() { return ReadyMembers().ok(); }

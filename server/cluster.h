@@ -11,6 +11,7 @@
 // TLS when the coordinator is given worker credentials.
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -64,6 +65,13 @@ class Cluster {
   // All ranks in order if the cluster is ready; UNAVAILABLE naming the missing
   // ranks otherwise.
   absl::StatusOr<std::vector<Member>> ReadyMembers();
+  // ReadyMembers with the membership epoch they were read in: the same epoch
+  // means the same worker processes at the same ranks.
+  struct Membership {
+    int64_t epoch;
+    std::vector<Member> members;
+  };
+  absl::StatusOr<Membership> ReadyMembership();
   bool Ready();
   int LiveWorkers();
   int world_size() const { return world_size_; }

@@ -159,8 +159,10 @@ int Main() {
   AdmissionControl admission(options.max_inflight_bytes,
                              absl::GetFlag(FLAGS_max_concurrent_requests));
   ContextRegistry contexts;
+  CommunicatorKeys communicator_keys(store, CommunicatorKeys::NewInstance());
   AttentionService attention(CoordinatorState{options, &cluster, &store,
-                                              &metrics, &admission, &contexts});
+                                              &metrics, &admission, &contexts,
+                                              &communicator_keys});
   CoordinationService coordination(&cluster, &store);
 
   grpc::EnableDefaultHealthCheckService(true);

@@ -1,8 +1,9 @@
 // NcclCommunicator and NcclConnector between threads of this process, one
 // GPU per rank: transfers arrive intact in both directions and alone, and a
 // peer that never joins, stalls or is aborted makes the others fail within
-// their timeouts instead of hanging. Skips, saying why, where there are too
-// few GPUs.
+// their timeouts instead of hanging; a CommunicatorCache over an NcclConnector
+// carries several runs over one communicator and aborts it cleanly after a
+// failure. Skips, saying why, where there are too few GPUs.
 
 #include <cstdint>
 #include <functional>
@@ -17,6 +18,7 @@
 #include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/device_buffer.h"
+#include "worker/communicator_cache.h"
 #include "worker/device.h"
 #include "worker/nccl_communicator.h"
 
@@ -292,6 +294,101 @@ TEST(NcclConnectorTest, MissingRankZeroMeansDeadlineExceeded) {
   EXPECT_EQ(communicator.status().code(), absl::StatusCode::kDeadlineExceeded)
       << communicator.status();
   EXPECT_LT(absl::Now() - start, absl::Seconds(2) + kSlack);
+}
+
+// Lends `key`'s communicator from `cache` as rank `rank` of 2 and swaps a
+// 64 KiB pattern with the other rank over it, waiting at most `wait`; sets
+// *reused as Lend does.
+absl::Status SwapOverCache(CommunicatorCache& cache, const std::string& key,
+                           int rank, absl::Duration wait, bool* reused) {
+  absl::StatusOr<std::unique_ptr<RingCommunicator>> communicator =
+      cache.Lend(key, rank, 2, absl::Seconds(60), reused);
+  if (!communicator.ok()) return communicator.status();
+  constexpr int64_t kBytes = 65536;
+  absl::StatusOr<DeviceBuffer> out = Pattern(kBytes, rank);
+  if (!out.ok()) return out.status();
+  absl::StatusOr<DeviceBuffer> in = DeviceBuffer::Allocate(kBytes);
+  if (!in.ok()) return in.status();
+  absl::Status s =
+      (*communicator)->StartReceive(in->as<void>(), kBytes, 1 - rank);
+  if (s.ok()) s = (*communicator)->StartSend(out->as<void>(), kBytes, 1 - rank);
+  if (s.ok()) s = (*communicator)->Wait(absl::Now() + wait);
+  if (s.ok()) s = CheckPattern(*in, kBytes, 1 - rank);
+  return s;
+}
+
+TEST(CommunicatorCacheNcclTest, RunsOverOneKeyShareOneCommunicator) {
+  SKIP_WITHOUT_GPUS(2);
+  gloo::rendezvous::HashStore store;
+  std::vector<std::unique_ptr<NcclConnector>> connectors;
+  std::vector<std::unique_ptr<CommunicatorCache>> caches;
+  for (int rank = 0; rank < 2; ++rank) {
+    connectors.push_back(std::make_unique<NcclConnector>(store, rank));
+    caches.push_back(std::make_unique<CommunicatorCache>(*connectors[rank]));
+  }
+  for (int run = 0; run < 3; ++run) {
+    SCOPED_TRACE(absl::StrCat("run ", run));
+    std::vector<absl::Status> results(2);
+    std::vector<bool> reused(2);
+    OnRanks(2, [&](int rank) {
+      bool r = false;
+      results[rank] =
+          SwapOverCache(*caches[rank], "key-1", rank, absl::Seconds(30), &r);
+      reused[rank] = r;
+    });
+    for (int rank = 0; rank < 2; ++rank) {
+      EXPECT_TRUE(results[rank].ok()) << results[rank];
+      EXPECT_EQ(reused[rank], run > 0) << "rank " << rank;
+      EXPECT_EQ(caches[rank]->creations(), 1);
+    }
+  }
+}
+
+TEST(CommunicatorCacheNcclTest, FailedRunAbortsAndTheNextKeyConnects) {
+  SKIP_WITHOUT_GPUS(2);
+  gloo::rendezvous::HashStore store;
+  std::vector<std::unique_ptr<NcclConnector>> connectors;
+  std::vector<std::unique_ptr<CommunicatorCache>> caches;
+  for (int rank = 0; rank < 2; ++rank) {
+    connectors.push_back(std::make_unique<NcclConnector>(store, rank));
+    caches.push_back(std::make_unique<CommunicatorCache>(*connectors[rank]));
+  }
+  std::vector<absl::Status> results(2);
+  OnRanks(2, [&](int rank) {
+    bool reused = false;
+    results[rank] =
+        SwapOverCache(*caches[rank], "key-1", rank, absl::Seconds(30), &reused);
+  });
+  ASSERT_TRUE(results[0].ok()) << results[0];
+  ASSERT_TRUE(results[1].ok()) << results[1];
+
+  // Rank 1 sits this run out: rank 0 times out on the kept communicator,
+  // which is aborted and never kept again.
+  bool reused = false;
+  const absl::Time start = absl::Now();
+  const absl::Status lonely =
+      SwapOverCache(*caches[0], "key-1", 0, absl::Seconds(2), &reused);
+  EXPECT_TRUE(reused);
+  EXPECT_EQ(lonely.code(), absl::StatusCode::kDeadlineExceeded) << lonely;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2) + kSlack);
+  EXPECT_EQ(
+      SwapOverCache(*caches[0], "key-1", 0, absl::Seconds(2), &reused).code(),
+      absl::StatusCode::kFailedPrecondition);
+
+  // Rank 1 still keeps its end of key-1, healthy as far as it knows; the
+  // next key retires it (aborted) on both ranks and connects afresh.
+  OnRanks(2, [&](int rank) {
+    bool r = true;
+    results[rank] =
+        SwapOverCache(*caches[rank], "key-2", rank, absl::Seconds(30), &r);
+    if (results[rank].ok() && r) {
+      results[rank] = absl::InternalError("key-2 claims reuse");
+    }
+  });
+  EXPECT_TRUE(results[0].ok()) << results[0];
+  EXPECT_TRUE(results[1].ok()) << results[1];
+  EXPECT_EQ(caches[0]->creations(), 2);
+  EXPECT_EQ(caches[1]->creations(), 2);
 }
 
 }  // namespace

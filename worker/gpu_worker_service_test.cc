@@ -4,11 +4,14 @@
 // otherwise), against the float64 reference. The GPU computes in bf16 for bf16
 // and fp32 wire data and in fp16 for fp16, so the tolerance is |O - O_ref| <=
 // 3e-2 * (1 + |O_ref|) (the inputs of an fp32 request are rounded to bf16
-// too), and 1e-2 * (1 + |LSE_ref|) for the LSE. Skips, saying why, without a
-// GPU.
+// too), and 1e-2 * (1 + |LSE_ref|) for the LSE. Requests that carry one
+// communicator key ring over one kept NCCL communicator, and one that fails
+// on it leaves the next key's request working. Skips, saying why, without a
+// GPU (or with one, for the tests that need two).
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -17,6 +20,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "core/dtype.h"
 #include "core/ring_plan.h"
 #include "core/shard_layout.h"
@@ -60,6 +65,7 @@ class GpuTestWorker {
   ~GpuTestWorker() { server_->Shutdown(); }
 
   v1::Worker::Stub& stub() { return *stub_; }
+  const WorkerService& service() const { return *service_; }
 
  private:
   std::unique_ptr<NcclConnector> connector_;
@@ -516,6 +522,176 @@ TEST(GpuWorkerServiceTest, ResidentContextOnGpuMatchesTheReference) {
       const double want = lse_ref.values()[i];
       ASSERT_NEAR(lse.values()[i], want, 1e-2 * (1 + std::fabs(want))) << i;
     }
+  }
+}
+
+// The pass-KV request of the reuse tests: causal GQA, bf16, two ranks.
+AttentionSpec ReuseSpec() {
+  AttentionSpec spec;
+  spec.batch = 1;
+  spec.q_len = spec.kv_len = 257;
+  spec.q_heads = 4;
+  spec.kv_heads = 2;
+  spec.head_dim = 64;
+  spec.causal = true;
+  return spec;
+}
+
+// OK if the output rows of `results` (every rank's) match the float64
+// reference of `q`, `k`, `v` within the bf16 tolerance and cover every row.
+absl::Status CheckAgainstReference(const AttentionSpec& spec,
+                                   const Tensor<float>& q,
+                                   const Tensor<float>& k,
+                                   const Tensor<float>& v,
+                                   const std::vector<ExecuteResult>& results) {
+  Tensor<double> o_ref(q.shape());
+  Tensor<double> lse_ref({spec.batch, spec.q_len, spec.q_heads, 1});
+  ReferenceAttention(spec, q.view(), k.view(), v.view(), o_ref.view(),
+                     lse_ref.view());
+  const int64_t row_values = spec.q_heads * spec.head_dim;
+  int64_t rows = 0;
+  for (const ExecuteResult& result : results) {
+    if (!result.status.ok()) {
+      return absl::Status(
+          static_cast<absl::StatusCode>(result.status.error_code()),
+          result.status.error_message());
+    }
+    for (const v1::ExecuteResponse& response : result.responses) {
+      if (!response.has_output()) continue;
+      const v1::ShardOutput& out = response.output();
+      std::vector<float> o(out.count() * row_values);
+      std::memcpy(o.data(), out.data().data(), o.size() * sizeof(float));
+      for (int64_t i = 0; i < out.count(); ++i) {
+        const int64_t p = out.first_position() + i;
+        for (int64_t j = 0; j < row_values; ++j) {
+          const double want = o_ref.view().Row(out.batch(), p, 0)[j];
+          const double got = o[i * row_values + j];
+          if (std::fabs(got - want) > 3e-2 * (1 + std::fabs(want))) {
+            return absl::DataLossError(absl::StrCat(
+                "row ", p, " value ", j, ": ", got, ", want ", want));
+          }
+        }
+      }
+      rows += out.count();
+    }
+  }
+  if (rows != spec.batch * spec.q_len) {
+    return absl::DataLossError(absl::StrCat("got ", rows, " output rows of ",
+                                            spec.batch * spec.q_len));
+  }
+  return absl::OkStatus();
+}
+
+// Random bf16-exact values of `heads` heads for `spec`.
+Tensor<float> RandomBf16(const AttentionSpec& spec, int64_t heads,
+                         std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  Tensor<float> t({spec.batch, spec.q_len, heads, spec.head_dim});
+  for (float& x : t.values()) {
+    const float value = normal(rng);
+    uint16_t bits = 0;
+    ConvertFromFloat(DType::kBFloat16, &value, &bits, 1);
+    ConvertToFloat(DType::kBFloat16, &bits, &x, 1);
+  }
+  return t;
+}
+
+// Runs one pass-KV request over `key` on ranks [0, ranks) of `workers` at
+// once (fewer than all: the others never join), with ring timeout `timeout`.
+std::vector<ExecuteResult> RunKeyed(
+    std::vector<std::unique_ptr<GpuTestWorker>>& workers, int ranks,
+    const AttentionSpec& spec, const std::string& prefix,
+    const std::string& key, double timeout, const Tensor<float>& q,
+    const Tensor<float>& k, const Tensor<float>& v) {
+  std::vector<ExecuteResult> results(ranks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      std::vector<v1::ExecuteRequest> requests =
+          StreamOf(spec, DType::kBFloat16, r, static_cast<int>(workers.size()),
+                   prefix, q, k, v);
+      requests[0].mutable_header()->set_communicator_key(key);
+      requests[0].mutable_header()->set_timeout_seconds(timeout);
+      results[r] = Execute(workers[r]->stub(), requests);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return results;
+}
+
+TEST(GpuWorkerServiceTest, SecondRequestOfAKeyReusesTheNcclCommunicator) {
+  if (CudaDeviceCount() < 2) {
+    GTEST_SKIP() << "needs 2 CUDA devices; this machine has "
+                 << CudaDeviceCount() << "; runs on a GPU machine";
+  }
+  DisableNcclMulticast();
+  const AttentionSpec spec = ReuseSpec();
+  gloo::rendezvous::HashStore store;
+  std::vector<std::unique_ptr<GpuTestWorker>> workers;
+  for (int r = 0; r < 2; ++r) {
+    workers.push_back(std::make_unique<GpuTestWorker>(store, r));
+  }
+  const std::string key = "communicator/c/epoch-1/generation-1";
+  std::mt19937 rng(11);
+  for (int request = 0; request < 2; ++request) {
+    SCOPED_TRACE(absl::StrCat("request ", request));
+    const Tensor<float> q = RandomBf16(spec, spec.q_heads, rng);
+    const Tensor<float> k = RandomBf16(spec, spec.kv_heads, rng);
+    const Tensor<float> v = RandomBf16(spec, spec.kv_heads, rng);
+    const absl::Time start = absl::Now();
+    const std::vector<ExecuteResult> results = RunKeyed(
+        workers, 2, spec, absl::StrCat("reuse-", request), key, 60, q, k, v);
+    std::printf("request %d over one key: %s\n", request,
+                absl::FormatDuration(absl::Now() - start).c_str());
+    const absl::Status checked = CheckAgainstReference(spec, q, k, v, results);
+    EXPECT_TRUE(checked.ok()) << checked;
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(workers[r]->service().cached_communicator_creations(), 1)
+          << "rank " << r;
+    }
+  }
+}
+
+TEST(GpuWorkerServiceTest, RequestAfterAnAbortedKeyedRunStillWorks) {
+  if (CudaDeviceCount() < 2) {
+    GTEST_SKIP() << "needs 2 CUDA devices; this machine has "
+                 << CudaDeviceCount() << "; runs on a GPU machine";
+  }
+  DisableNcclMulticast();
+  const AttentionSpec spec = ReuseSpec();
+  gloo::rendezvous::HashStore store;
+  std::vector<std::unique_ptr<GpuTestWorker>> workers;
+  for (int r = 0; r < 2; ++r) {
+    workers.push_back(std::make_unique<GpuTestWorker>(store, r));
+  }
+  std::mt19937 rng(13);
+  const Tensor<float> q = RandomBf16(spec, spec.q_heads, rng);
+  const Tensor<float> k = RandomBf16(spec, spec.kv_heads, rng);
+  const Tensor<float> v = RandomBf16(spec, spec.kv_heads, rng);
+  const std::string key = "communicator/c/epoch-1/generation-1";
+  const absl::Status first = CheckAgainstReference(
+      spec, q, k, v, RunKeyed(workers, 2, spec, "abort-1", key, 60, q, k, v));
+  ASSERT_TRUE(first.ok()) << first;
+
+  // Rank 1 never runs: rank 0's transfers over the kept communicator time
+  // out, it is aborted (ncclCommAbort) and the peer is reported unavailable.
+  const absl::Time start = absl::Now();
+  const std::vector<ExecuteResult> lonely =
+      RunKeyed(workers, 1, spec, "abort-2", key, 2, q, k, v);
+  EXPECT_EQ(lonely[0].status.error_code(), grpc::StatusCode::UNAVAILABLE)
+      << lonely[0].status.error_message();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2 + 10));
+
+  // The coordinator names the next generation after a failure: both ranks
+  // drop what they kept and connect afresh.
+  const absl::Status next = CheckAgainstReference(
+      spec, q, k, v,
+      RunKeyed(workers, 2, spec, "abort-3",
+               "communicator/c/epoch-1/generation-2", 60, q, k, v));
+  EXPECT_TRUE(next.ok()) << next;
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(workers[r]->service().cached_communicator_creations(), 2)
+        << "rank " << r;
   }
 }
 

@@ -10,10 +10,10 @@
 // never hang: the communicator is then aborted (ncclCommAbort), which also
 // stops its kernels.
 //
-// One communicator per request for now: NcclConnector makes a new one for
-// every group it is asked to connect (a few hundred ms of NCCL setup); keeping
-// one per cluster epoch needs the coordinator to name epochs and to hand a
-// communicator to one request at a time.
+// NcclConnector makes a new communicator for every group it is asked to
+// connect (a few hundred ms of NCCL setup); CommunicatorCache
+// (communicator_cache.h) keeps one of them across the requests the
+// coordinator hands its reuse key, one request at a time.
 
 #include <nccl.h>
 

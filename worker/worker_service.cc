@@ -63,11 +63,12 @@ class ExecuteReactor final
     : public grpc::ServerBidiReactor<v1::ExecuteRequest, v1::ExecuteResponse> {
  public:
   ExecuteReactor(grpc::CallbackServerContext* context, RingConnector& connector,
-                 ContextStore* host_contexts,
+                 CommunicatorCache& communicators, ContextStore* host_contexts,
                  DeviceContextStore* device_contexts,
                  const WorkerServiceOptions& options,
                  absl::StatusOr<ExecutionBudget::Ticket> ticket)
       : connector_(connector),
+        communicators_(communicators),
         host_contexts_(host_contexts),
         device_contexts_(device_contexts),
         options_(options),
@@ -216,6 +217,7 @@ class ExecuteReactor final
     rank_ = header.rank();
     world_size_ = header.world_size();
     prefix_ = header.rendezvous_prefix();
+    communicator_key_ = header.communicator_key();
     ring_timeout_ =
         timeout == 0 ? options_.default_ring_timeout : absl::Seconds(timeout);
     std::optional<ShardLayout> kv_layout;
@@ -500,7 +502,8 @@ class ExecuteReactor final
   }
 
   // This request's ring: a world of one on a GPU running alone (broadcast-Q
-  // or a cluster of one), otherwise the connector's group of every rank.
+  // or a cluster of one), otherwise the connector's group of every rank: the
+  // cached communicator when the header names its key, else a new one.
   absl::StatusOr<std::unique_ptr<RingCommunicator>> JoinRing() {
     if (gpu_executor_ != nullptr && gpu_executor_->world_size() == 1) {
       Log(spdlog::level::info,
@@ -517,12 +520,19 @@ class ExecuteReactor final
       return absl::DeadlineExceededError(
           "the call's deadline passed before the ring was joined");
     }
+    bool reused = false;
     absl::StatusOr<std::unique_ptr<RingCommunicator>> communicator =
-        connector_.Connect(prefix_, rank_, world_size_, connect_timeout);
+        communicator_key_.empty()
+            ? connector_.Connect(prefix_, rank_, world_size_, connect_timeout)
+            : communicators_.Lend(communicator_key_, rank_, world_size_,
+                                  connect_timeout, &reused);
     if (communicator.ok()) {
       Log(spdlog::level::info,
           absl::StrCat("joined the ring in ",
-                       absl::FormatDuration(absl::Now() - start)));
+                       absl::FormatDuration(absl::Now() - start),
+                       communicator_key_.empty() ? ""
+                       : reused                  ? " (cached communicator)"
+                                : " (new cached communicator)"));
     }
     return communicator;
   }
@@ -611,6 +621,7 @@ class ExecuteReactor final
   }
 
   RingConnector& connector_;
+  CommunicatorCache& communicators_;
   ContextStore* const host_contexts_;          // on a CPU worker
   DeviceContextStore* const device_contexts_;  // on a CUDA worker
   const WorkerServiceOptions& options_;
@@ -629,6 +640,7 @@ class ExecuteReactor final
   int rank_ = -1;
   int world_size_ = 0;
   std::string prefix_;
+  std::string communicator_key_;  // empty: a communicator of its own
   absl::Duration ring_timeout_;
 
   // The shard as it arrives.
@@ -774,6 +786,7 @@ class StoreContextReactor final
 WorkerService::WorkerService(RingConnector& connector,
                              const WorkerServiceOptions& options)
     : connector_(connector),
+      communicators_(connector),
       options_(options),
       budget_(options.max_concurrent_executions, options.memory_bytes) {
   if (options.cuda_device >= 0) {
@@ -787,8 +800,9 @@ WorkerService::WorkerService(RingConnector& connector,
 
 grpc::ServerBidiReactor<v1::ExecuteRequest, v1::ExecuteResponse>*
 WorkerService::Execute(grpc::CallbackServerContext* context) {
-  return new ExecuteReactor(context, connector_, host_contexts_.get(),
-                            device_contexts_.get(), options_, budget_.Admit());
+  return new ExecuteReactor(context, connector_, communicators_,
+                            host_contexts_.get(), device_contexts_.get(),
+                            options_, budget_.Admit());
 }
 
 ResidentContexts& WorkerService::contexts() {

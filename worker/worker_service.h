@@ -9,11 +9,13 @@
 // rank gets every query row, joins no ring, and returns partial rows for all
 // queries over its own K/V (BroadcastExecutor). For PASS_Q the rank gets the
 // same shard as for PASS_KV, but query blocks travel the ring instead of K/V
-// (PassQExecutor; CPU workers only). Resident contexts live in host memory
-// on a CPU worker, which copies a query's rows out of them, and in device
-// memory on a CUDA worker, whose broadcast-Q queries read them in place (a
-// decode step moves only its query rows). Streams are callback reactors (no
-// gRPC thread is parked on a stream); the computation of a request runs on a
+// (PassQExecutor; CPU workers only). A header that names a communicator key
+// rings over the communicator this worker keeps for that key
+// (CommunicatorCache). Resident contexts live in host memory on a CPU worker,
+// which copies a query's rows out of them, and in device memory on a CUDA
+// worker, whose broadcast-Q queries read them in place (a decode step moves
+// only its query rows). Streams are callback reactors (no gRPC thread is
+// parked on a stream); the computation of a request runs on a
 // thread of its own. Cancelling a stream, or its deadline passing, aborts the
 // ring on this rank and frees the request's memory. Bad input gets
 // INVALID_ARGUMENT naming the problem; a worker at its limits answers
@@ -25,6 +27,7 @@
 #include "absl/time/time.h"
 #include "ringattn/v1/worker.grpc.pb.h"
 #include "worker/communicator.h"
+#include "worker/communicator_cache.h"
 #include "worker/context_store.h"
 #include "worker/device_context_store.h"
 #include "worker/execution_budget.h"
@@ -50,8 +53,9 @@ struct WorkerServiceOptions {
 
 class WorkerService final : public v1::Worker::CallbackService {
  public:
-  // `connector` joins every request's ring; it must outlive the service, and
-  // the service must outlive the server it is registered with.
+  // `connector` joins every request's ring (directly, or through the
+  // service's CommunicatorCache); it must outlive the service, and the service
+  // must outlive the server it is registered with.
   WorkerService(RingConnector& connector, const WorkerServiceOptions& options);
 
   WorkerService(const WorkerService&) = delete;
@@ -69,11 +73,16 @@ class WorkerService final : public v1::Worker::CallbackService {
 
   // Executions admitted and not yet finished.
   int active_executions() const { return budget_.executions(); }
+  // Communicators made for communicator keys so far.
+  int64_t cached_communicator_creations() const {
+    return communicators_.creations();
+  }
 
  private:
   ResidentContexts& contexts();
 
   RingConnector& connector_;
+  CommunicatorCache communicators_;
   const WorkerServiceOptions options_;
   ExecutionBudget budget_;
   // Resident contexts: in host memory on a CPU worker, in device memory on a

@@ -1,7 +1,9 @@
 // WorkerService through real gRPC channels: bad streams get precise statuses
 // (wrong byte counts, duplicate rows, rows of another rank, missing rows,
-// limits), and two services computing one request together over Gloo return
-// what the float64 reference says, in the wire dtype they were given.
+// limits), two services computing one request together over Gloo return
+// what the float64 reference says, in the wire dtype they were given, and
+// requests that carry one communicator key ring over one kept communicator
+// until a failed run retires it.
 
 #include "worker/worker_service.h"
 
@@ -55,6 +57,7 @@ class TestWorker {
   ~TestWorker() { server_->Shutdown(); }
 
   v1::Worker::Stub& stub() { return *stub_; }
+  const WorkerService& service() const { return *service_; }
 
  private:
   std::unique_ptr<GlooConnector> connector_;
@@ -466,6 +469,117 @@ TEST_P(WorkerServiceRing, TwoWorkersMatchTheReference) {
       const double want = lse_ref.values()[i];
       ASSERT_NEAR(lse.values()[i], want, 2e-5 * (1 + std::fabs(want))) << i;
     }
+  }
+}
+
+// Every message of rank `rank`'s share of a two-rank pass-KV request over
+// `spec`, fp32 values from `seed`, ringing over the communicator of `key`.
+std::vector<v1::ExecuteRequest> KeyedRingRequests(const AttentionSpec& spec,
+                                                  int rank,
+                                                  const std::string& prefix,
+                                                  const std::string& key,
+                                                  double timeout_seconds) {
+  constexpr int kRanks = 2;
+  std::vector<v1::ExecuteRequest> requests = {
+      Header(spec, DType::kFloat32, rank, kRanks, prefix, timeout_seconds)};
+  requests[0].mutable_header()->set_communicator_key(key);
+  const ShardLayout layout =
+      ShardLayout::Make(ChooseShardKind(spec), spec.q_len, kRanks);
+  for (int64_t b = 0; b < spec.batch; ++b) {
+    for (const Range& chunk : layout.Chunks(rank)) {
+      for (v1::TensorName name : {v1::Q, v1::K, v1::V}) {
+        const int64_t values =
+            (name == v1::Q ? spec.q_heads : spec.kv_heads) * spec.head_dim;
+        std::vector<float> data(chunk.size() * values);
+        for (size_t i = 0; i < data.size(); ++i) {
+          const int64_t at = (b * spec.q_len + chunk.begin) * values + i;
+          data[i] = static_cast<float>((at * 7 + name * 13) % 17) / 17 - 0.5f;
+        }
+        v1::ExecuteRequest request;
+        v1::ShardRows* rows = request.mutable_rows();
+        rows->set_tensor(name);
+        rows->set_batch(b);
+        rows->set_first_position(chunk.begin);
+        rows->set_count(chunk.size());
+        rows->set_data(data.data(), data.size() * sizeof(float));
+        requests.push_back(std::move(request));
+      }
+    }
+  }
+  requests.push_back(RunMessage());
+  return requests;
+}
+
+// Runs one keyed request on both workers at once.
+std::vector<ExecuteResult> RunKeyedRing(
+    std::vector<std::unique_ptr<TestWorker>>& workers,
+    const AttentionSpec& spec, const std::string& prefix,
+    const std::string& key) {
+  std::vector<ExecuteResult> results(workers.size());
+  std::vector<std::thread> threads;
+  for (size_t r = 0; r < workers.size(); ++r) {
+    threads.emplace_back([&, r] {
+      results[r] = Execute(
+          workers[r]->stub(),
+          KeyedRingRequests(spec, static_cast<int>(r), prefix, key, 20));
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return results;
+}
+
+TEST(WorkerServiceCommunicatorKey, RequestsOfOneKeyShareOneCommunicator) {
+  gloo::rendezvous::HashStore store;
+  std::vector<std::unique_ptr<TestWorker>> workers;
+  for (int r = 0; r < 2; ++r) {
+    workers.push_back(
+        std::make_unique<TestWorker>(store, WorkerServiceOptions()));
+  }
+  const AttentionSpec spec = Spec(21, true);
+  const std::vector<ExecuteResult> first =
+      RunKeyedRing(workers, spec, "keyed-1", "communicator/c/epoch-1/gen-1");
+  const std::vector<ExecuteResult> second =
+      RunKeyedRing(workers, spec, "keyed-2", "communicator/c/epoch-1/gen-1");
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(first[r].status.ok()) << first[r].status.error_message();
+    ASSERT_TRUE(second[r].status.ok()) << second[r].status.error_message();
+    ASSERT_EQ(first[r].responses.size(), second[r].responses.size());
+    for (size_t i = 0; i < first[r].responses.size(); ++i) {
+      EXPECT_EQ(first[r].responses[i].output().data(),
+                second[r].responses[i].output().data())
+          << "rank " << r << " message " << i;
+    }
+    EXPECT_EQ(workers[r]->service().cached_communicator_creations(), 1)
+        << "the second request reused rank " << r << "'s communicator";
+  }
+}
+
+TEST(WorkerServiceCommunicatorKey, FailedRunRetiresTheKeyAndTheNextKeyWorks) {
+  gloo::rendezvous::HashStore store;
+  std::vector<std::unique_ptr<TestWorker>> workers;
+  for (int r = 0; r < 2; ++r) {
+    workers.push_back(
+        std::make_unique<TestWorker>(store, WorkerServiceOptions()));
+  }
+  const AttentionSpec spec = Spec(21, false);
+  const std::string key = "communicator/c/epoch-1/gen-1";
+  for (const ExecuteResult& result :
+       RunKeyedRing(workers, spec, "fail-1", key)) {
+    ASSERT_TRUE(result.status.ok()) << result.status.error_message();
+  }
+  // Rank 1 never runs: rank 0 rings over the kept communicator alone and
+  // fails with UNAVAILABLE once the ring timeout runs out.
+  const ExecuteResult lonely = Execute(
+      workers[0]->stub(), KeyedRingRequests(spec, 0, "fail-2", key, 0.5));
+  EXPECT_EQ(lonely.status.error_code(), grpc::StatusCode::UNAVAILABLE)
+      << lonely.status.error_message();
+  // The coordinator names the next generation after a failure.
+  for (const ExecuteResult& result :
+       RunKeyedRing(workers, spec, "fail-3", "communicator/c/epoch-1/gen-2")) {
+    EXPECT_TRUE(result.status.ok()) << result.status.error_message();
+  }
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(workers[r]->service().cached_communicator_creations(), 2);
   }
 }
 

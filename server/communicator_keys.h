@@ -1,0 +1,91 @@
+#ifndef RINGATTN_SERVER_COMMUNICATOR_KEYS_H_
+#define RINGATTN_SERVER_COMMUNICATOR_KEYS_H_
+
+// CommunicatorKeys: names the ring communicator the workers keep between
+// requests (ExecuteHeader.communicator_key) and lends it to one request at a
+// time. A key names this coordinator process, the cluster's membership epoch
+// and a generation: a request on a new epoch gets a new key, and so does the
+// request after one that held the key and did not succeed, because a worker of
+// that request may have aborted its communicator or left it mid-transfer.
+// Requests that find the key lent out ring over communicators of their own.
+// The rendezvous keys of a retired key are erased from the store. Thread-safe.
+
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "server/rendezvous_store.h"
+
+namespace ringattn {
+
+class CommunicatorKeys {
+ public:
+  // The right of one request to ring over the kept communicator. A lease
+  // whose key() is empty holds nothing. Movable, not copyable; must not
+  // outlive the CommunicatorKeys that made it.
+  class Lease {
+   public:
+    Lease() = default;
+    Lease(Lease&& other) noexcept;
+    Lease& operator=(Lease&& other) noexcept;
+    // Gives the key back: kept for the next request if Succeeded() was
+    // called, retired otherwise.
+    ~Lease();
+
+    // The key for ExecuteHeader.communicator_key; empty: the request's
+    // workers connect a communicator of their own.
+    const std::string& key() const { return key_; }
+    // Whether the workers make the key's communicator in this request (its
+    // first) rather than reuse it.
+    bool first_use() const { return first_use_; }
+    // Every worker of the request finished its run without error.
+    void Succeeded() { succeeded_ = true; }
+
+   private:
+    friend class CommunicatorKeys;
+    Lease(CommunicatorKeys* keys, std::string key, bool first_use)
+        : keys_(keys), key_(std::move(key)), first_use_(first_use) {}
+    void Release();
+
+    CommunicatorKeys* keys_ = nullptr;
+    std::string key_;
+    bool first_use_ = false;
+    bool succeeded_ = false;
+  };
+
+  // `store` (the workers' rendezvous store) must outlive this. `instance`
+  // tells this coordinator's keys from those of an earlier coordinator
+  // process the workers may still remember.
+  CommunicatorKeys(RendezvousStore& store, std::string instance);
+
+  CommunicatorKeys(const CommunicatorKeys&) = delete;
+  CommunicatorKeys& operator=(const CommunicatorKeys&) = delete;
+
+  // The key for a request on the cluster of membership epoch `epoch`: the
+  // current one, or a new one if the epoch changed since it was named; an
+  // empty lease while another request holds the key.
+  Lease Acquire(int64_t epoch);
+
+  // A fresh instance name for a coordinator process.
+  static std::string NewInstance();
+
+ private:
+  void Release(const std::string& key, bool succeeded);
+  // Erases the current key's rendezvous and names the next generation's.
+  void Retire() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+
+  RendezvousStore& store_;
+  const std::string instance_;
+  absl::Mutex mutex_;
+  int64_t epoch_ ABSL_GUARDED_BY(mutex_) = -1;
+  int64_t generation_ ABSL_GUARDED_BY(mutex_) = 0;
+  std::string key_ ABSL_GUARDED_BY(mutex_);    // empty until the first Acquire
+  bool used_ ABSL_GUARDED_BY(mutex_) = false;  // some request had key_
+  bool held_ ABSL_GUARDED_BY(mutex_) = false;
+};
+
+}  // namespace ringattn
+
+#endif  // RINGATTN_SERVER_COMMUNICATOR_KEYS_H_

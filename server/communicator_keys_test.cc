@@ -1,0 +1,141 @@
+// CommunicatorKeys: the workers' kept communicator goes to one request at a
+// time, a failed request retires its key, a new membership epoch gets a new
+// key, and a retired key's rendezvous leaves the store. Cluster: its epoch
+// moves whenever the ready members may have changed.
+
+#include "server/communicator_keys.h"
+
+#include <chrono>
+#include <string>
+#include <utility>
+
+#include "gtest/gtest.h"
+#include "server/cluster.h"
+#include "server/rendezvous_store.h"
+
+namespace ringattn {
+namespace {
+
+TEST(CommunicatorKeys, KeyGoesToOneRequestAtATime) {
+  RendezvousStore store;
+  CommunicatorKeys keys(store, "c");
+  std::string key;
+  {
+    CommunicatorKeys::Lease first = keys.Acquire(1);
+    ASSERT_FALSE(first.key().empty());
+    EXPECT_TRUE(first.first_use());
+    key = first.key();
+    const CommunicatorKeys::Lease concurrent = keys.Acquire(1);
+    EXPECT_TRUE(concurrent.key().empty())
+        << "a concurrent request rings over a communicator of its own";
+    first.Succeeded();
+  }
+  const CommunicatorKeys::Lease next = keys.Acquire(1);
+  EXPECT_EQ(next.key(), key) << "a success keeps the key";
+  EXPECT_FALSE(next.first_use());
+}
+
+TEST(CommunicatorKeys, KeyNamesInstanceEpochAndGeneration) {
+  RendezvousStore store;
+  CommunicatorKeys keys(store, "coordinator-7");
+  const CommunicatorKeys::Lease lease = keys.Acquire(12);
+  EXPECT_EQ(lease.key(), "communicator/coordinator-7/epoch-12/generation-1");
+}
+
+TEST(CommunicatorKeys, FailedRequestBumpsTheGeneration) {
+  RendezvousStore store;
+  CommunicatorKeys keys(store, "c");
+  std::string failed_key;
+  {
+    const CommunicatorKeys::Lease lease = keys.Acquire(1);
+    failed_key = lease.key();
+    // Released without Succeeded(): a worker error, a cancel, a timeout.
+  }
+  const CommunicatorKeys::Lease next = keys.Acquire(1);
+  ASSERT_FALSE(next.key().empty());
+  EXPECT_NE(next.key(), failed_key);
+  EXPECT_TRUE(next.first_use());
+  EXPECT_NE(next.key().find("epoch-1/"), std::string::npos) << next.key();
+}
+
+TEST(CommunicatorKeys, NewEpochGetsANewKey) {
+  RendezvousStore store;
+  CommunicatorKeys keys(store, "c");
+  std::string old_key;
+  {
+    CommunicatorKeys::Lease lease = keys.Acquire(3);
+    old_key = lease.key();
+    lease.Succeeded();
+  }
+  const CommunicatorKeys::Lease next = keys.Acquire(4);
+  EXPECT_NE(next.key(), old_key);
+  EXPECT_TRUE(next.first_use());
+  EXPECT_NE(next.key().find("epoch-4/"), std::string::npos) << next.key();
+}
+
+TEST(CommunicatorKeys, RetiredKeyLeavesTheStore) {
+  RendezvousStore store;
+  CommunicatorKeys keys(store, "c");
+  std::string old_key;
+  {
+    const CommunicatorKeys::Lease lease = keys.Acquire(1);
+    old_key = lease.key();
+    store.Set(old_key + "/nccl-unique-id", "id");
+    store.Set(old_key + "0/unrelated", "x");
+    store.Set("request/r1/x", "y");
+  }
+  EXPECT_EQ(store.size(), 2u) << "only the failed key's rendezvous is erased";
+  const CommunicatorKeys::Lease next = keys.Acquire(1);
+  store.Set(next.key() + "/nccl-unique-id", "id");
+  EXPECT_EQ(store.size(), 3u);
+}
+
+TEST(CommunicatorKeys, MovedLeaseReleasesOnce) {
+  RendezvousStore store;
+  CommunicatorKeys keys(store, "c");
+  std::string key;
+  {
+    CommunicatorKeys::Lease lease = keys.Acquire(1);
+    key = lease.key();
+    CommunicatorKeys::Lease moved = std::move(lease);
+    EXPECT_TRUE(keys.Acquire(1).key().empty()) << "still held after the move";
+    moved.Succeeded();
+  }
+  EXPECT_EQ(keys.Acquire(1).key(), key);
+}
+
+TEST(Cluster, EpochMovesWithMembership) {
+  Cluster cluster(2, std::chrono::hours(1));
+  v1::RegisterRequest request;
+  for (const char* address : {"a:1", "b:1"}) {
+    request.set_address(address);
+    ASSERT_TRUE(cluster.Register(request).ok());
+  }
+  absl::StatusOr<Cluster::Membership> first = cluster.ReadyMembership();
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->members.size(), 2u);
+  absl::StatusOr<Cluster::Membership> same = cluster.ReadyMembership();
+  ASSERT_TRUE(same.ok());
+  EXPECT_EQ(same->epoch, first->epoch);
+  ASSERT_TRUE(cluster.Heartbeat(1, "b:1"));
+  EXPECT_EQ(cluster.ReadyMembership()->epoch, first->epoch)
+      << "a heartbeat of a live worker changes nothing";
+
+  // A worker restarted at the same address keeps its rank, not its epoch.
+  request.set_address("b:1");
+  ASSERT_TRUE(cluster.Register(request).ok());
+  absl::StatusOr<Cluster::Membership> restarted = cluster.ReadyMembership();
+  ASSERT_TRUE(restarted.ok());
+  EXPECT_GT(restarted->epoch, first->epoch);
+
+  cluster.MarkDead(1, "b:1");
+  request.set_address("c:1");
+  ASSERT_TRUE(cluster.Register(request).ok());
+  absl::StatusOr<Cluster::Membership> replaced = cluster.ReadyMembership();
+  ASSERT_TRUE(replaced.ok());
+  EXPECT_GT(replaced->epoch, restarted->epoch);
+  EXPECT_EQ(replaced->members[1].address, "c:1");
+}
+
+}  // namespace
+}  // namespace ringattn
