@@ -49,7 +49,13 @@ ShardLayout ShardLayout::FromChunks(int64_t seq_len,
 }
 
 absl::Status ShardLayout::Validate() const {
-  std::vector<int64_t> owner(static_cast<size_t>(seq_len_), -1);
+  // Every non-empty chunk with its worker, in position order: they partition
+  // [0, seq_len) iff each starts where the one before it ended.
+  struct Held {
+    Range chunk;
+    int64_t worker;
+  };
+  std::vector<Held> held;
   for (int64_t w = 0; w < num_workers(); ++w) {
     for (const Range& chunk : chunks_[w]) {
       if (chunk.begin < 0 || chunk.end > seq_len_ || chunk.begin > chunk.end) {
@@ -57,20 +63,29 @@ absl::Status ShardLayout::Validate() const {
             absl::StrCat("worker ", w, " holds [", chunk.begin, ", ", chunk.end,
                          ") outside [0, ", seq_len_, ")"));
       }
-      for (int64_t p = chunk.begin; p < chunk.end; ++p) {
-        if (owner[p] >= 0) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "position ", p, " is held by workers ", owner[p], " and ", w));
-        }
-        owner[p] = w;
-      }
+      if (!chunk.empty()) held.push_back(Held{chunk, w});
     }
   }
-  for (int64_t p = 0; p < seq_len_; ++p) {
-    if (owner[p] < 0) {
+  std::sort(held.begin(), held.end(), [](const Held& a, const Held& b) {
+    return a.chunk.begin < b.chunk.begin;
+  });
+  int64_t covered = 0;  // positions [0, covered) are held exactly once
+  for (size_t i = 0; i < held.size(); ++i) {
+    const Range& chunk = held[i].chunk;
+    if (chunk.begin > covered) {
       return absl::InvalidArgumentError(
-          absl::StrCat("position ", p, " is held by no worker"));
+          absl::StrCat("position ", covered, " is held by no worker"));
     }
+    if (chunk.begin < covered) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("position ", chunk.begin, " is held by workers ",
+                       held[i - 1].worker, " and ", held[i].worker));
+    }
+    covered = chunk.end;
+  }
+  if (covered < seq_len_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("position ", covered, " is held by no worker"));
   }
   return absl::OkStatus();
 }

@@ -47,12 +47,19 @@ absl::StatusOr<std::unique_ptr<ContextAppend>> ContextAppend::Start(
   std::unique_ptr<ContextAppend> append(
       new ContextAppend(before, count, wire_dtype));
   std::vector<int64_t> held;
+  int64_t last = -1;  // the worker holding the context's last position
   for (const std::vector<Range>& chunks : before.chunks) {
     int64_t rows = 0;
-    for (const Range& chunk : chunks) rows += chunk.size();
+    for (const Range& chunk : chunks) {
+      rows += chunk.size();
+      if (chunk.end == before.length && !chunk.empty()) {
+        last = static_cast<int64_t>(held.size());
+      }
+    }
     held.push_back(rows);
   }
-  append->runs_ = BalancedRuns(held, before.length, count);
+  append->runs_ =
+      BalancedRuns(held, before.length, count, last, kAppendSlackPositions);
   // The layout the context will have.
   append->after_ = before;
   append->after_.length += count;

@@ -2,8 +2,10 @@
 #define RINGATTN_SERVER_CONTEXT_APPEND_H_
 
 // ContextAppend: stores new K/V tokens of a resident context on its workers.
-// The new tokens are cut into one run per worker so every worker stays within
-// one token of an even share; each chunk's rows stream straight to the worker
+// A few new tokens extend the run of the worker holding the context's end,
+// while it stays within kAppendSlackPositions of an even share; otherwise they
+// are cut into one run per worker so every worker stays within one token of
+// an even share. Each chunk's rows stream straight to the worker
 // that keeps them, and a worker keeps its part only once all of it arrived.
 // Used by CreateContext and AppendContext, and by a Query that appends the rows
 // it attends to (a decode step). Not thread-safe.
@@ -20,6 +22,10 @@
 #include "server/row_coverage.h"
 
 namespace ringattn {
+
+// How far above an even share appends may fill one worker before they move
+// on to the others (BalancedRuns' slack).
+inline constexpr int64_t kAppendSlackPositions = 4096;
 
 class ContextAppend {
  public:

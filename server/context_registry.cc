@@ -90,9 +90,18 @@ std::vector<ResidentContext> ContextRegistry::List() {
 }
 
 std::vector<Range> BalancedRuns(const std::vector<int64_t>& held,
-                                int64_t length, int64_t count) {
+                                int64_t length, int64_t count, int64_t last,
+                                int64_t slack) {
   const int64_t workers = static_cast<int64_t>(held.size());
   const int64_t total = length + count;
+  if (last >= 0 && last < workers &&
+      held[last] + count <= (total + workers - 1) / workers + slack) {
+    std::vector<Range> runs(static_cast<size_t>(workers),
+                            Range{length, length});
+    runs[last] = Range{length, total};
+    for (int64_t w = last + 1; w < workers; ++w) runs[w] = Range{total, total};
+    return runs;
+  }
   // Fill the emptiest workers first towards total / workers (the first
   // total % workers of them, by fill order, one more).
   std::vector<int64_t> order(static_cast<size_t>(workers));

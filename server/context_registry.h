@@ -61,11 +61,16 @@ class ContextRegistry {
   std::map<std::string, Entry> entries_ ABSL_GUARDED_BY(mutex_);
 };
 
-// Positions [length, length + count) cut into one run per worker so that
-// afterwards every worker holds within one position of the same number
-// (`held[w]` before).
+// Positions [length, length + count) cut into one run per worker (`held[w]`
+// positions before). All of them go to worker `last` (the holder of position
+// length - 1; -1 if none), extending its last run, while it then holds at most
+// `slack` positions above an even share; otherwise they are spread so that
+// every worker holds within one position of the same number. A slack keeps
+// decode steps from cutting the context into one-row runs that alternate
+// between workers (every run is a separate block of attention on a worker).
 std::vector<Range> BalancedRuns(const std::vector<int64_t>& held,
-                                int64_t length, int64_t count);
+                                int64_t length, int64_t count,
+                                int64_t last = -1, int64_t slack = 0);
 
 }  // namespace ringattn
 

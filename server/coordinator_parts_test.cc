@@ -213,6 +213,44 @@ TEST(BalancedRuns, KeepsEveryWorkerWithinOneOfAnEvenShare) {
   }
 }
 
+// Decode-sized appends extend the last worker's run until it is `slack`
+// above an even share, then the next worker's: runs stay few and long, and
+// no worker is ever more than the slack (plus one) above the others.
+TEST(BalancedRuns, SmallAppendsExtendTheLastRunWithinTheSlack) {
+  const int64_t slack = 8;
+  std::vector<std::vector<Range>> chunks = {{{0, 50}}, {{50, 100}}};
+  int64_t length = 100;
+  for (int step = 0; step < 100; ++step) {
+    std::vector<int64_t> held;
+    int64_t last = -1;
+    for (size_t w = 0; w < chunks.size(); ++w) {
+      int64_t rows = 0;
+      for (const Range& c : chunks[w]) rows += c.size();
+      held.push_back(rows);
+      if (chunks[w].back().end == length) last = static_cast<int64_t>(w);
+    }
+    const std::vector<Range> runs = BalancedRuns(held, length, 1, last, slack);
+    int64_t added = 0;
+    for (size_t w = 0; w < runs.size(); ++w) {
+      if (runs[w].empty()) continue;
+      EXPECT_EQ(runs[w], (Range{length, length + 1}));
+      if (chunks[w].back().end == runs[w].begin) {
+        chunks[w].back().end = runs[w].end;
+      } else {
+        chunks[w].push_back(runs[w]);
+      }
+      held[w] += runs[w].size();
+      added += runs[w].size();
+    }
+    EXPECT_EQ(added, 1);
+    ++length;
+    const auto [low, high] = std::minmax_element(held.begin(), held.end());
+    EXPECT_LE(*high - *low, 2 * slack + 1) << "after step " << step;
+  }
+  // 100 one-row appends cut into runs of about 2 * slack rows, not 100.
+  EXPECT_LE(chunks[0].size() + chunks[1].size(), 2 + 100 / slack);
+}
+
 TEST(Metrics, RendersPrometheusText) {
   Metrics metrics;
   metrics.Declare("calls_total", "Calls.", Metrics::Kind::kCounter);

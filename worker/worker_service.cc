@@ -53,6 +53,18 @@ absl::Status PeerTimeoutAsUnavailable(absl::Status status,
   return absl::UnavailableError(status.message());
 }
 
+// The key rows per tile for a GPU executor of `spec` whose ranks hold at
+// most `q_rows` query rows: with few (within the decode kernel's packed
+// rows), one tile over a whole K/V block of `kv_layout`, which the decode
+// kernel splits over the GPU itself; otherwise the config's.
+int64_t TileKeysFor(const AttentionSpec& spec, int64_t q_rows,
+                    const ShardLayout& kv_layout, const GpuRingConfig& config) {
+  if (q_rows * spec.GqaRatio() > kDecodeMaxPackedRows) {
+    return config.tile_kv_rows;
+  }
+  return std::max<int64_t>(1, kv_layout.LargestShard());
+}
+
 // One Execute stream: reads the header and the shard, runs the ring on a
 // thread of its own, then writes the output. gRPC serializes the reactions
 // that matter here: reads happen before the computation starts and writes
@@ -289,19 +301,21 @@ class ExecuteReactor final
           KvLayoutFor(spec_, world_size_, std::move(kv_layout));
       if (!layout.ok()) return layout.status();
       const ShardLayout own = WorldOfOne(*layout, rank_);
-      if (spec_.q_len * spec_.GqaRatio() <= kDecodeMaxPackedRows) {
-        // Few query rows: one tile over all keys; the decode kernel splits
-        // them over the GPU itself.
-        config.tile_kv_rows = std::max<int64_t>(1, own.LargestShard());
-      }
+      config.tile_kv_rows = TileKeysFor(spec_, spec_.q_len, own, config);
       RINGATTN_RETURN_IF_ERROR(ticket_.Reserve(
           GpuRingExecutor::DeviceBytesNeeded(spec_, 0, 1, config, &own)));
       kv_layout = std::move(*layout);
     } else {
+      absl::StatusOr<ShardLayout> layout =
+          KvLayoutFor(spec_, world_size_, std::move(kv_layout));
+      if (!layout.ok()) return layout.status();
+      config.tile_kv_rows = TileKeysFor(
+          spec_, LayoutFor(spec_, spec_.q_len, world_size_).LargestShard(),
+          *layout, config);
       RINGATTN_RETURN_IF_ERROR(
           ticket_.Reserve(GpuRingExecutor::DeviceBytesNeeded(
-              spec_, rank_, world_size_, config,
-              kv_layout ? &*kv_layout : nullptr)));
+              spec_, rank_, world_size_, config, &*layout)));
+      kv_layout = std::move(*layout);
     }
     absl::StatusOr<std::unique_ptr<GpuRingExecutor>> executor =
         broadcast ? GpuRingExecutor::CreateBroadcast(

@@ -52,8 +52,9 @@ ABSL_FLAG(std::vector<std::string>, lengths,
           "sequence lengths N (queries = keys = N); suffixes K and M allowed");
 ABSL_FLAG(std::vector<std::string>, masks,
           (std::vector<std::string>{"dense", "causal"}),
-          "dense, causal and/or sparse (causal block-sparse: a window of "
-          "tile-sized blocks and the first block)");
+          "dense, causal, sparse (causal block-sparse: a window of "
+          "tile-sized blocks and the first block) and/or dilated (causal "
+          "LongNet branches (4096,1), (16384,4), (65536,16), LSE-merged)");
 ABSL_FLAG(int32_t, heads, 32, "query heads = key/value heads");
 ABSL_FLAG(int32_t, head_dim, 128, "head dimension");
 ABSL_FLAG(int64_t, tile_q, 16384, "query rows per tile");
@@ -126,6 +127,8 @@ struct Case {
   // Causal and block-sparse: blocks of one tile, each query block seeing
   // itself, kSparseLocalBlocks before it and the first block.
   bool sparse = false;
+  // Causal and dilated (LongNet): kDilatedBranches, merged by LSE.
+  bool dilated = false;
   bool transfers = true;
   int max_runs = 1;  // timed runs at most
 };
@@ -190,6 +193,9 @@ absl::StatusOr<DeviceBuffer> MakePattern(int rank) {
 }
 
 constexpr int64_t kSparseLocalBlocks = 2;
+// The dilated pattern's branches: segment length and dilation.
+constexpr DilatedBranch kDilatedBranches[] = {
+    {4096, 1}, {16384, 4}, {65536, 16}};
 
 AttentionSpec SpecOf(const Case& c) {
   AttentionSpec spec;
@@ -204,11 +210,16 @@ AttentionSpec SpecOf(const Case& c) {
     rules.global = 1;
     spec.block_sparse = rules;
   }
+  if (c.dilated) {
+    spec.dilated.assign(std::begin(kDilatedBranches),
+                        std::end(kDilatedBranches));
+    spec.combine = DilatedCombine::kLse;
+  }
   return spec;
 }
 
-// The FLOPs of the dense or causal mask (block-sparse runs count what their
-// ranks computed instead).
+// The FLOPs of the dense or causal mask (block-sparse and dilated runs count
+// what their ranks computed instead).
 double FlopsOf(const Case& c) {
   const double n = static_cast<double>(c.n);
   return 4.0 * n * n * absl::GetFlag(FLAGS_heads) *
@@ -414,8 +425,9 @@ bool RunCases(int world_size, const std::vector<Case>& cases) {
       }
     }
     double flops = FlopsOf(c);
-    if (c.sparse) {
-      mask = absl::StrFormat("causal sparse (%.1f%% of causal pairs)",
+    if (c.sparse || c.dilated) {
+      mask = absl::StrFormat("causal %s (%.2f%% of causal pairs)",
+                             c.sparse ? "sparse" : "dilated",
                              100 * computed / flops);
       flops = computed;
     }
@@ -450,9 +462,11 @@ int Main() {
   }
   const std::vector<std::string> masks = absl::GetFlag(FLAGS_masks);
   for (const std::string& mask : masks) {
-    if (mask != "dense" && mask != "causal" && mask != "sparse") {
+    if (mask != "dense" && mask != "causal" && mask != "sparse" &&
+        mask != "dilated") {
       std::fprintf(stderr,
-                   "ring_bench: --masks takes dense, causal and sparse\n");
+                   "ring_bench: --masks takes dense, causal, sparse and "
+                   "dilated\n");
       return 2;
     }
   }
@@ -505,13 +519,16 @@ int Main() {
       for (const std::string& mask : masks) {
         const bool causal = mask != "dense";
         const bool sparse = mask == "sparse";
-        cases.push_back({n, causal, sparse, true, iterations});
-        if (skip) cases.push_back({n, causal, sparse, false, iterations});
+        const bool dilated = mask == "dilated";
+        cases.push_back({n, causal, sparse, dilated, true, iterations});
+        if (skip) {
+          cases.push_back({n, causal, sparse, dilated, false, iterations});
+        }
       }
     }
     for (const int64_t n : long_lengths) {
-      cases.push_back({n, true, false, true, 1});
-      if (skip) cases.push_back({n, true, false, false, 1});
+      cases.push_back({n, true, false, false, true, 1});
+      if (skip) cases.push_back({n, true, false, false, false, 1});
     }
     if (!RunCases(world_size, cases)) status = 1;
   }
