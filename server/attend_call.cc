@@ -262,18 +262,22 @@ absl::Status Call::OpenWorkers() {
   // broadcast-Q; two travelling blocks and its output for pass-Q) and three
   // K/V blocks (its own and the double buffer; only its own for broadcast-Q
   // and pass-Q). A GPU holds Q and two K/V blocks in 16 bits and fp32 O and
-  // LSE.
+  // LSE; none of K/V where it reads a resident context in place (broadcast-Q,
+  // or a world of one).
   const int64_t q_rows = broadcast ? spec_.q_len : (spec_.q_len + p - 1) / p;
   const int64_t kv_rows = (spec_.kv_len + p - 1) / p + 1;
   const int64_t q_values = spec_.batch * q_rows * spec_.q_heads;
   const int64_t kv_values =
       2 * spec_.batch * kv_rows * spec_.kv_heads * spec_.head_dim;
+  const int64_t gpu_kv_blocks =
+      resident_.has_value() && (broadcast || p == 1) ? 0 : 2;
   for (const Cluster::Member& member : members) {
     const int64_t per_worker =
         member.device == "cpu"
             ? 4 * ((pass_q ? 3 : 1) * q_values * (2 * spec_.head_dim + 1) +
                    (broadcast || pass_q ? 1 : 3) * kv_values)
-            : q_values * (6 * spec_.head_dim + 4) + 2 * 2 * kv_values;
+            : q_values * (6 * spec_.head_dim + 4) +
+                  gpu_kv_blocks * 2 * kv_values;
     if (member.memory_bytes > 0 && per_worker > member.memory_bytes) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "the request needs about ", per_worker, " bytes on each of ", p,

@@ -12,7 +12,9 @@
 # Environment for run: LENGTHS, the lengths for both masks (default
 # "65536 262144"); LONG, lengths run causal only, once each, after the others
 # in the same processes (default 1048576; empty to skip); MASKS, ring_bench's
-# masks (default "dense,causal"; "sparse" adds causal block-sparse); GPUS, how many GPUs
+# masks (default "dense,causal"; "sparse" adds causal block-sparse, "dilated"
+# causal LongNet branches); RING_FLAGS, more ring_bench flags (e.g.
+# --iterations=1); GPUS, how many GPUs
 # the multi-GPU runs use (default: all, at most 2); PYTHON, the interpreter
 # with PyTorch (default /opt/torch/.venv/bin/python); STAGES, which of
 # "tests bench peer service" to run (default the first three; each fits a
@@ -130,7 +132,7 @@ run() {
     LD_LIBRARY_PATH=$ours_path timeout 1800 "$bin_dir/ring_bench" --gpus=$gpu_list \
       --skip_transfers --lengths="$(echo $lengths | tr ' ' ',')" \
       --masks="${MASKS:-dense,causal}" \
-      --long_lengths="$(echo $long | tr ' ' ',')" \
+      --long_lengths="$(echo $long | tr ' ' ',')" ${RING_FLAGS:-} \
       >"$OUT/ring_bench.md" 2>"$OUT/ring_bench.err" || failed_logs+=("$OUT/ring_bench.err")
   fi
 
