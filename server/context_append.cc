@@ -77,6 +77,9 @@ absl::StatusOr<std::unique_ptr<ContextAppend>> ContextAppend::Start(
     append->coverage_.emplace_back(count);
   }
   for (const Cluster::Member& member : members) {
+    // A worker that gets no new rows of an existing context has nothing to
+    // store (a decode step's row goes to one worker).
+    if (!create && append->runs_[member.rank].empty()) continue;
     auto link = std::make_unique<Link>();
     link->member = member;
     link->context.set_deadline(deadline);
@@ -183,8 +186,12 @@ absl::Status ContextAppend::Finish() {
   }
   finished_ = true;
   if (!first.ok()) return first;
+  after_.worker_bytes.resize(after_.chunks.size());
+  for (const auto& link : links_) {
+    after_.worker_bytes[link->member.rank] = link->response.bytes();
+  }
   after_.bytes = 0;
-  for (const auto& link : links_) after_.bytes += link->response.bytes();
+  for (int64_t bytes : after_.worker_bytes) after_.bytes += bytes;
   return absl::OkStatus();
 }
 

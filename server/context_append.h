@@ -29,9 +29,10 @@ inline constexpr int64_t kAppendSlackPositions = 4096;
 
 class ContextAppend {
  public:
-  // Opens a StoreContext stream to every member for `count` tokens after
-  // `before` (a new context when `create`). `before` must have one entry per
-  // member in chunks and addresses.
+  // Opens a StoreContext stream for `count` tokens after `before` to every
+  // member (a new context when `create`), or for an append only to those
+  // that get some of them. `before` must have one entry per member in chunks,
+  // addresses and worker_bytes.
   static absl::StatusOr<std::unique_ptr<ContextAppend>> Start(
       const std::vector<Cluster::Member>& members,
       const ResidentContext& before, bool create, int64_t count,

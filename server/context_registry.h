@@ -30,6 +30,7 @@ struct ResidentContext {
   std::vector<std::vector<Range>>
       chunks;                          // positions each rank holds, in order
   std::vector<std::string> addresses;  // the worker of each rank
+  std::vector<int64_t> worker_bytes;   // what each rank holds
 
   v1::ContextInfo Info() const;
 };

@@ -84,6 +84,7 @@ absl::Status Upload::Start() {
     before_.kv_heads = header_.kv_heads();
     before_.head_dim = header_.head_dim();
     before_.chunks.assign(members->size(), {});
+    before_.worker_bytes.assign(members->size(), 0);
     for (const Cluster::Member& member : *members) {
       before_.addresses.push_back(member.address);
     }
