@@ -412,9 +412,11 @@ absl::Status Call::Upload() {
   }
   RINGATTN_RETURN_IF_ERROR(CheckComplete());
   if (appending_) {
-    // The new rows are stored on the workers before the query runs on them.
+    // The workers store the new rows while the query starts; a worker waits
+    // for its rows before it reads them (Compute checks that they were
+    // stored).
     RINGATTN_RETURN_IF_ERROR(append_->CheckComplete());
-    RINGATTN_RETURN_IF_ERROR(append_->Finish());
+    append_->EndWrites();
   }
   upload_seconds_ = SecondsSince(start);
   return absl::OkStatus();
@@ -515,6 +517,13 @@ absl::Status Call::Compute() {
       absl::MutexLock lock(&mutex_);
       events_.push_back({static_cast<int>(w), std::nullopt, status});
     });
+  }
+  if (appending_) {
+    // The query counts only if every worker stored its new rows.
+    if (absl::Status stored = append_->Finish(); !stored.ok()) {
+      CancelWorkers();
+      return stored;
+    }
   }
   size_t finished = 0;
   while (finished < workers_.size()) {

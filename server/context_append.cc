@@ -177,10 +177,16 @@ absl::Status ContextAppend::CheckComplete() const {
   return absl::OkStatus();
 }
 
+void ContextAppend::EndWrites() {
+  if (writes_ended_) return;
+  for (const auto& link : links_) link->writer->WritesDone();
+  writes_ended_ = true;
+}
+
 absl::Status ContextAppend::Finish() {
+  EndWrites();
   absl::Status first = absl::OkStatus();
   for (const auto& link : links_) {
-    link->writer->WritesDone();
     const grpc::Status status = link->writer->Finish();
     if (!status.ok() && first.ok()) first = WorkerError(*link, status);
   }

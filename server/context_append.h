@@ -49,7 +49,10 @@ class ContextAppend {
   absl::Status Route(const v1::TensorChunk& chunk, int64_t index);
   // INVALID_ARGUMENT naming the first missing rows, if any.
   absl::Status CheckComplete() const;
-  // Closes the streams; OK once every worker stored its part.
+  // Tells the workers every row was sent; they store their parts meanwhile.
+  void EndWrites();
+  // Closes the streams (EndWrites first if not done); OK once every worker
+  // stored its part.
   absl::Status Finish();
 
   // The context as it will stand: its length and layout from Start on, its
@@ -68,6 +71,7 @@ class ContextAppend {
   std::vector<std::unique_ptr<Link>> links_;
   std::vector<RowCoverage> coverage_;  // K batches, then V batches
   ResidentContext after_;
+  bool writes_ended_ = false;
   bool finished_ = false;
 };
 

@@ -37,6 +37,7 @@ absl::StatusOr<int64_t> ContextStore::Add(const std::string& name, bool create,
   }
   context.bytes += added;
   bytes_ += added;
+  CountAddition();
   return context.bytes;
 }
 

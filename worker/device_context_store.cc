@@ -161,6 +161,7 @@ absl::StatusOr<int64_t> DeviceContextStore::Add(const std::string& name,
   }
   const int64_t bytes = BytesOf(context);
   if (!exists) contexts_.emplace(name, std::move(fresh));
+  CountAddition();
   return bytes;
 }
 

@@ -4,6 +4,24 @@
 
 namespace ringattn {
 
+int64_t ResidentContexts::additions() {
+  absl::MutexLock lock(&additions_mutex_);
+  return additions_;
+}
+
+bool ResidentContexts::AwaitAddition(int64_t seen, absl::Time deadline) {
+  absl::MutexLock lock(&additions_mutex_);
+  auto added = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(additions_mutex_) {
+    return additions_ > seen;
+  };
+  return additions_mutex_.AwaitWithDeadline(absl::Condition(&added), deadline);
+}
+
+void ResidentContexts::CountAddition() {
+  absl::MutexLock lock(&additions_mutex_);
+  ++additions_;
+}
+
 absl::Status CheckAddition(const std::string& name, bool create, bool exists,
                            const ResidentContexts::Layout& has,
                            const ResidentContexts::Layout& layout) {

@@ -12,6 +12,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "core/range.h"
 #include "core/typed_tensor.h"
 
@@ -42,6 +44,21 @@ class ResidentContexts {
 
   // Bytes all contexts hold here.
   virtual int64_t bytes_in_use() = 0;
+
+  // How many pieces were added so far (a count that only grows), and a wait
+  // until it exceeds `seen` or `deadline` passes (false then): for a query
+  // whose new rows arrive on another stream at the same time.
+  int64_t additions() ABSL_LOCKS_EXCLUDED(additions_mutex_);
+  bool AwaitAddition(int64_t seen, absl::Time deadline)
+      ABSL_LOCKS_EXCLUDED(additions_mutex_);
+
+ protected:
+  // Implementations call this once a piece is in place.
+  void CountAddition() ABSL_LOCKS_EXCLUDED(additions_mutex_);
+
+ private:
+  absl::Mutex additions_mutex_;
+  int64_t additions_ ABSL_GUARDED_BY(additions_mutex_) = 0;
 };
 
 // What Add checks before it stores anything: `create` against whether the

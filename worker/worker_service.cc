@@ -135,6 +135,14 @@ class ExecuteReactor final
   }
 
  private:
+  // Where K/V come from for a query of a resident context.
+  struct ContextLoad {
+    std::string name;
+    std::vector<Range> chunks;
+    TypedView k;
+    TypedView v;
+  };
+
   void Log(spdlog::level::level_enum level, const std::string& message) const {
     if (rank_ < 0) {
       spdlog::log(level, "request {}: {}", request_id_, message);
@@ -172,10 +180,6 @@ class ExecuteReactor final
         }
         if (!request.run()) {
           return absl::InvalidArgumentError("'run' must be true");
-        }
-        if (context_load_.has_value()) {
-          // Only now: a query that appends rows stores them before 'run'.
-          RINGATTN_RETURN_IF_ERROR(LoadContext());
         }
         RINGATTN_RETURN_IF_ERROR(CheckComplete());
         run_requested_ = true;
@@ -443,9 +447,30 @@ class ExecuteReactor final
   }
 
   // Gives the executor this rank's K/V rows of the resident context of
-  // context_load_: read in place on a CUDA worker, copied on a CPU one.
+  // context_load_: read in place on a CUDA worker, copied on a CPU one. The
+  // rows a query appends travel on their own StoreContext stream and may
+  // still be on their way: while some are missing it waits for the store to
+  // take more, at most the ring timeout, and gives up if cancelled.
   absl::Status LoadContext() {
     const ContextLoad& load = *context_load_;
+    ResidentContexts& store =
+        device_contexts_ != nullptr
+            ? static_cast<ResidentContexts&>(*device_contexts_)
+            : *host_contexts_;
+    const absl::Time give_up = std::min(deadline_, absl::Now() + ring_timeout_);
+    for (;;) {
+      const int64_t seen = store.additions();
+      absl::Status loaded = TryLoadContext(load);
+      if (!absl::IsFailedPrecondition(loaded)) return loaded;
+      if (cancelled_) return absl::CancelledError("cancelled");
+      if (absl::Now() >= give_up) return loaded;
+      // Wakes now and then to notice a cancel.
+      store.AwaitAddition(
+          seen, std::min(give_up, absl::Now() + absl::Milliseconds(100)));
+    }
+  }
+
+  absl::Status TryLoadContext(const ContextLoad& load) {
     if (gpu_executor_ == nullptr) {
       return host_contexts_->Copy(load.name, load.chunks, load.k, load.v);
     }
@@ -464,9 +489,15 @@ class ExecuteReactor final
     return absl::OkStatus();
   }
 
-  // Runs on compute_: joins the ring (none for broadcast-Q), computes, starts
-  // writing the output.
+  // Runs on compute_: takes resident context rows (LoadContext), joins the
+  // ring (none for broadcast-Q), computes, starts writing the output.
   void Compute() {
+    if (context_load_.has_value()) {
+      if (absl::Status loaded = LoadContext(); !loaded.ok()) {
+        FinishWith(loaded);
+        return;
+      }
+    }
     if (broadcast_executor_ != nullptr) {
       Log(spdlog::level::info, "all rows arrived; computing (broadcast-Q)");
       absl::StatusOr<RingOutput> output = broadcast_executor_->Run(&cancelled_);
@@ -666,14 +697,7 @@ class ExecuteReactor final
   // Instead of executor_ for pass-Q.
   std::unique_ptr<PassQExecutor> pass_q_executor_;
   std::array<ShardRowsTarget, 3> targets_;
-  // Where K/V come from for a query of a resident context.
-  struct ContextLoad {
-    std::string name;
-    std::vector<Range> chunks;
-    TypedView k;
-    TypedView v;
-  };
-  std::optional<ContextLoad> context_load_;
+  std::optional<ContextLoad> context_load_;  // for a query of a context
   bool run_requested_ = false;
 
   // The computation.

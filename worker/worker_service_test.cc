@@ -225,6 +225,80 @@ TEST_F(WorkerServiceErrors, BadHeader) {
   ExpectInvalid({bad_spec}, "kv_heads");
 }
 
+// Stores positions `piece` of context `name` (fp32 zeros, 2 heads of 16).
+grpc::Status StoreZeros(v1::Worker::Stub& stub, const std::string& name,
+                        bool create, const Range& piece) {
+  grpc::ClientContext context;
+  v1::StoreContextResponse response;
+  auto stream = stub.StoreContext(&context, &response);
+  v1::StoreContextRequest header;
+  v1::StoreContextHeader* h = header.mutable_header();
+  h->set_name(name);
+  h->set_create(create);
+  h->set_batch(1);
+  h->set_kv_heads(2);
+  h->set_head_dim(16);
+  h->set_wire_dtype(v1::FP32);
+  h->set_first_position(piece.begin);
+  h->set_count(piece.size());
+  stream->Write(header);
+  for (v1::TensorName tensor : {v1::K, v1::V}) {
+    v1::StoreContextRequest rows;
+    *rows.mutable_rows() =
+        ZeroRows(tensor, 0, piece.begin, piece.size(), 2 * 16 * 4).rows();
+    stream->Write(rows);
+  }
+  stream->WritesDone();
+  return stream->Finish();
+}
+
+// A one-rank query of 2 rows against context `name` as positions [0, 10).
+std::vector<v1::ExecuteRequest> QueryOfTenPositions(const std::string& name,
+                                                    double timeout_seconds) {
+  AttentionSpec spec = Spec(10, false);
+  spec.batch = 1;
+  spec.q_len = 2;
+  std::vector<v1::ExecuteRequest> requests = {
+      Header(spec, DType::kFloat32, 0, 1, name, timeout_seconds)};
+  v1::ExecuteHeader* header = requests[0].mutable_header();
+  header->set_context(name);
+  v1::KvChunks* layout = header->add_kv_layout();
+  layout->add_begin(0);
+  layout->add_end(10);
+  requests.push_back(ZeroRows(v1::Q, 0, 0, 2, 4 * 16 * 4));
+  requests.push_back(RunMessage());
+  return requests;
+}
+
+// The rows a decode step appends travel on their own stream, and 'run' may
+// come first: the query waits for them (up to the ring timeout), and fails
+// with FAILED_PRECONDITION if they never come.
+TEST(WorkerServiceContexts, QueryWaitsForRowsStillBeingStored) {
+  gloo::rendezvous::HashStore store;
+  TestWorker worker(store, WorkerServiceOptions());
+  ASSERT_TRUE(StoreZeros(worker.stub(), "c", true, {0, 8}).ok());
+
+  const absl::Time start = absl::Now();
+  const ExecuteResult never =
+      Execute(worker.stub(), QueryOfTenPositions("c", 0.5));
+  EXPECT_EQ(never.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << never.status.error_message();
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(500));
+
+  ExecuteResult result;
+  std::thread query(
+      [&] { result = Execute(worker.stub(), QueryOfTenPositions("c", 20)); });
+  const grpc::Status stored = StoreZeros(worker.stub(), "c", false, {8, 10});
+  query.join();
+  ASSERT_TRUE(stored.ok()) << stored.error_message();
+  ASSERT_TRUE(result.status.ok()) << result.status.error_message();
+  int64_t rows = 0;
+  for (const v1::ExecuteResponse& response : result.responses) {
+    if (response.has_output()) rows += response.output().count();
+  }
+  EXPECT_EQ(rows, 2);
+}
+
 TEST(WorkerServiceLimits, TooManyConcurrentStreams) {
   gloo::rendezvous::HashStore store;
   WorkerServiceOptions options;
