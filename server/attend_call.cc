@@ -492,17 +492,16 @@ absl::Status Call::CheckComplete() {
 
 absl::Status Call::Compute() {
   const Clock::time_point start = Clock::now();
+  // Once a worker's rows are written, 'run' goes straight to it, closing
+  // the stream's writes in the same step.
   v1::ExecuteRequest run;
   run.set_run(true);
   for (size_t w = 0; w < workers_.size(); ++w) {
-    RINGATTN_RETURN_IF_ERROR(SendToWorker(static_cast<int64_t>(w), run));
-  }
-  for (size_t w = 0; w < workers_.size(); ++w) {
     WorkerLink& link = *workers_[w];
-    if (!link.writer->Flush()) {
+    if (!link.writer->Flush() ||
+        !link.stream->Write(run, grpc::WriteOptions().set_last_message())) {
       return WorkerError(static_cast<int>(w), link.stream->Finish());
     }
-    link.stream->WritesDone();
   }
   for (size_t w = 0; w < workers_.size(); ++w) {
     readers_.emplace_back([this, w] {
@@ -812,7 +811,7 @@ absl::Status Call::RunSteps() {
                       static_cast<double>(bytes_in_));
   state_.metrics->Add("ringattn_bytes_out_total", {},
                       static_cast<double>(bytes_out_));
-  if (!stream_->Write(response)) {
+  if (!stream_->WriteLast(response)) {
     return absl::CancelledError("the client went away before the summary");
   }
   spdlog::info("request {}: done in {:.3f} s ({:.1f} GFLOP/s compute)",

@@ -44,6 +44,8 @@ class RequestStream {
   // The next message as an Attend message; false at the end of the stream.
   virtual bool Read(v1::AttendRequest* request) = 0;
   virtual bool Write(const v1::AttendResponse& response) = 0;
+  // Writes the call's last message, sent together with its status.
+  virtual bool WriteLast(const v1::AttendResponse& response) = 0;
   // The context a Query's header named (known once the header was read); empty
   // for Attend.
   virtual const std::string& context_name() const = 0;

@@ -102,6 +102,9 @@ class AttendStream final : public RequestStream {
   bool Write(const v1::AttendResponse& response) override {
     return stream_->Write(response);
   }
+  bool WriteLast(const v1::AttendResponse& response) override {
+    return stream_->Write(response, grpc::WriteOptions().set_last_message());
+  }
   const std::string& context_name() const override { return none_; }
   int64_t append_length() const override { return 0; }
 
@@ -134,6 +137,9 @@ class QueryStream final : public RequestStream {
   }
   bool Write(const v1::AttendResponse& response) override {
     return stream_->Write(response);
+  }
+  bool WriteLast(const v1::AttendResponse& response) override {
+    return stream_->Write(response, grpc::WriteOptions().set_last_message());
   }
   const std::string& context_name() const override { return context_; }
   int64_t append_length() const override { return append_length_; }

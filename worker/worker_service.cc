@@ -640,29 +640,26 @@ class ExecuteReactor final
     return false;
   }
 
-  // Starts writing the next message, or finishes the stream after the last.
-  // Touches nothing after StartWrite: OnWriteDone may already be running.
+  // Starts writing the next message, or after the last the ExecuteDone and
+  // the status together (one step less for the caller to wait for). Touches
+  // nothing after StartWrite: OnWriteDone may already be running.
   void WriteNext() {
     response_.Clear();
     if (NextOutput(response_.mutable_output())) {
       StartWrite(&response_);
       return;
     }
-    if (!done_written_) {
-      const RingRunStats& stats = output_.stats;
-      v1::ExecuteDone* done = response_.mutable_done();
-      done->set_peak_bytes(stats.peak_bytes);
-      done->set_compute_seconds(stats.compute_seconds);
-      done->set_flops(stats.flops);
-      done->set_ring_steps(stats.steps);
-      done->set_transfers(stats.transfers);
-      done_written_ = true;
-      Log(spdlog::level::info,
-          absl::StrCat("output sent in ", messages_, " messages"));
-      StartWrite(&response_);
-      return;
-    }
-    FinishWith(absl::OkStatus());
+    const RingRunStats& stats = output_.stats;
+    v1::ExecuteDone* done = response_.mutable_done();
+    done->set_peak_bytes(stats.peak_bytes);
+    done->set_compute_seconds(stats.compute_seconds);
+    done->set_flops(stats.flops);
+    done->set_ring_steps(stats.steps);
+    done->set_transfers(stats.transfers);
+    Log(spdlog::level::info,
+        absl::StrCat("output sent in ", messages_, " messages; finished: OK"));
+    ticket_ = ExecutionBudget::Ticket();
+    StartWriteAndFinish(&response_, grpc::WriteOptions(), grpc::Status::OK);
   }
 
   RingConnector& connector_;
@@ -715,7 +712,6 @@ class ExecuteReactor final
   int64_t chunk_row_ = 0;  // local row of q_chunks_[chunk_].begin
   int64_t offset_ = 0;     // rows of the chunk already sent
   int64_t messages_ = 0;
-  bool done_written_ = false;
 };
 
 // One StoreContext stream: the header, then the K and V rows of this worker's
