@@ -34,6 +34,7 @@
 ABSL_FLAG(std::vector<std::string>, lengths,
           (std::vector<std::string>{"4096", "16384", "65536"}),
           "sequence lengths N (queries = keys = N)");
+ABSL_FLAG(int32_t, head_dim, 128, "head dimension D (1 to 256)");
 ABSL_FLAG(double, seconds, 2.0,
           "timed calls per case: about this many seconds' worth, 3 to 20");
 
@@ -41,7 +42,9 @@ namespace ringattn {
 namespace {
 
 constexpr int64_t kHeads = 32;
-constexpr int64_t kHeadDim = 128;
+
+// The head dimension of every block (--head_dim).
+int64_t HeadDim() { return absl::GetFlag(FLAGS_head_dim); }
 constexpr int kWarmupCalls = 2;
 constexpr int64_t kSampleRows = 64;  // compared at each end of the sequence
 
@@ -155,7 +158,7 @@ absl::StatusOr<double> MedianMilliseconds(
 // Rows [first, first + count) of a [1, N, H, D] bf16 tensor, as floats.
 absl::StatusOr<std::vector<float>> DownloadRows(const DeviceBuffer& buffer,
                                                 int64_t first, int64_t count) {
-  const int64_t width = kHeads * kHeadDim;
+  const int64_t width = kHeads * HeadDim();
   std::vector<uint16_t> bits(static_cast<size_t>(count * width));
   if (absl::Status s = CudaStatus(
           cudaMemcpy(bits.data(), buffer.as<uint16_t>() + first * width,
@@ -198,7 +201,7 @@ struct Row {
 
 absl::Status Measure(int64_t n, double seconds, CudnnAttention* cudnn,
                      cudaStream_t stream, std::vector<Row>& rows) {
-  const int64_t elements = n * kHeads * kHeadDim;
+  const int64_t elements = n * kHeads * HeadDim();
   absl::StatusOr<DeviceBuffer> q = RandomBFloat16(elements, 1);
   absl::StatusOr<DeviceBuffer> k = RandomBFloat16(elements, 2);
   absl::StatusOr<DeviceBuffer> v = RandomBFloat16(elements, 3);
@@ -216,20 +219,20 @@ absl::Status Measure(int64_t n, double seconds, CudnnAttention* cudnn,
   args.kv_len = n;
   args.q_heads = kHeads;
   args.kv_heads = kHeads;
-  args.head_dim = kHeadDim;
-  const int64_t row = kHeads * kHeadDim;
+  args.head_dim = HeadDim();
+  const int64_t row = kHeads * HeadDim();
   args.q = {q->as<const void>(), n * row, row};
   args.k = {k->as<const void>(), n * row, row};
   args.v = {v->as<const void>(), n * row, row};
   args.lse = lse->as<float>();
-  args.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+  args.scale = 1.0f / std::sqrt(static_cast<float>(HeadDim()));
 
   for (bool causal : {false, true}) {
     args.causal = causal;
     Row result;
     result.n = n;
     result.causal = causal;
-    const double flops = 4.0 * n * n * kHeads * kHeadDim * (causal ? 0.5 : 1);
+    const double flops = 4.0 * n * n * kHeads * HeadDim() * (causal ? 0.5 : 1);
 
     DeviceAttentionArgs flash_args = args;
     flash_args.o = {o_flash->as<void>(), n * row, row};
@@ -300,7 +303,7 @@ int Main(int argc, char** argv) {
   std::printf(
       "\nringattn GPU attention, %s, %s, bf16, D=%lld, Hq=Hkv=%lld, B=1 "
       "(TFLOP/s, median)\n\n",
-      properties.name, cudnn_name.c_str(), static_cast<long long>(kHeadDim),
+      properties.name, cudnn_name.c_str(), static_cast<long long>(HeadDim()),
       static_cast<long long>(kHeads));
   std::printf(
       "| N | mask | cuDNN path | our kernel | ours / cuDNN | max abs diff "

@@ -1,7 +1,7 @@
 """The PyTorch peer of gpu_attention_bench: SDPA on the same GPU and shapes.
 
 torch.nn.functional.scaled_dot_product_attention restricted to its
-FlashAttention-2 backend and to its cuDNN backend, bf16, head_dim 128, 32 heads,
+FlashAttention-2 backend and to its cuDNN backend, bf16, head_dim --head-dim (128), 32 heads,
 batch 1, dense and causal, on tensors laid out [B, N, H, D] as ringattn's are
 (SDPA sees them transposed to [B, H, N, D]). Prints a markdown table of TFLOP/s
 (4 * N^2 * H * D per dense call, half of it causal), each the median of
@@ -18,7 +18,6 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 HEADS = 32
-HEAD_DIM = 128
 WARMUP_CALLS = 2
 BACKENDS = (
     ("SDPA flash", SDPBackend.FLASH_ATTENTION),
@@ -45,16 +44,16 @@ def median_milliseconds(run, seconds):
     return statistics.median(time_one() for _ in range(calls))
 
 
-def measure(n, causal, seconds):
+def measure(n, causal, seconds, head_dim):
     """TFLOP/s of each backend for one shape, or the reason it did not run."""
     generator = torch.Generator(device="cuda").manual_seed(n)
 
     def operand():
-        x = torch.rand(1, n, HEADS, HEAD_DIM, device="cuda", generator=generator)
+        x = torch.rand(1, n, HEADS, head_dim, device="cuda", generator=generator)
         return (4 * x - 2).to(torch.bfloat16).transpose(1, 2)
 
     q, k, v = operand(), operand(), operand()
-    flops = 4.0 * n * n * HEADS * HEAD_DIM * (0.5 if causal else 1.0)
+    flops = 4.0 * n * n * HEADS * head_dim * (0.5 if causal else 1.0)
     cells = []
     for _, backend in BACKENDS:
         try:
@@ -73,15 +72,16 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=[4096, 16384, 65536])
     parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--head-dim", type=int, default=128)
     args = parser.parse_args()
     rows = []
     for n in args.lengths:
         for causal in (False, True):
-            rows.append((n, "causal" if causal else "dense", measure(n, causal, args.seconds)))
+            rows.append((n, "causal" if causal else "dense", measure(n, causal, args.seconds, args.head_dim)))
             torch.cuda.empty_cache()
     print(
         f"\nPyTorch {torch.__version__} SDPA, {torch.cuda.get_device_name()}, "
-        f"cuDNN {torch.backends.cudnn.version()}, bf16, D={HEAD_DIM}, "
+        f"cuDNN {torch.backends.cudnn.version()}, bf16, D={args.head_dim}, "
         f"Hq=Hkv={HEADS}, B=1 (TFLOP/s, median)\n"
     )
     print("| N | mask | " + " | ".join(name for name, _ in BACKENDS) + " |")

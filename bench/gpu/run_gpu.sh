@@ -10,7 +10,8 @@
 # cuDNN 9.19 and NVRTC come from PyTorch's wheels (the system cuDNN is older).
 # Environment: OUT, the folder for logs (default ./gpu-run); PYTHON, the
 # interpreter that has PyTorch (default /opt/torch/.venv/bin/python);
-# BENCH_LENGTHS, the sequence lengths (default "4096 16384 65536"); GPU_TESTS,
+# BENCH_LENGTHS, the sequence lengths (default "4096 16384 65536"); HEAD_DIMS,
+# the head dimensions benchmarked (default "128 64"); GPU_TESTS,
 # the test binaries to run (default: the five of //kernels/cuda).
 # Prints one line per test binary, both tables, and "N passed, N failed,
 # N skipped" (gtest cases) last; exits non-zero if anything failed.
@@ -72,17 +73,19 @@ for name in $GPU_TESTS; do
   summary+=$(printf '%-28s exit %d: %d passed, %d failed, %d skipped' "$name" $rc "$p" "$f" "$s")$'\n'
 done
 
-# shellcheck disable=SC2086  # the lengths are meant to split
-"$BIN_DIR/gpu_attention_bench" --lengths="$(echo $BENCH_LENGTHS | tr ' ' ',')" \
-  >"$OUT/attention_bench.md" 2>"$OUT/attention_bench.err" || status=1
-# shellcheck disable=SC2086
-PYTHONUNBUFFERED=1 "$PYTHON" "$HERE/peer_sdpa.py" --lengths $BENCH_LENGTHS \
-  >"$OUT/peer_sdpa.md" 2>"$OUT/peer_sdpa.err" || status=1
+for dim in ${HEAD_DIMS:-128 64}; do
+  # shellcheck disable=SC2086  # the lengths are meant to split
+  "$BIN_DIR/gpu_attention_bench" --lengths="$(echo $BENCH_LENGTHS | tr ' ' ',')" \
+    --head_dim="$dim" >"$OUT/attention_bench_d$dim.md" 2>"$OUT/attention_bench_d$dim.err" || status=1
+  # shellcheck disable=SC2086
+  PYTHONUNBUFFERED=1 "$PYTHON" "$HERE/peer_sdpa.py" --lengths $BENCH_LENGTHS \
+    --head-dim "$dim" >"$OUT/peer_sdpa_d$dim.md" 2>"$OUT/peer_sdpa_d$dim.err" || status=1
+done
 
 echo "logs in $OUT"
 printf '%s' "$summary"
-cat "$OUT/attention_bench.md" "$OUT/peer_sdpa.md"
-for err in "$OUT/attention_bench.err" "$OUT/peer_sdpa.err"; do
+cat "$OUT"/attention_bench_d*.md "$OUT"/peer_sdpa_d*.md
+for err in "$OUT"/attention_bench_d*.err "$OUT"/peer_sdpa_d*.err; do
   if [ -s "$err" ]; then
     echo "--- $(basename "$err"):"
     tail -n 5 "$err"
