@@ -9,6 +9,7 @@
 #include "core/status_macros.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/partial_merge.h"
+#include "worker/attention_tiles.h"
 
 namespace ringattn {
 namespace {
@@ -73,68 +74,13 @@ struct Piece {
   int64_t shift = 0;
 };
 
-// A rectangle of kept rows within a piece: queries [q, q + q_len) against keys
-// [k, k + kv_len), bottom-right causal if `causal`.
-struct Rect {
-  int64_t q = 0;
-  int64_t q_len = 0;
-  int64_t k = 0;
-  int64_t kv_len = 0;
-  bool causal = false;
-};
-
-// Sizes that differ by at most one, summing to `length`, none above `most`
-// (as the executor's tiles).
-std::vector<Range> Tiles(int64_t length, int64_t most) {
-  std::vector<Range> tiles;
-  if (length <= 0) return tiles;
-  const int64_t parts = (length + most - 1) / most;
-  const int64_t base = length / parts;
-  const int64_t extra = length % parts;
-  int64_t at = 0;
-  for (int64_t i = 0; i < parts; ++i) {
-    const int64_t size = base + (i < extra ? 1 : 0);
-    tiles.push_back(Range{at, at + size});
-    at += size;
-  }
+// The tiles of a piece within the tile sizes, in kept rows of the piece.
+std::vector<AttentionTile> TilesOf(const Piece& piece, bool causal,
+                                   const DilatedLimits& limits) {
+  std::vector<AttentionTile> tiles;
+  AddRectangleTiles(0, piece.q_count, 0, piece.k_count, causal, piece.shift,
+                    limits.tile_q_rows, limits.tile_kv_rows, tiles);
   return tiles;
-}
-
-// Appends the rectangles of queries [q, q + q_len) against keys [k, k +
-// kv_len), where local query i sees local key j iff j <= i + shift: unmasked
-// ones, one whose own bottom-right diagonal is the mask's, none for rows that
-// see nothing.
-void AddCausalRects(int64_t q, int64_t q_len, int64_t k, int64_t kv_len,
-                    int64_t shift, std::vector<Rect>& rects) {
-  if (shift >= kv_len - 1) {  // even the first row sees every key
-    rects.push_back({q, q_len, k, kv_len, false});
-    return;
-  }
-  if (shift + q_len - 1 < 0) return;  // even the last row sees no key
-  const int64_t limited_rows = std::min(q_len, kv_len - shift);
-  const int64_t blind_rows = std::max<int64_t>(0, -shift);
-  rects.push_back({q + blind_rows, limited_rows - blind_rows, k,
-                   limited_rows + shift, true});
-  if (limited_rows < q_len) {
-    rects.push_back({q + limited_rows, q_len - limited_rows, k, kv_len, false});
-  }
-}
-
-// The rectangles of a piece within the tile sizes.
-std::vector<Rect> RectsOf(const Piece& piece, bool causal,
-                          const DilatedLimits& limits) {
-  std::vector<Rect> rects;
-  for (const Range& qt : Tiles(piece.q_count, limits.tile_q_rows)) {
-    for (const Range& kt : Tiles(piece.k_count, limits.tile_kv_rows)) {
-      if (!causal) {
-        rects.push_back({qt.begin, qt.size(), kt.begin, kt.size(), false});
-        continue;
-      }
-      AddCausalRects(qt.begin, qt.size(), kt.begin, kt.size(),
-                     piece.shift + qt.begin - kt.begin, rects);
-    }
-  }
-  return rects;
 }
 
 // The non-empty pieces of `task` for heads with `offset`, in segment order.
@@ -189,17 +135,17 @@ std::vector<DilatedCall> PlanDilatedTask(const AttentionSpec& spec,
       }
       const Piece& piece = pieces[first];
       const int64_t batch = static_cast<int64_t>(end - first);
-      for (const Rect& rect : RectsOf(piece, spec.causal, limits)) {
+      for (const AttentionTile& tile : TilesOf(piece, spec.causal, limits)) {
         const int64_t most = std::max<int64_t>(
-            1, std::min(limits.partial_rows / (rect.q_len * run.q_heads),
+            1, std::min(limits.partial_rows / (tile.q_len * run.q_heads),
                         kMaxDilatedBatchHeads / run.q_heads));
         for (int64_t s = 0; s < batch; s += most) {
           DilatedCall call;
-          call.q_row = piece.q_row + (s * w) + rect.q * r;
-          call.q_len = rect.q_len;
-          call.k_row = piece.k_row + (s * w) + rect.k * r;
-          call.kv_len = rect.kv_len;
-          call.causal = rect.causal;
+          call.q_row = piece.q_row + (s * w) + tile.q_row * r;
+          call.q_len = tile.q_len;
+          call.k_row = piece.k_row + (s * w) + tile.k_row * r;
+          call.kv_len = tile.kv_len;
+          call.causal = tile.causal;
           call.segments = std::min(most, batch - s);
           call.segment_rows = w;
           call.dilation = r;

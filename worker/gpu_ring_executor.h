@@ -48,6 +48,7 @@
 #include "kernels/cuda/attention_args.h"
 #include "kernels/cuda/attention_dispatch.h"
 #include "kernels/cuda/device_buffer.h"
+#include "worker/attention_tiles.h"
 #include "worker/communicator.h"
 #include "worker/compute_dtype.h"
 #include "worker/device.h"
@@ -71,22 +72,6 @@ struct GpuRingConfig {
   // from the host: a world of one reads them where they lie (its pool holds
   // no K/V block); a ring copies them into its home block on the device.
   bool resident_kv = false;
-};
-
-// One dense block of attention within a task: query rows [q_row, q_row +
-// q_len) of the shard against rows [k_row, k_row + kv_len) of the held K/V
-// block, with the bottom-right aligned causal mask if `causal`.
-struct AttentionTile {
-  int64_t q_row = 0;
-  int64_t q_len = 0;
-  int64_t k_row = 0;
-  int64_t kv_len = 0;
-  bool causal = false;
-
-  friend bool operator==(const AttentionTile& a, const AttentionTile& b) {
-    return a.q_row == b.q_row && a.q_len == b.q_len && a.k_row == b.k_row &&
-           a.kv_len == b.kv_len && a.causal == b.causal;
-  }
 };
 
 // The tiles that compute `task` (kFull, kCausal or kBlockSparse; none for
