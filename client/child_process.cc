@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -35,8 +36,9 @@ void CloseIfOpen(int fd) {
 // Runs in the child between fork and exec, so only async-signal-safe calls:
 // wires stdout, arranges for SIGTERM when the parent goes, resets signals,
 // and executes `argv`; on failure writes errno to `error_fd` and exits.
-[[noreturn]] void ExecChild(char* const* argv, ChildProcess::Output output,
-                            int stdout_fd, int error_fd, pid_t parent) {
+[[noreturn]] void ExecChild(char* const* argv, char* const* envp,
+                            ChildProcess::Output output, int stdout_fd,
+                            int error_fd, pid_t parent) {
   if (output == ChildProcess::Output::kToStderr) {
     dup2(STDERR_FILENO, STDOUT_FILENO);
   } else if (output == ChildProcess::Output::kPipe) {
@@ -53,7 +55,7 @@ void CloseIfOpen(int fd) {
   for (int signal = 1; signal < NSIG; ++signal) {
     sigaction(signal, &default_action, nullptr);
   }
-  execv(argv[0], argv);
+  execve(argv[0], argv, envp);
   const int error = errno;
   if (write(error_fd, &error, sizeof(error)) < 0) _exit(127);
   _exit(127);
@@ -71,12 +73,27 @@ std::string ExitStatus::ToString() const {
 
 absl::StatusOr<ChildProcess> ChildProcess::Spawn(
     const std::string& path, const std::vector<std::string>& args,
-    Output output) {
+    Output output,
+    const std::vector<std::pair<std::string, std::string>>&
+        environment_defaults) {
   std::vector<std::string> strings = {path};
   strings.insert(strings.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (std::string& s : strings) argv.push_back(s.data());
   argv.push_back(nullptr);
+  // Built before fork: the child may only make async-signal-safe calls.
+  std::vector<std::string> added;
+  for (const auto& [name, value] : environment_defaults) {
+    if (getenv(name.c_str()) == nullptr) {
+      added.push_back(absl::StrCat(name, "=", value));
+    }
+  }
+  std::vector<char*> envp;
+  for (char** variable = environ; *variable != nullptr; ++variable) {
+    envp.push_back(*variable);
+  }
+  for (std::string& s : added) envp.push_back(s.data());
+  envp.push_back(nullptr);
 
   int error_pipe[2];
   int stdout_pipe[2] = {-1, -1};
@@ -89,7 +106,8 @@ absl::StatusOr<ChildProcess> ChildProcess::Spawn(
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid == 0) {
-    ExecChild(argv.data(), output, stdout_pipe[1], error_pipe[1], parent);
+    ExecChild(argv.data(), envp.data(), output, stdout_pipe[1], error_pipe[1],
+              parent);
   }
   const int fork_error = errno;
   close(error_pipe[1]);

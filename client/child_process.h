@@ -8,6 +8,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -45,9 +46,13 @@ class ChildProcess {
   // actions. NOT_FOUND if there is no program at `path`, FAILED_PRECONDITION
   // if it cannot be executed, INTERNAL if no process can be made; each
   // message names the path.
+  // The child's environment is this process's, plus those of
+  // `environment_defaults` (name, value) that it lacks.
   static absl::StatusOr<ChildProcess> Spawn(
       const std::string& path, const std::vector<std::string>& args,
-      Output output = Output::kInherit);
+      Output output = Output::kInherit,
+      const std::vector<std::pair<std::string, std::string>>&
+          environment_defaults = {});
 
   ChildProcess(ChildProcess&& other) noexcept;
   ChildProcess& operator=(ChildProcess&& other) noexcept;

@@ -42,6 +42,18 @@ TEST(ChildProcessTest, PipesStdout) {
   EXPECT_TRUE(child->Wait().success());
 }
 
+TEST(ChildProcessTest, EnvironmentDefaultsFillOnlyWhatIsMissing) {
+  setenv("RINGATTN_TEST_SET", "parent", 1);
+  unsetenv("RINGATTN_TEST_UNSET");
+  absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(
+      "/bin/sh", {"-c", "echo $RINGATTN_TEST_SET $RINGATTN_TEST_UNSET"},
+      ChildProcess::Output::kPipe,
+      {{"RINGATTN_TEST_SET", "default"}, {"RINGATTN_TEST_UNSET", "default"}});
+  ASSERT_TRUE(child.ok()) << child.status();
+  EXPECT_EQ(ReadAll(child->stdout_fd()), "parent default\n");
+  EXPECT_TRUE(child->Wait().success());
+}
+
 TEST(ChildProcessTest, MissingProgramIsNotFound) {
   absl::StatusOr<ChildProcess> child =
       ChildProcess::Spawn("/no/such/program", {});
