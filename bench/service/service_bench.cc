@@ -6,8 +6,12 @@
 // rows are checked against a float64 reference computed from the same
 // generator. Prints a Markdown table: time end to end, the workers' own
 // compute time, upload and download rates, and the service's overhead.
+// With --decode_steps it uploads each length as a resident context instead and
+// times decode steps against it, then (--query_rows) queries of given sizes.
 //
 //   service_bench --target=127.0.0.1:50051 --lengths=262144,1048576 --causal
+//   service_bench --lengths=1048576 --kv_heads=8 --decode_steps=100 \
+//       --query_rows=1,16,256
 
 #include <algorithm>
 #include <atomic>
