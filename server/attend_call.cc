@@ -51,11 +51,15 @@ struct WorkerLink {
   Cluster::Member member;
   grpc::ClientContext context;
   std::unique_ptr<ExecuteStream> stream;
-  std::unique_ptr<WorkerWriter> writer;  // destroyed first
+  std::unique_ptr<WorkerWriter> writer;  // destroyed first; null: direct
 };
 
 // Rows waiting to be written to one worker, at most.
 constexpr int64_t kMaxQueuedBytesPerWorker = int64_t{64} << 20;
+// Requests that upload at most this much are written to the workers from the
+// call's own thread: a writer thread per worker pays off only for uploads
+// long enough to overlap with reading the client.
+constexpr int64_t kMostDirectUploadBytes = int64_t{1} << 20;
 
 // What a worker's reader thread hands to the call.
 struct WorkerEvent {
@@ -148,6 +152,7 @@ class Call {
   int64_t merged_rows_ = 0;        // partial rows merged, over all workers
   int64_t next_row_ = 0;
   v1::OutputChunk chunk_;
+  int64_t upload_bytes_ = 0;  // what the client will send, as CheckSize counted
   int64_t bytes_in_ = 0;
   int64_t bytes_out_ = 0;
   double upload_seconds_ = 0;
@@ -239,6 +244,7 @@ absl::Status Call::CheckSize() {
       state_.admission->Admit(total, absl::FromChrono(context_->deadline()));
   if (!ticket.ok()) return ticket.status();
   ticket_ = std::move(*ticket);
+  upload_bytes_ = total;
   return absl::OkStatus();
 }
 
@@ -350,8 +356,10 @@ absl::Status Call::OpenWorkers() {
     link->member = member;
     link->context.set_deadline(context_->deadline());
     link->stream = member.stub->Execute(&link->context);
-    link->writer = std::make_unique<WorkerWriter>(link->stream.get(),
-                                                  kMaxQueuedBytesPerWorker);
+    if (upload_bytes_ > kMostDirectUploadBytes) {
+      link->writer = std::make_unique<WorkerWriter>(link->stream.get(),
+                                                    kMaxQueuedBytesPerWorker);
+    }
     h->set_rank(member.rank);
     workers_.push_back(std::move(link));
     RINGATTN_RETURN_IF_ERROR(SendToWorker(member.rank, header));
@@ -361,7 +369,10 @@ absl::Status Call::OpenWorkers() {
 
 absl::Status Call::SendToWorker(int64_t worker, v1::ExecuteRequest request) {
   WorkerLink& link = *workers_[worker];
-  if (link.writer->Push(std::move(request))) return absl::OkStatus();
+  if (link.writer != nullptr ? link.writer->Push(std::move(request))
+                             : link.stream->Write(request)) {
+    return absl::OkStatus();
+  }
   return WorkerError(static_cast<int>(worker), link.stream->Finish());
 }
 
@@ -498,7 +509,7 @@ absl::Status Call::Compute() {
   run.set_run(true);
   for (size_t w = 0; w < workers_.size(); ++w) {
     WorkerLink& link = *workers_[w];
-    if (!link.writer->Flush() ||
+    if ((link.writer != nullptr && !link.writer->Flush()) ||
         !link.stream->Write(run, grpc::WriteOptions().set_last_message())) {
       return WorkerError(static_cast<int>(w), link.stream->Finish());
     }
