@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 
 namespace ringattn {
@@ -66,6 +67,14 @@ inline absl::Status CheckCommunicatorRank(const RingCommunicator& communicator,
       absl::StrCat("the communicator is rank ", communicator.rank(), " of ",
                    communicator.world_size(), " but the executor is rank ",
                    rank, " of ", world_size));
+}
+
+// Ends a ring on this rank that cannot go on: aborts `communicator` and, if a
+// transfer is in flight, waits for it to end (at once, being aborted), so that
+// no buffer of the run is in use afterwards.
+inline void AbortRing(RingCommunicator& communicator, bool in_flight) {
+  communicator.Abort();
+  if (in_flight) communicator.Wait(absl::Now()).IgnoreError();
 }
 
 // Connects the ranks of one request into a group. Implementations are

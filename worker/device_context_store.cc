@@ -49,13 +49,13 @@ int64_t DeviceContextStore::HeldBytes() const {
 }
 
 int64_t DeviceContextStore::RowOf(const Context& context, int64_t position) {
-  auto piece =
-      std::upper_bound(context.pieces.begin(), context.pieces.end(), position,
-                       [](int64_t p, const Range& r) { return p < r.begin; });
+  auto piece = std::upper_bound(
+      context.pieces.begin(), context.pieces.end(), position,
+      [](int64_t p, const Piece& piece) { return p < piece.positions.begin; });
   if (piece == context.pieces.begin()) return -1;
   --piece;
-  if (position >= piece->end) return -1;
-  return context.first_rows.at(piece->begin) + position - piece->begin;
+  if (position >= piece->positions.end) return -1;
+  return piece->first_row + position - piece->positions.begin;
 }
 
 absl::Status DeviceContextStore::Reserve(const std::string& name,
@@ -88,8 +88,8 @@ absl::Status DeviceContextStore::Reserve(const std::string& name,
     }
     *buffer = *std::move(allocated);
   }
-  if (context.rows > 0) {
-    const size_t width = static_cast<size_t>(context.rows * pitch);
+  if (context.rows() > 0) {
+    const size_t width = static_cast<size_t>(context.rows() * pitch);
     for (const auto& [to, from] :
          {std::make_pair(&buffers->k, &context.buffers->k),
           std::make_pair(&buffers->v, &context.buffers->v)}) {
@@ -117,10 +117,10 @@ absl::StatusOr<int64_t> DeviceContextStore::Add(const std::string& name,
   RINGATTN_RETURN_IF_ERROR(CheckAddition(
       name, create, exists, exists ? found->second.layout : Layout{}, layout));
   if (exists && !found->second.pieces.empty() &&
-      positions.begin < found->second.pieces.back().end) {
+      positions.begin < found->second.pieces.back().positions.end) {
     return absl::InvalidArgumentError(absl::StrCat(
         "context '", name, "' holds positions up to ",
-        found->second.pieces.back().end,
+        found->second.pieces.back().positions.end,
         " on this worker; a GPU worker takes new rows only after those, got [",
         positions.begin, ", ", positions.end, ")"));
   }
@@ -137,7 +137,7 @@ absl::StatusOr<int64_t> DeviceContextStore::Add(const std::string& name,
   }
   Context& context = exists ? found->second : fresh;
   const int64_t count = positions.size();
-  RINGATTN_RETURN_IF_ERROR(Reserve(name, context, context.rows + count));
+  RINGATTN_RETURN_IF_ERROR(Reserve(name, context, context.rows() + count));
   if (count > 0) {
     const DType host = HostDTypeOf(context.dtype);
     const int64_t pitch = RowBytes(context);
@@ -147,7 +147,7 @@ absl::StatusOr<int64_t> DeviceContextStore::Add(const std::string& name,
     const DeviceBuffer* targets[] = {&context.buffers->k, &context.buffers->v};
     for (int i = 0; i < 2; ++i) {
       RINGATTN_RETURN_IF_ERROR(CudaStatus(
-          cudaMemcpy2DAsync(targets[i]->as<char>() + context.rows * pitch,
+          cudaMemcpy2DAsync(targets[i]->as<char>() + context.rows() * pitch,
                             capacity * pitch, rows[i].view().data(),
                             count * pitch, count * pitch, layout.batch,
                             cudaMemcpyHostToDevice, stream_.get()),
@@ -155,9 +155,7 @@ absl::StatusOr<int64_t> DeviceContextStore::Add(const std::string& name,
     }
     RINGATTN_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_.get()),
                                         "copying context rows"));
-    context.first_rows[positions.begin] = context.rows;
-    context.pieces.push_back(positions);
-    context.rows += count;
+    context.pieces.push_back(Piece{positions, context.rows()});
   }
   const int64_t bytes = BytesOf(context);
   if (!exists) contexts_.emplace(name, std::move(fresh));
@@ -175,9 +173,7 @@ void DeviceContextStore::Drop(const std::string& name, int64_t keep_length) {
     return;
   }
   while (!context.pieces.empty() &&
-         context.pieces.back().begin >= keep_length) {
-    context.rows = context.first_rows.at(context.pieces.back().begin);
-    context.first_rows.erase(context.pieces.back().begin);
+         context.pieces.back().positions.begin >= keep_length) {
     context.pieces.pop_back();
   }
 }

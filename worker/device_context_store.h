@@ -77,13 +77,23 @@ class DeviceContextStore final : public ResidentContexts {
     DeviceBuffer v;
     int64_t capacity = 0;  // rows per batch
   };
+  struct Piece {
+    Range positions;
+    int64_t first_row = 0;  // where its rows start in the buffers
+  };
   struct Context {
     Layout layout;
     DeviceDType dtype = DeviceDType::kBFloat16;
     std::shared_ptr<Buffers> buffers;
-    std::map<int64_t, int64_t> first_rows;  // piece's first position -> row
-    std::vector<Range> pieces;              // in position order
-    int64_t rows = 0;
+    std::vector<Piece>
+        pieces;  // in position order, their rows one after another
+
+    // Rows held: those of the pieces.
+    int64_t rows() const {
+      return pieces.empty()
+                 ? 0
+                 : pieces.back().first_row + pieces.back().positions.size();
+    }
   };
 
   // Bytes of one row (K or V) of `context`, and of its buffers.

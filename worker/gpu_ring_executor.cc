@@ -322,7 +322,7 @@ absl::Status GpuRingExecutor::Initialize() {
   for (int64_t s = 0; s < plan_.num_steps(); ++s) {
     for (const AttentionTask& task : plan_.Step(rank_, s).tasks) {
       std::vector<AttentionTile> tiles = TileTask(
-          spec_, blocks(), task, config_.tile_q_rows, config_.tile_kv_rows);
+          spec_, blocks(), task, config_.tile_q_rows, KeyRowsPerTile());
       step_tiles_[s].insert(step_tiles_[s].end(), tiles.begin(), tiles.end());
       step_flops_[s] += TaskFlops(spec_, blocks(), task);
       ++step_tasks_[s];
@@ -368,6 +368,14 @@ Shape GpuRingExecutor::kv_shape() const {
 void* GpuRingExecutor::device_v() const {
   return static_cast<char*>(home_block_) +
          kv_shape().NumElements() * element_bytes_;
+}
+
+int64_t GpuRingExecutor::KeyRowsPerTile() const {
+  if (q_layout_.ShardLength(rank_) * spec_.GqaRatio() >
+      kGpuDecodeMaxPackedRows) {
+    return config_.tile_kv_rows;
+  }
+  return std::max<int64_t>(1, kv_layout_.LargestShard());
 }
 
 bool GpuRingExecutor::HasHomeBlock() const {
@@ -575,8 +583,7 @@ absl::Status GpuRingExecutor::EnqueueDilatedStep(int64_t step,
 
 absl::Status GpuRingExecutor::Stop(RingCommunicator& communicator,
                                    bool in_flight, absl::Status status) {
-  communicator.Abort();
-  if (in_flight) communicator.Wait(absl::Now()).IgnoreError();
+  AbortRing(communicator, in_flight);
   cudaStreamSynchronize(stream_.get());
   return status;
 }

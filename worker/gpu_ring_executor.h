@@ -62,7 +62,9 @@ struct GpuRingConfig {
   int device = 0;  // the CUDA device index
   DeviceDType dtype = DeviceDType::kBFloat16;
   // Tasks are cut into tiles of at most this many query rows by this many
-  // key rows (split evenly), each merged into the accumulators.
+  // key rows (split evenly), each merged into the accumulators. A rank with
+  // few query rows (within the decode kernel's packed rows) takes a whole K/V
+  // block per tile instead: the decode kernel splits the keys itself.
   int64_t tile_q_rows = 16384;
   int64_t tile_kv_rows = 16384;
   // Also hold the shard in host tensors of the compute dtype (host_q() ...),
@@ -225,6 +227,9 @@ class GpuRingExecutor {
     int64_t batch_stride = 0;
   };
 
+  // The key rows per tile: config().tile_kv_rows, or a whole block for a
+  // rank with few query rows (see GpuRingConfig).
+  int64_t KeyRowsPerTile() const;
   // Whether the pool holds a home K/V block (it does not for a world of one
   // reading a resident context in place).
   bool HasHomeBlock() const;

@@ -133,8 +133,7 @@ View<float> PassQExecutor::BlockLse(float* buffer, int64_t owner) const {
 
 absl::Status PassQExecutor::Cancel(RingCommunicator& communicator,
                                    bool in_flight, int64_t step) {
-  communicator.Abort();
-  if (in_flight) communicator.Wait(absl::Now()).IgnoreError();
+  AbortRing(communicator, in_flight);
   return absl::CancelledError(
       absl::StrCat("rank ", rank_, " was cancelled at pass-Q step ", step));
 }

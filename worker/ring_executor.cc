@@ -106,8 +106,7 @@ View<float> RingExecutor::BlockValues(float* buffer, int64_t owner) const {
 
 absl::Status RingExecutor::Cancel(RingCommunicator& communicator,
                                   bool in_flight, int64_t step) {
-  communicator.Abort();
-  if (in_flight) communicator.Wait(absl::Now()).IgnoreError();
+  AbortRing(communicator, in_flight);
   return absl::CancelledError(
       absl::StrCat("rank ", rank_, " was cancelled at ring step ", step));
 }

@@ -21,7 +21,6 @@
 #include "core/status_macros.h"
 #include "core/strategy_support.h"
 #include "core/tensor.h"
-#include "kernels/cuda/attention_dispatch.h"
 #include "proto/grpc_status.h"
 #include "proto/spec_conversion.h"
 #include "spdlog/spdlog.h"
@@ -51,18 +50,6 @@ absl::Status PeerTimeoutAsUnavailable(absl::Status status,
     return status;
   }
   return absl::UnavailableError(status.message());
-}
-
-// The key rows per tile for a GPU executor of `spec` whose ranks hold at
-// most `q_rows` query rows: with few (within the decode kernel's packed
-// rows), one tile over a whole K/V block of `kv_layout`, which the decode
-// kernel splits over the GPU itself; otherwise the config's.
-int64_t TileKeysFor(const AttentionSpec& spec, int64_t q_rows,
-                    const ShardLayout& kv_layout, const GpuRingConfig& config) {
-  if (q_rows * spec.GqaRatio() > kDecodeMaxPackedRows) {
-    return config.tile_kv_rows;
-  }
-  return std::max<int64_t>(1, kv_layout.LargestShard());
 }
 
 // One Execute stream: reads the header and the shard, runs the ring on a
@@ -305,21 +292,14 @@ class ExecuteReactor final
           KvLayoutFor(spec_, world_size_, std::move(kv_layout));
       if (!layout.ok()) return layout.status();
       const ShardLayout own = WorldOfOne(*layout, rank_);
-      config.tile_kv_rows = TileKeysFor(spec_, spec_.q_len, own, config);
       RINGATTN_RETURN_IF_ERROR(ticket_.Reserve(
           GpuRingExecutor::DeviceBytesNeeded(spec_, 0, 1, config, &own)));
       kv_layout = std::move(*layout);
     } else {
-      absl::StatusOr<ShardLayout> layout =
-          KvLayoutFor(spec_, world_size_, std::move(kv_layout));
-      if (!layout.ok()) return layout.status();
-      config.tile_kv_rows = TileKeysFor(
-          spec_, LayoutFor(spec_, spec_.q_len, world_size_).LargestShard(),
-          *layout, config);
       RINGATTN_RETURN_IF_ERROR(
           ticket_.Reserve(GpuRingExecutor::DeviceBytesNeeded(
-              spec_, rank_, world_size_, config, &*layout)));
-      kv_layout = std::move(*layout);
+              spec_, rank_, world_size_, config,
+              kv_layout ? &*kv_layout : nullptr)));
     }
     absl::StatusOr<std::unique_ptr<GpuRingExecutor>> executor =
         broadcast ? GpuRingExecutor::CreateBroadcast(

@@ -88,7 +88,8 @@ absl::Status RunDecodeAttention(const DeviceAttentionArgs& args,
 
 bool PrefersDecode(const DeviceAttentionArgs& args) {
   return args.kv_heads > 0 &&
-         args.q_len * (args.q_heads / args.kv_heads) <= kDecodeMaxPackedRows &&
+         args.q_len * (args.q_heads / args.kv_heads) <=
+             kGpuDecodeMaxPackedRows &&
          args.kv_len >= kDecodeMinKeys &&
          args.batch * args.kv_heads <= kMaxBatchKvHeads;
 }

@@ -43,8 +43,9 @@ absl::Status RunFlashAttention(const DeviceAttentionArgs& args,
 absl::Status RunDecodeAttention(const DeviceAttentionArgs& args,
                                 DeviceBuffer& workspace, cudaStream_t stream);
 
-// The most packed rows per K/V head PrefersDecode sends to the decode kernel.
-inline constexpr int64_t kDecodeMaxPackedRows = 512;
+// The most packed rows per K/V head PrefersDecode sends to the decode kernel
+// (the CPU kernels have their own limit, kDecodeMaxPackedRows).
+inline constexpr int64_t kGpuDecodeMaxPackedRows = 512;
 
 // Whether AttentionDispatcher runs `args` on the decode kernel: few packed rows
 // (q_len * q_heads / kv_heads, the rows that share one K/V head) against

@@ -28,7 +28,11 @@ def cuda_library(name, srcs, hdrs = [], deps = [], nvcc_flags = [], **kwargs):
             name = obj + "_nvcc",
             srcs = [src] + native.glob(["**/*.h", "**/*.cuh"]),
             outs = [obj],
+            # nvcc names its temporaries after its process id, which is the
+            # same in every sandbox's PID namespace: a directory of its own
+            # keeps parallel compilations from overwriting each other's.
             cmd = " ".join([
+                "export TMPDIR=$$(mktemp -d) && trap 'rm -rf \"$$TMPDIR\"' EXIT &&",
                 _NVCC,
                 "-c -O3 -std=c++17 -Xcompiler -fPIC -ccbin /usr/bin/g++",
                 "--expt-relaxed-constexpr",
