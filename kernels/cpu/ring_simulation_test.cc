@@ -14,6 +14,7 @@
 #include "core/random_tensor.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/reference_attention.h"
+#include "kernels/cpu/reference_checks.h"
 
 namespace ringattn {
 namespace {
@@ -51,25 +52,7 @@ void ExpectRingMatchesReference(const AttentionSpec& spec,
     absl::StatusOr<AttentionOutput> out =
         SimulateRing(spec, in.q.view(), in.k.view(), in.v.view(), p);
     ASSERT_TRUE(out.ok()) << out.status();
-    double worst = 0;
-    const auto& o = out->o.values();
-    const auto& o_ref = in.o_ref.values();
-    for (size_t i = 0; i < o.size(); ++i) {
-      ASSERT_FALSE(std::isnan(o[i])) << "NaN at " << i;
-      worst = std::max(worst,
-                       std::fabs(o[i] - o_ref[i]) / (1 + std::fabs(o_ref[i])));
-    }
-    EXPECT_LE(worst, kTolerance);
-    const auto& lse = out->lse.values();
-    const auto& lse_ref = in.lse_ref.values();
-    for (size_t i = 0; i < lse.size(); ++i) {
-      if (std::isinf(lse_ref[i])) {
-        ASSERT_EQ(lse[i], -INFINITY) << "row " << i << " sees no key";
-        continue;
-      }
-      ASSERT_NEAR(lse[i], lse_ref[i], kTolerance * (1 + std::fabs(lse_ref[i])))
-          << "lse row " << i;
-    }
+    ExpectCloseToReference(out->o, out->lse, in.o_ref, in.lse_ref, kTolerance);
   }
 }
 
