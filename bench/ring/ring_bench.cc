@@ -7,9 +7,9 @@
 // and the device memory in use per GPU (pool, cuDNN workspace, NCCL buffers
 // and the CUDA context), the share of tiles cuDNN computed, and the step time
 // not spent computing (transfers not hidden behind compute, launch gaps).
-// With --skip_transfers every multi-GPU case runs a second time with the
-// transfers left out (each rank computes the same tiles on whatever its
-// buffers hold): the difference is the communication the ring failed to hide.
+// With --skip_transfers every multi-GPU case runs a second time with each
+// transfer replaced by a copy on the rank's own GPU (same tiles, real data):
+// the difference is what communication costs the ring.
 //
 //   ring_bench [--gpus=1,2] [--lengths=65536,262144] [--masks=dense,causal]
 //              [--long_lengths=1M] [--skip_transfers] [--iterations=3]
@@ -75,26 +75,47 @@ namespace {
 constexpr int64_t kPatternValues = int64_t{16} << 20;  // 32 MiB of bf16
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-// A communicator that moves nothing: each rank computes the tiles of its
-// ring steps on whatever its buffers hold.
-class NoTransfers final : public RingCommunicator {
+// A communicator whose transfers stay on the rank's own GPU: a send is copied
+// into the receive started with it, on a stream of its own (a copy engine, no
+// kernel), so no NCCL kernel runs and nothing crosses NVLink while the data
+// the ring computes on stays real (the rank's own block in place of its
+// neighbour's, the same values' statistics). Computing on buffers never
+// written would flatter this run: GPUs clock higher on zeros than on random
+// values.
+class LocalCopies final : public RingCommunicator {
  public:
-  NoTransfers(int rank, int world_size)
-      : rank_(rank), world_size_(world_size) {}
+  LocalCopies(int rank, int world_size, CudaStream stream)
+      : rank_(rank), world_size_(world_size), stream_(std::move(stream)) {}
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
-  absl::Status StartSend(const void*, int64_t, int) override {
+  absl::Status StartReceive(void* data, int64_t bytes, int) override {
+    receive_ = data;
+    receive_bytes_ = bytes;
     return absl::OkStatus();
   }
-  absl::Status StartReceive(void*, int64_t, int) override {
-    return absl::OkStatus();
+  absl::Status StartSend(const void* data, int64_t bytes, int) override {
+    if (receive_ == nullptr) return absl::OkStatus();
+    const absl::Status copied = CudaStatus(
+        cudaMemcpyAsync(receive_, data,
+                        static_cast<size_t>(std::min(bytes, receive_bytes_)),
+                        cudaMemcpyDeviceToDevice, stream_.get()),
+        "copying a block in place of a transfer");
+    receive_ = nullptr;
+    return copied;
   }
-  absl::Status Wait(absl::Time) override { return absl::OkStatus(); }
+  absl::Status Wait(absl::Time) override {
+    receive_ = nullptr;
+    return CudaStatus(cudaStreamSynchronize(stream_.get()),
+                      "copying a block in place of a transfer");
+  }
   void Abort() override {}
 
  private:
   const int rank_;
   const int world_size_;
+  CudaStream stream_;
+  void* receive_ = nullptr;
+  int64_t receive_bytes_ = 0;
 };
 
 // A barrier for a fixed number of threads, usable again and again.
@@ -340,10 +361,16 @@ void RunRank(int rank, int world_size, const ncclUniqueId& id,
     if (!e.cudnn_status().ok()) {
       m.cudnn = std::string(e.cudnn_status().message());
     }
-    NoTransfers no_transfers(rank, world_size);
+    absl::StatusOr<CudaStream> copy_stream = CudaStream::Create();
+    if (!AllOk(shared, rank, copy_stream.ok())) {
+      m.status = copy_stream.ok() ? absl::AbortedError("another rank failed")
+                                  : copy_stream.status();
+      continue;
+    }
+    LocalCopies local_copies(rank, world_size, *std::move(copy_stream));
     RingCommunicator& communicator = c.transfers && nccl != nullptr
                                          ? static_cast<RingCommunicator&>(*nccl)
-                                         : no_transfers;
+                                         : local_copies;
     RunCase(c, rank, world_size, e, communicator, *pattern, shared, m);
     size_t free_bytes = 0;
     size_t total_bytes = 0;
@@ -392,7 +419,7 @@ bool RunCases(int world_size, const std::vector<Case>& cases) {
   for (size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
     const std::string name =
-        c.transfers ? "ringattn" : "ringattn, no transfers";
+        c.transfers ? "ringattn" : "ringattn, local copies";
     std::string mask = c.causal ? "causal" : "dense";
     absl::Status status;
     std::vector<double> slowest;

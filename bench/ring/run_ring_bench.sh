@@ -165,12 +165,12 @@ run() {
   done
   echo
   # Per-GPU throughput of the ring against one GPU, and what the transfers
-  # cost against the same run without them.
+  # cost against the same run with local copies in their place.
   awk -F'|' '
     $2 ~ /ringattn/ && $7 + 0 > 0 {
       gsub(/ /, "", $3); gsub(/ /, "", $4); gsub(/ /, "", $5)
       key = $4 " N=" $5
-      if ($2 ~ /no transfers/) bare[key "/" $3] = $6
+      if ($2 ~ /local copies/) bare[key "/" $3] = $6
       else { ms[key "/" $3] = $6; tf[key "/" $3] = $7; if ($3 > 1) multi[key] = $3 }
     }
     END {
