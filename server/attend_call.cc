@@ -560,16 +560,15 @@ absl::Status Call::Compute() {
       if (!event.status.ok()) return WorkerError(event.rank, event.status);
       continue;
     }
-    if (event.response->has_done()) {
-      done_[event.rank] = event.response->done();
-      continue;
+    if (event.response->has_output()) {
+      if (strategy_ == v1::BROADCAST_Q) {
+        RINGATTN_RETURN_IF_ERROR(MergePartial(event.response->output()));
+      } else {
+        RINGATTN_RETURN_IF_ERROR(TakeOutput(event.response->output()));
+        RINGATTN_RETURN_IF_ERROR(EmitReady(/*flush=*/true));
+      }
     }
-    if (strategy_ == v1::BROADCAST_Q) {
-      RINGATTN_RETURN_IF_ERROR(MergePartial(event.response->output()));
-      continue;
-    }
-    RINGATTN_RETURN_IF_ERROR(TakeOutput(event.response->output()));
-    RINGATTN_RETURN_IF_ERROR(EmitReady(/*flush=*/true));
+    if (event.response->has_done()) done_[event.rank] = event.response->done();
   }
   compute_seconds_ = SecondsSince(start);
   if (strategy_ == v1::BROADCAST_Q) RINGATTN_RETURN_IF_ERROR(EmitMerged());

@@ -581,8 +581,9 @@ class ExecuteReactor final
     WriteNext();
   }
 
-  // Fills `out` with the next run of output rows; false when all are sent.
-  bool NextOutput(v1::ShardOutput* out) {
+  // Moves the output cursor past the chunks and batches whose rows were all
+  // sent; false once every row was.
+  bool SkipSentChunks() {
     while (batch_ < spec_.batch) {
       if (chunk_ == q_chunks_.size()) {
         ++batch_;
@@ -591,41 +592,49 @@ class ExecuteReactor final
         offset_ = 0;
         continue;
       }
-      const Range& chunk = q_chunks_[chunk_];
-      if (offset_ >= chunk.size()) {
-        chunk_row_ += chunk.size();
+      if (offset_ >= q_chunks_[chunk_].size()) {
+        chunk_row_ += q_chunks_[chunk_].size();
         ++chunk_;
         offset_ = 0;
         continue;
       }
-      const int64_t count = std::min(rows_per_message_, chunk.size() - offset_);
-      const int64_t row = chunk_row_ + offset_;
-      const int64_t position = chunk.begin + offset_;
-      out->set_batch(batch_);
-      out->set_count(count);
-      if (spec_.hilbert.has_value()) {
-        for (int64_t i = 0; i < count; ++i) out->add_positions(position + i);
-      } else {
-        out->set_first_position(position);
-      }
-      const TypedView o = output_.o.view();
-      out->set_data(o.Row(batch_, row), count * o.row_bytes());
-      out->set_dtype(DTypeToProto(o.dtype()));
-      out->set_lse(output_.lse.view().Row(batch_, row, 0),
-                   sizeof(float) * count * spec_.q_heads);
-      offset_ += count;
-      ++messages_;
       return true;
     }
     return false;
   }
 
-  // Starts writing the next message, or after the last the ExecuteDone and
-  // the status together (one step less for the caller to wait for). Touches
-  // nothing after StartWrite: OnWriteDone may already be running.
+  // Fills `out` with the next run of output rows; false when all are sent.
+  bool NextOutput(v1::ShardOutput* out) {
+    if (!SkipSentChunks()) return false;
+    const Range& chunk = q_chunks_[chunk_];
+    const int64_t count = std::min(rows_per_message_, chunk.size() - offset_);
+    const int64_t row = chunk_row_ + offset_;
+    const int64_t position = chunk.begin + offset_;
+    out->set_batch(batch_);
+    out->set_count(count);
+    if (spec_.hilbert.has_value()) {
+      for (int64_t i = 0; i < count; ++i) out->add_positions(position + i);
+    } else {
+      out->set_first_position(position);
+    }
+    const TypedView o = output_.o.view();
+    out->set_data(o.Row(batch_, row), count * o.row_bytes());
+    out->set_dtype(DTypeToProto(o.dtype()));
+    out->set_lse(output_.lse.view().Row(batch_, row, 0),
+                 sizeof(float) * count * spec_.q_heads);
+    offset_ += count;
+    ++messages_;
+    return true;
+  }
+
+  // Starts writing the next output rows; the last of them go with the
+  // ExecuteDone and the status in one message (a shard that fits one message,
+  // as a decode step's does, needs a single write). Touches nothing after
+  // StartWrite: OnWriteDone may already be running.
   void WriteNext() {
     response_.Clear();
-    if (NextOutput(response_.mutable_output())) {
+    if (!NextOutput(response_.mutable_output())) response_.clear_output();
+    if (response_.has_output() && SkipSentChunks()) {
       StartWrite(&response_);
       return;
     }

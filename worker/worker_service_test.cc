@@ -172,6 +172,22 @@ TEST_F(WorkerServiceErrors, CompleteOneRankRequestSucceeds) {
   EXPECT_TRUE(result.responses.back().has_done());
 }
 
+TEST_F(WorkerServiceErrors, LastOutputRowsTravelWithTheDone) {
+  std::vector<v1::ExecuteRequest> requests = AllRows();
+  requests.push_back(RunMessage());
+  const ExecuteResult result = Execute(worker_.stub(), requests);
+  ASSERT_TRUE(result.status.ok()) << result.status.error_message();
+  // Each batch's 10 rows fit one message; the second one ends the stream.
+  ASSERT_EQ(result.responses.size(), 2u);
+  EXPECT_TRUE(result.responses[0].has_output());
+  EXPECT_FALSE(result.responses[0].has_done());
+  EXPECT_EQ(result.responses[0].output().batch(), 0);
+  EXPECT_TRUE(result.responses[1].has_done());
+  ASSERT_TRUE(result.responses[1].has_output());
+  EXPECT_EQ(result.responses[1].output().batch(), 1);
+  EXPECT_EQ(result.responses[1].output().count(), 10);
+}
+
 TEST_F(WorkerServiceErrors, WrongByteCount) {
   std::vector<v1::ExecuteRequest> requests = AllRows();
   requests[1].mutable_rows()->mutable_data()->resize(10);
