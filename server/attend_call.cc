@@ -355,6 +355,9 @@ absl::Status Call::OpenWorkers() {
     auto link = std::make_unique<WorkerLink>();
     link->member = member;
     link->context.set_deadline(context_->deadline());
+    // The stream's metadata goes out with the header instead of on its own,
+    // so opening it does not wait for a write.
+    link->context.set_initial_metadata_corked(true);
     link->stream = member.stub->Execute(&link->context);
     if (upload_bytes_ > kMostDirectUploadBytes) {
       link->writer = std::make_unique<WorkerWriter>(link->stream.get(),

@@ -83,6 +83,7 @@ absl::StatusOr<std::unique_ptr<ContextAppend>> ContextAppend::Start(
     auto link = std::make_unique<Link>();
     link->member = member;
     link->context.set_deadline(deadline);
+    link->context.set_initial_metadata_corked(true);  // sent with the header
     link->writer = member.stub->StoreContext(&link->context, &link->response);
     v1::StoreContextRequest request;
     v1::StoreContextHeader* h = request.mutable_header();
