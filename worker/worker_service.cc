@@ -6,7 +6,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -53,21 +52,23 @@ absl::Status PeerTimeoutAsUnavailable(absl::Status status,
 }
 
 // One Execute stream: reads the header and the shard, runs the ring on a
-// thread of its own, then writes the output. gRPC serializes the reactions
+// thread of the service's ComputeThreads, then writes the output. gRPC serializes the reactions
 // that matter here: reads happen before the computation starts and writes
 // only after it ends; OnCancel may come at any time and touches only
-// `cancelled_` and, under the mutex, the communicator. Deletes itself in
-// OnDone.
+// `cancelled_` and, under the mutex, the communicator. Deletes itself once
+// both OnDone and the computation (if one started) are over.
 class ExecuteReactor final
     : public grpc::ServerBidiReactor<v1::ExecuteRequest, v1::ExecuteResponse> {
  public:
   ExecuteReactor(grpc::CallbackServerContext* context, RingConnector& connector,
-                 CommunicatorCache& communicators, ContextStore* host_contexts,
+                 CommunicatorCache& communicators,
+                 ComputeThreads& compute_threads, ContextStore* host_contexts,
                  DeviceContextStore* device_contexts,
                  const WorkerServiceOptions& options,
                  absl::StatusOr<ExecutionBudget::Ticket> ticket)
       : connector_(connector),
         communicators_(communicators),
+        compute_threads_(compute_threads),
         host_contexts_(host_contexts),
         device_contexts_(device_contexts),
         options_(options),
@@ -95,7 +96,11 @@ class ExecuteReactor final
       return;
     }
     if (run_requested_) {
-      compute_ = std::thread(&ExecuteReactor::Compute, this);
+      holders_.fetch_add(1);
+      compute_threads_.Run([this] {
+        Compute();
+        Release();
+      });
       return;
     }
     StartRead(&request_);
@@ -116,12 +121,14 @@ class ExecuteReactor final
     if (communicator_ != nullptr) communicator_->Abort();
   }
 
-  void OnDone() override {
-    if (compute_.joinable()) compute_.join();
-    delete this;
-  }
+  void OnDone() override { Release(); }
 
  private:
+  // Drops one of the two holders: gRPC (until OnDone) and the computation.
+  void Release() {
+    if (holders_.fetch_sub(1) == 1) delete this;
+  }
+
   // Where K/V come from for a query of a resident context.
   struct ContextLoad {
     std::string name;
@@ -469,7 +476,7 @@ class ExecuteReactor final
     return absl::OkStatus();
   }
 
-  // Runs on compute_: takes resident context rows (LoadContext), joins the
+  // Runs on a compute thread: takes resident context rows (LoadContext), joins the
   // ring (none for broadcast-Q), computes, starts writing the output.
   void Compute() {
     if (context_load_.has_value()) {
@@ -653,6 +660,7 @@ class ExecuteReactor final
 
   RingConnector& connector_;
   CommunicatorCache& communicators_;
+  ComputeThreads& compute_threads_;
   ContextStore* const host_contexts_;          // on a CPU worker
   DeviceContextStore* const device_contexts_;  // on a CUDA worker
   const WorkerServiceOptions& options_;
@@ -687,7 +695,7 @@ class ExecuteReactor final
   bool run_requested_ = false;
 
   // The computation.
-  std::thread compute_;
+  std::atomic<int> holders_{1};  // gRPC, and the computation once started
   std::atomic<bool> cancelled_{false};
   absl::Mutex mutex_;
   RingCommunicator* communicator_ ABSL_GUARDED_BY(mutex_) = nullptr;
@@ -824,7 +832,8 @@ WorkerService::WorkerService(RingConnector& connector,
 grpc::ServerBidiReactor<v1::ExecuteRequest, v1::ExecuteResponse>*
 WorkerService::Execute(grpc::CallbackServerContext* context) {
   return new ExecuteReactor(context, connector_, communicators_,
-                            host_contexts_.get(), device_contexts_.get(),
+                            compute_threads_, host_contexts_.get(),
+                            device_contexts_.get(),
                             options_, budget_.Admit());
 }
 

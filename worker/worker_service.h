@@ -28,6 +28,7 @@
 #include "ringattn/v1/worker.grpc.pb.h"
 #include "worker/communicator.h"
 #include "worker/communicator_cache.h"
+#include "worker/compute_threads.h"
 #include "worker/context_store.h"
 #include "worker/device_context_store.h"
 #include "worker/execution_budget.h"
@@ -89,6 +90,8 @@ class WorkerService final : public v1::Worker::CallbackService {
   // CUDA one (exactly one is set).
   std::unique_ptr<ContextStore> host_contexts_;
   std::unique_ptr<DeviceContextStore> device_contexts_;
+  // Last, so that it is destroyed first: its work uses the members above.
+  ComputeThreads compute_threads_;
 };
 
 }  // namespace ringattn

@@ -1,0 +1,51 @@
+#include "worker/compute_threads.h"
+
+#include <atomic>
+
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+
+namespace ringattn {
+namespace {
+
+TEST(ComputeThreads, SequentialWorkReusesOneThread) {
+  ComputeThreads threads;
+  std::atomic<int> ran{0};
+  for (int i = 0; i < 10; ++i) {
+    threads.Run([&ran] { ++ran; });
+    threads.WaitForIdle();
+  }
+  EXPECT_EQ(ran.load(), 10);
+  EXPECT_EQ(threads.threads_started(), 1);
+}
+
+TEST(ComputeThreads, WorkNeverWaitsBehindBusyThreads) {
+  ComputeThreads threads;
+  // Each piece of work finishes only once the other started: both must run
+  // at the same time.
+  absl::Notification first_started, second_started;
+  threads.Run([&] {
+    first_started.Notify();
+    second_started.WaitForNotification();
+  });
+  threads.Run([&] {
+    second_started.Notify();
+    first_started.WaitForNotification();
+  });
+  threads.WaitForIdle();
+  EXPECT_TRUE(first_started.HasBeenNotified());
+  EXPECT_TRUE(second_started.HasBeenNotified());
+  EXPECT_EQ(threads.threads_started(), 2);
+}
+
+TEST(ComputeThreads, DestructionWaitsForWorkGiven) {
+  std::atomic<int> ran{0};
+  {
+    ComputeThreads threads;
+    for (int i = 0; i < 5; ++i) threads.Run([&ran] { ++ran; });
+  }
+  EXPECT_EQ(ran.load(), 5);
+}
+
+}  // namespace
+}  // namespace ringattn
