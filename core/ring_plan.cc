@@ -211,6 +211,19 @@ int64_t RingPlan::NumTasks() const {
   return tasks;
 }
 
+std::vector<std::vector<AttentionTask>> RingPlan::TasksAgainstBlock(
+    int64_t kv_owner) const {
+  std::vector<std::vector<AttentionTask>> tasks(steps_.size());
+  for (size_t worker = 0; worker < steps_.size(); ++worker) {
+    for (const RingStep& step : steps_[worker]) {
+      if (step.kv_owner != kv_owner) continue;
+      tasks[worker].insert(tasks[worker].end(), step.tasks.begin(),
+                           step.tasks.end());
+    }
+  }
+  return tasks;
+}
+
 ShardLayout WorldOfOne(const ShardLayout& layout, int rank) {
   return ShardLayout::FromChunks(layout.seq_len(), {layout.Chunks(rank)});
 }

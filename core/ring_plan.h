@@ -69,6 +69,11 @@ class RingPlan {
   int64_t NumTransfers() const;
   // Total number of tasks over all workers and steps.
   int64_t NumTasks() const;
+  // Pass-Q's view of the plan: for every worker w, the tasks of w's query
+  // shard against the K/V block of `kv_owner` (q_row local to w's shard,
+  // k_row to kv_owner's block), in plan order; empty where none are needed.
+  std::vector<std::vector<AttentionTask>> TasksAgainstBlock(
+      int64_t kv_owner) const;
 
  private:
   int64_t num_steps_ = 0;

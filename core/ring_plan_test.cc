@@ -1,5 +1,7 @@
 #include "core/ring_plan.h"
 
+#include <vector>
+
 #include "gtest/gtest.h"
 
 namespace ringattn {
@@ -55,6 +57,28 @@ TEST(RingPlan, CausalZigzagSkipsMaskedPairsAndBalancesWork) {
     EXPECT_EQ(work, 2 * (2 * p + 1) - 2) << "worker " << i;
   }
   EXPECT_EQ(diagonal, 2 * p);
+}
+
+TEST(RingPlan, TasksAgainstBlockGathersEveryWorkersTasksOnThatBlock) {
+  const int64_t p = 3;
+  const RingPlan plan = PlanFor(Spec(301, true), p);
+  int64_t gathered = 0;
+  for (int64_t kv_owner = 0; kv_owner < p; ++kv_owner) {
+    const std::vector<std::vector<AttentionTask>> tasks =
+        plan.TasksAgainstBlock(kv_owner);
+    ASSERT_EQ(tasks.size(), static_cast<size_t>(p));
+    for (int64_t w = 0; w < p; ++w) {
+      size_t expected = 0;
+      for (int64_t s = 0; s < plan.num_steps(); ++s) {
+        if (plan.Step(w, s).kv_owner == kv_owner) {
+          expected += plan.Step(w, s).tasks.size();
+        }
+      }
+      EXPECT_EQ(tasks[w].size(), expected) << w << " on " << kv_owner;
+      gathered += static_cast<int64_t>(tasks[w].size());
+    }
+  }
+  EXPECT_EQ(gathered, plan.NumTasks());
 }
 
 TEST(RingPlan, ShortCausalQueryBatchSeesWholeContext) {

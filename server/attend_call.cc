@@ -188,7 +188,7 @@ absl::Status Call::ReadHeader() {
   // choice itself waits for the workers (OpenWorkers).
   if (spec_proto_.strategy() == v1::STRATEGY_AUTO) return absl::OkStatus();
   return ChooseStrategy(spec_, spec_proto_.strategy(), /*workers=*/1,
-                        DTypeSize(dtype_), /*cpu_workers=*/true)
+                        DTypeSize(dtype_))
       .status();
 }
 
@@ -254,11 +254,8 @@ absl::Status Call::OpenWorkers() {
   if (!membership.ok()) return membership.status();
   const std::vector<Cluster::Member>& members = membership->members;
   const int64_t p = static_cast<int64_t>(members.size());
-  const bool all_cpu =
-      std::all_of(members.begin(), members.end(),
-                  [](const Cluster::Member& m) { return m.device == "cpu"; });
-  absl::StatusOr<v1::Strategy> strategy = ChooseStrategy(
-      spec_, spec_proto_.strategy(), p, DTypeSize(dtype_), all_cpu);
+  absl::StatusOr<v1::Strategy> strategy =
+      ChooseStrategy(spec_, spec_proto_.strategy(), p, DTypeSize(dtype_));
   if (!strategy.ok()) return strategy.status();
   strategy_ = *strategy;
   spec_proto_.set_strategy(strategy_);
@@ -269,20 +266,24 @@ absl::Status Call::OpenWorkers() {
   // K/V blocks (its own and the double buffer; only its own for broadcast-Q
   // and pass-Q). A GPU holds Q and two K/V blocks in 16 bits and fp32 O and
   // LSE; none of K/V where it reads a resident context in place (broadcast-Q,
-  // or a world of one).
+  // or a world of one). For pass-Q a GPU holds two travelling query blocks
+  // (16-bit Q, fp32 O and LSE) and its own K/V block only, none of it where
+  // it reads a resident context in place.
   const int64_t q_rows = broadcast ? spec_.q_len : (spec_.q_len + p - 1) / p;
   const int64_t kv_rows = (spec_.kv_len + p - 1) / p + 1;
   const int64_t q_values = spec_.batch * q_rows * spec_.q_heads;
   const int64_t kv_values =
       2 * spec_.batch * kv_rows * spec_.kv_heads * spec_.head_dim;
   const int64_t gpu_kv_blocks =
-      resident_.has_value() && (broadcast || p == 1) ? 0 : 2;
+      resident_.has_value() && (broadcast || pass_q || p == 1) ? 0
+      : pass_q                                                 ? 1
+                                                               : 2;
   for (const Cluster::Member& member : members) {
     const int64_t per_worker =
         member.device == "cpu"
             ? 4 * ((pass_q ? 3 : 1) * q_values * (2 * spec_.head_dim + 1) +
                    (broadcast || pass_q ? 1 : 3) * kv_values)
-            : q_values * (6 * spec_.head_dim + 4) +
+            : (pass_q ? 2 : 1) * q_values * (6 * spec_.head_dim + 4) +
                   gpu_kv_blocks * 2 * kv_values;
     if (member.memory_bytes > 0 && per_worker > member.memory_bytes) {
       return absl::ResourceExhaustedError(absl::StrCat(

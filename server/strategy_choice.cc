@@ -24,17 +24,11 @@ BytesMoved EstimateBytesMoved(const AttentionSpec& spec, int64_t workers,
 absl::StatusOr<v1::Strategy> ChooseStrategy(const AttentionSpec& spec,
                                             v1::Strategy requested,
                                             int64_t workers,
-                                            int64_t wire_element_bytes,
-                                            bool cpu_workers) {
+                                            int64_t wire_element_bytes) {
   switch (requested) {
     case v1::PASS_KV:
       return v1::PASS_KV;
     case v1::PASS_Q:
-      if (!cpu_workers) {
-        return absl::UnimplementedError(
-            "strategy PASS_Q runs on CPU workers only and this cluster has "
-            "GPU workers; use PASS_KV or STRATEGY_AUTO");
-      }
       return v1::PASS_Q;
     case v1::BROADCAST_Q:
       RINGATTN_RETURN_IF_ERROR(CheckBroadcastQSupports(spec));
@@ -53,7 +47,7 @@ absl::StatusOr<v1::Strategy> ChooseStrategy(const AttentionSpec& spec,
     best = v1::BROADCAST_Q;
     fewest = bytes.broadcast_q;
   }
-  if (cpu_workers && bytes.pass_q < fewest) best = v1::PASS_Q;
+  if (bytes.pass_q < fewest) best = v1::PASS_Q;
   return best;
 }
 

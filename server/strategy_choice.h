@@ -29,9 +29,11 @@
 // pick it only where broadcast-Q cannot run: dilated, block-sparse and
 // Hilbert specs, which need Nq = Nk, where pass-KV always moves less (Hq >=
 // Hkv). So under this count AUTO does not pick pass-Q today; forcing PASS_Q
-// runs it. Pass-Q runs on CPU workers only; broadcast-Q on CPU and GPU
-// workers, but not for dilated, block-sparse or Hilbert specs. Compute is the same under all three and is not weighed. Pure
-// functions; thread-safe.
+// runs it. CPU and GPU workers run all three, and the count is the same for
+// both (it overstates what a GPU ring moves, whose K/V and query blocks are
+// 16-bit, alike for pass-KV and pass-Q, so the comparison barely moves);
+// broadcast-Q does not run dilated, block-sparse or Hilbert specs. Compute is
+// the same under all three and is not weighed. Pure functions; thread-safe.
 
 #include <cstdint>
 
@@ -52,15 +54,13 @@ BytesMoved EstimateBytesMoved(const AttentionSpec& spec, int64_t workers,
                               int64_t wire_element_bytes);
 
 // The strategy to run: `requested` if forced, or the model's choice for
-// STRATEGY_AUTO. `cpu_workers`: every worker is a CPU worker (GPU workers
-// run pass-KV and broadcast-Q, not pass-Q). UNIMPLEMENTED for PASS_Q on GPU
-// workers, and for BROADCAST_Q where the spec cannot run it (the message says
-// why).
+// STRATEGY_AUTO, on CPU and GPU workers alike. UNIMPLEMENTED for BROADCAST_Q
+// where the spec cannot run it (the message says why); INVALID_ARGUMENT for
+// a value that names no strategy.
 absl::StatusOr<v1::Strategy> ChooseStrategy(const AttentionSpec& spec,
                                             v1::Strategy requested,
                                             int64_t workers,
-                                            int64_t wire_element_bytes,
-                                            bool cpu_workers);
+                                            int64_t wire_element_bytes);
 
 }  // namespace ringattn
 

@@ -1,6 +1,6 @@
 // The strategy cost model: byte counts for known shapes, the AUTO choice on
-// both sides of the break-even point, pass-Q's place in the model, and the
-// refusals of forced strategies.
+// both sides of the break-even point, pass-Q's place in the model, forced
+// strategies kept or refused (pass-Q now on any cluster, GPU ones included).
 
 #include "server/strategy_choice.h"
 
@@ -42,7 +42,7 @@ TEST(StrategyChoice, PassQUndercutsPassKvButNeverBroadcastQ) {
     const BytesMoved bytes = EstimateBytesMoved(Spec(512, 100000), p, 2);
     EXPECT_LT(bytes.pass_q, bytes.pass_kv);
     EXPECT_LT(bytes.broadcast_q, bytes.pass_q);
-    EXPECT_EQ(*ChooseStrategy(Spec(512, 100000), v1::STRATEGY_AUTO, p, 2, true),
+    EXPECT_EQ(*ChooseStrategy(Spec(512, 100000), v1::STRATEGY_AUTO, p, 2),
               v1::BROADCAST_Q);
   }
   // Where broadcast-Q cannot run the patterns need Nq = Nk, and pass-KV
@@ -51,13 +51,12 @@ TEST(StrategyChoice, PassQUndercutsPassKvButNeverBroadcastQ) {
   sparse.block_sparse = BlockSparseRules{.block_size = 64, .local = 1};
   const BytesMoved sparse_bytes = EstimateBytesMoved(sparse, 4, 4);
   EXPECT_LT(sparse_bytes.pass_kv, sparse_bytes.pass_q);
-  EXPECT_EQ(*ChooseStrategy(sparse, v1::STRATEGY_AUTO, 4, 4, true),
-            v1::PASS_KV);
+  EXPECT_EQ(*ChooseStrategy(sparse, v1::STRATEGY_AUTO, 4, 4), v1::PASS_KV);
 }
 
 TEST(StrategyChoice, AutoPicksBroadcastQForShortQueriesOnly) {
   auto choose = [](int64_t nq, int64_t nk, int64_t p) {
-    return *ChooseStrategy(Spec(nq, nk), v1::STRATEGY_AUTO, p, 4, true);
+    return *ChooseStrategy(Spec(nq, nk), v1::STRATEGY_AUTO, p, 4);
   };
   EXPECT_EQ(choose(1, 1009, 3), v1::BROADCAST_Q);
   EXPECT_EQ(choose(17, 1009, 3), v1::BROADCAST_Q);
@@ -72,39 +71,42 @@ TEST(StrategyChoice, AutoPicksBroadcastQForShortQueriesOnly) {
 TEST(StrategyChoice, AutoKeepsPassKvWhereBroadcastQCannotRun) {
   AttentionSpec sparse = Spec(64, 64);
   sparse.block_sparse = BlockSparseRules{.block_size = 16, .local = 0};
-  EXPECT_EQ(*ChooseStrategy(sparse, v1::STRATEGY_AUTO, 8, 4, true),
-            v1::PASS_KV);
+  EXPECT_EQ(*ChooseStrategy(sparse, v1::STRATEGY_AUTO, 8, 4), v1::PASS_KV);
 }
 
 TEST(StrategyChoice, ForcedStrategiesAreKeptOrRefused) {
-  EXPECT_EQ(*ChooseStrategy(Spec(1009, 1009), v1::BROADCAST_Q, 3, 4, true),
+  EXPECT_EQ(*ChooseStrategy(Spec(1009, 1009), v1::BROADCAST_Q, 3, 4),
             v1::BROADCAST_Q);
-  EXPECT_EQ(*ChooseStrategy(Spec(1, 1009), v1::PASS_KV, 3, 4, true),
-            v1::PASS_KV);
-  EXPECT_EQ(*ChooseStrategy(Spec(1, 9), v1::PASS_Q, 3, 4, true), v1::PASS_Q);
+  EXPECT_EQ(*ChooseStrategy(Spec(1, 1009), v1::PASS_KV, 3, 4), v1::PASS_KV);
+  EXPECT_EQ(*ChooseStrategy(Spec(1, 9), v1::PASS_Q, 3, 4), v1::PASS_Q);
   AttentionSpec sparse = Spec(64, 64);
   sparse.block_sparse = BlockSparseRules{.block_size = 16, .local = 0};
-  EXPECT_EQ(*ChooseStrategy(sparse, v1::PASS_Q, 3, 4, true), v1::PASS_Q);
-  const absl::Status on_gpus =
-      ChooseStrategy(Spec(1, 9), v1::PASS_Q, 3, 4, false).status();
-  EXPECT_EQ(on_gpus.code(), absl::StatusCode::kUnimplemented);
-  EXPECT_NE(on_gpus.message().find("CPU workers only"), std::string::npos);
-  EXPECT_EQ(*ChooseStrategy(Spec(1, 9), v1::BROADCAST_Q, 3, 4, false),
-            v1::BROADCAST_Q);
+  EXPECT_EQ(*ChooseStrategy(sparse, v1::PASS_Q, 3, 4), v1::PASS_Q);
+  EXPECT_EQ(ChooseStrategy(Spec(1, 9), static_cast<v1::Strategy>(77), 3, 4)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
   AttentionSpec dilated = Spec(16, 16);
   dilated.dilated = {DilatedBranch{8, 2}};
   const absl::Status refused =
-      ChooseStrategy(dilated, v1::BROADCAST_Q, 3, 4, true).status();
+      ChooseStrategy(dilated, v1::BROADCAST_Q, 3, 4).status();
   EXPECT_EQ(refused.code(), absl::StatusCode::kUnimplemented);
   EXPECT_NE(refused.message().find("dilated"), std::string::npos);
 }
 
-TEST(StrategyChoice, GpuClustersChooseBetweenPassKvAndBroadcastQ) {
-  // A decode step against a long context: broadcast-Q, as on CPU workers.
-  EXPECT_EQ(*ChooseStrategy(Spec(1, 1009), v1::STRATEGY_AUTO, 3, 4, false),
-            v1::BROADCAST_Q);
-  EXPECT_EQ(*ChooseStrategy(Spec(1009, 1009), v1::STRATEGY_AUTO, 3, 4, false),
-            v1::PASS_KV);
+TEST(StrategyChoice, ForcedPassQRunsOnAnyClusterAndEveryPattern) {
+  // GPU workers run pass-Q too (they used to be refused): forcing it is kept
+  // for every pattern, whatever the workers are.
+  AttentionSpec dilated = Spec(1009, 1009);
+  dilated.dilated = {DilatedBranch{64, 2}};
+  AttentionSpec sparse = Spec(1009, 1009);
+  sparse.block_sparse = BlockSparseRules{.block_size = 64, .local = 1};
+  for (const AttentionSpec& spec :
+       {Spec(1, 1009), Spec(1009, 1009), dilated, sparse}) {
+    for (int64_t p : {1, 2, 8}) {
+      EXPECT_EQ(*ChooseStrategy(spec, v1::PASS_Q, p, 2), v1::PASS_Q);
+    }
+  }
 }
 
 }  // namespace

@@ -162,20 +162,28 @@ std::vector<DilatedCall> PlanDilatedTask(const AttentionSpec& spec,
   return calls;
 }
 
-std::vector<std::vector<DilatedCall>> PlanDilatedSteps(
-    const AttentionSpec& spec, const RingPlan& plan, int rank, int64_t q_rows,
-    int64_t tile_q_rows, int64_t tile_kv_rows) {
+std::vector<DilatedCall> PlanDilatedTasks(
+    const AttentionSpec& spec, const std::vector<AttentionTask>& tasks,
+    int64_t q_rows, int64_t tile_q_rows, int64_t tile_kv_rows) {
   DilatedLimits limits;
   limits.tile_q_rows = tile_q_rows;
   limits.tile_kv_rows = tile_kv_rows;
   limits.partial_rows = std::min(q_rows, tile_q_rows) * spec.q_heads;
-  std::vector<std::vector<DilatedCall>> steps(
-      static_cast<size_t>(plan.num_steps()));
+  std::vector<DilatedCall> calls;
+  for (const AttentionTask& task : tasks) {
+    std::vector<DilatedCall> task_calls = PlanDilatedTask(spec, task, limits);
+    calls.insert(calls.end(), task_calls.begin(), task_calls.end());
+  }
+  return calls;
+}
+
+std::vector<std::vector<DilatedCall>> PlanDilatedSteps(
+    const AttentionSpec& spec, const RingPlan& plan, int rank, int64_t q_rows,
+    int64_t tile_q_rows, int64_t tile_kv_rows) {
+  std::vector<std::vector<DilatedCall>> steps;
   for (int64_t s = 0; s < plan.num_steps(); ++s) {
-    for (const AttentionTask& task : plan.Step(rank, s).tasks) {
-      std::vector<DilatedCall> calls = PlanDilatedTask(spec, task, limits);
-      steps[s].insert(steps[s].end(), calls.begin(), calls.end());
-    }
+    steps.push_back(PlanDilatedTasks(spec, plan.Step(rank, s).tasks, q_rows,
+                                     tile_q_rows, tile_kv_rows));
   }
   return steps;
 }

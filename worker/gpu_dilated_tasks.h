@@ -96,9 +96,15 @@ std::vector<DilatedCall> PlanDilatedTask(const AttentionSpec& spec,
                                          const AttentionTask& task,
                                          const DilatedLimits& limits);
 
-// Per step of `plan`, the launches of rank `rank`'s kDilated tasks, for an
-// executor with `q_rows` query rows whose scratch holds spec.batch *
-// min(q_rows, tile_q_rows) * q_heads partial rows (GpuRingExecutor's).
+// The launches of the kDilated tasks among `tasks` (of one query shard), for
+// an executor with at most `q_rows` query rows per shard whose scratch holds
+// spec.batch * min(q_rows, tile_q_rows) * q_heads partial rows
+// (GpuRingExecutor's).
+std::vector<DilatedCall> PlanDilatedTasks(
+    const AttentionSpec& spec, const std::vector<AttentionTask>& tasks,
+    int64_t q_rows, int64_t tile_q_rows, int64_t tile_kv_rows);
+
+// Per step of `plan`, PlanDilatedTasks of rank `rank`'s tasks.
 std::vector<std::vector<DilatedCall>> PlanDilatedSteps(
     const AttentionSpec& spec, const RingPlan& plan, int rank, int64_t q_rows,
     int64_t tile_q_rows, int64_t tile_kv_rows);

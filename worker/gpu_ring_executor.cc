@@ -28,12 +28,30 @@ double AlignUp(double bytes) {
       static_cast<int64_t>((bytes + kAlignment - 1) / kAlignment) * kAlignment);
 }
 
-// Byte offsets of the pool's slices, in double so that absurd shapes
-// saturate instead of overflowing.
-struct PoolLayout {
-  double q = 0;
+// Byte offsets within a query block [Q | O | LSE] of `rows` rows (Q at 0), in
+// double so that absurd shapes saturate instead of overflowing.
+struct QueryBlockLayout {
   double o = 0;
   double lse = 0;
+  double bytes = 0;
+};
+
+QueryBlockLayout LayOutQueryBlock(const AttentionSpec& spec, double rows,
+                                  int64_t element_bytes) {
+  const double rows_heads = static_cast<double>(spec.batch) * rows *
+                            static_cast<double>(spec.q_heads);
+  const double values = rows_heads * static_cast<double>(spec.head_dim);
+  QueryBlockLayout layout;
+  layout.o = AlignUp(values * static_cast<double>(element_bytes));
+  layout.lse = layout.o + AlignUp(values * sizeof(float));
+  layout.bytes = layout.lse + rows_heads * sizeof(float);
+  return layout;
+}
+
+// Byte offsets of the pool's slices, in double as above.
+struct PoolLayout {
+  double query_block = 0;
+  double spare_query_block = 0;
   double home_block = 0;
   double spare_block = 0;
   double part_o = 0;
@@ -41,13 +59,15 @@ struct PoolLayout {
   double total = 0;
 };
 
+// A pool of query blocks of `q_rows` rows (a spare one if `spare_query`), K/V
+// blocks of `block_rows` rows (a spare one if `spare_kv`), and the scratch of
+// one tile.
 PoolLayout LayOutPool(const AttentionSpec& spec, int64_t q_rows,
-                      int64_t block_rows, bool spare, int64_t tile_q_rows,
-                      int64_t element_bytes) {
+                      bool spare_query, int64_t block_rows, bool spare_kv,
+                      int64_t tile_q_rows, int64_t element_bytes) {
   const double batch = static_cast<double>(spec.batch);
-  const double q_values =
-      batch * static_cast<double>(q_rows) * spec.q_heads * spec.head_dim;
-  const double lse_values = batch * static_cast<double>(q_rows) * spec.q_heads;
+  const double query_bytes =
+      LayOutQueryBlock(spec, static_cast<double>(q_rows), element_bytes).bytes;
   const double block_values = 2 * batch * static_cast<double>(block_rows) *
                               spec.kv_heads * spec.head_dim;
   const double tile_rows = static_cast<double>(std::min(q_rows, tile_q_rows));
@@ -58,17 +78,36 @@ PoolLayout LayOutPool(const AttentionSpec& spec, int64_t q_rows,
     at += AlignUp(bytes);
     return start;
   };
-  layout.q = take(q_values * element_bytes);
-  layout.o = take(q_values * sizeof(float));
-  layout.lse = take(lse_values * sizeof(float));
+  layout.query_block = take(query_bytes);
+  layout.spare_query_block = spare_query ? take(query_bytes) : 0;
   layout.home_block = take(block_values * element_bytes);
-  layout.spare_block = spare ? take(block_values * element_bytes) : 0;
+  layout.spare_block = spare_kv ? take(block_values * element_bytes) : 0;
   layout.part_o =
       take(batch * tile_rows * spec.q_heads * spec.head_dim * element_bytes);
   layout.part_lse = take(batch * tile_rows * spec.q_heads * sizeof(float));
   layout.total = at;
   return layout;
 }
+
+// The pool of rank `rank`. Pass-KV: the rank's query rows stay, K/V blocks
+// of the largest shard pass through a home and a spare buffer, and a world
+// of one reads a resident context in place. Pass-Q: query blocks of the
+// largest shard pass through two buffers, and the rank's own K/V stays in the
+// home buffer, or in the resident context.
+PoolLayout PoolFor(const AttentionSpec& spec, int rank, int world_size,
+                   const GpuRingConfig& config, const ShardLayout& q_layout,
+                   const ShardLayout& kv_layout, bool pass_q) {
+  const bool ring = world_size > 1;
+  const int64_t q_rows =
+      pass_q ? q_layout.LargestShard() : q_layout.ShardLength(rank);
+  int64_t block_rows =
+      pass_q ? kv_layout.ShardLength(rank) : kv_layout.LargestShard();
+  if (config.resident_kv && (pass_q || !ring)) block_rows = 0;
+  return LayOutPool(spec, q_rows, pass_q && ring, block_rows, !pass_q && ring,
+                    config.tile_q_rows, /*element_bytes=*/2);
+}
+
+int64_t Modulo(int64_t x, int64_t m) { return ((x % m) + m) % m; }
 
 // Appends the tiles of global query positions `q` (shard row `q_row` on)
 // against global key positions `k` (block row `k_row` on), all visible unless
@@ -199,24 +238,46 @@ int64_t GpuRingExecutor::DeviceBytesNeeded(const AttentionSpec& spec, int rank,
                                            int world_size,
                                            const GpuRingConfig& config,
                                            const ShardLayout* kv_layout) {
-  const ShardLayout q_layout = LayoutFor(spec, spec.q_len, world_size);
-  // A world of one reading a resident context in place needs no K/V block.
-  const int64_t block_rows =
-      config.resident_kv && world_size == 1
-          ? 0
-          : (kv_layout != nullptr ? *kv_layout
-                                  : LayoutFor(spec, spec.kv_len, world_size))
-                .LargestShard();
-  const double bytes =
-      LayOutPool(spec, q_layout.ShardLength(rank), block_rows, world_size > 1,
-                 config.tile_q_rows, /*element_bytes=*/2)
-          .total;
-  return SaturatedBytes(bytes);
+  const ShardLayout kv = kv_layout != nullptr
+                             ? *kv_layout
+                             : LayoutFor(spec, spec.kv_len, world_size);
+  return SaturatedBytes(PoolFor(spec, rank, world_size, config,
+                                LayoutFor(spec, spec.q_len, world_size), kv,
+                                /*pass_q=*/false)
+                            .total);
+}
+
+int64_t GpuRingExecutor::PassQDeviceBytesNeeded(const AttentionSpec& spec,
+                                                int rank, int world_size,
+                                                const GpuRingConfig& config,
+                                                const ShardLayout* kv_layout) {
+  const ShardLayout kv = kv_layout != nullptr
+                             ? *kv_layout
+                             : LayoutFor(spec, spec.kv_len, world_size);
+  return SaturatedBytes(PoolFor(spec, rank, world_size, config,
+                                LayoutFor(spec, spec.q_len, world_size), kv,
+                                /*pass_q=*/true)
+                            .total);
 }
 
 absl::StatusOr<std::unique_ptr<GpuRingExecutor>> GpuRingExecutor::Create(
     const AttentionSpec& spec, int rank, int world_size,
     const GpuRingConfig& config, std::optional<ShardLayout> kv_layout) {
+  return CreateRing(spec, rank, world_size, config, std::move(kv_layout),
+                    /*pass_q=*/false);
+}
+
+absl::StatusOr<std::unique_ptr<GpuRingExecutor>> GpuRingExecutor::CreatePassQ(
+    const AttentionSpec& spec, int rank, int world_size,
+    const GpuRingConfig& config, std::optional<ShardLayout> kv_layout) {
+  return CreateRing(spec, rank, world_size, config, std::move(kv_layout),
+                    /*pass_q=*/true);
+}
+
+absl::StatusOr<std::unique_ptr<GpuRingExecutor>> GpuRingExecutor::CreateRing(
+    const AttentionSpec& spec, int rank, int world_size,
+    const GpuRingConfig& config, std::optional<ShardLayout> kv_layout,
+    bool pass_q) {
   RINGATTN_RETURN_IF_ERROR(spec.Validate());
   RINGATTN_RETURN_IF_ERROR(CheckRank(rank, world_size));
   if (config.tile_q_rows < 1 || config.tile_kv_rows < 1) {
@@ -227,7 +288,7 @@ absl::StatusOr<std::unique_ptr<GpuRingExecutor>> GpuRingExecutor::Create(
   absl::StatusOr<ShardLayout> layout =
       KvLayoutFor(spec, world_size, std::move(kv_layout));
   if (!layout.ok()) return layout.status();
-  return Build(spec, rank, world_size, config, *std::move(layout));
+  return Build(spec, rank, world_size, config, *std::move(layout), pass_q);
 }
 
 absl::StatusOr<std::unique_ptr<GpuRingExecutor>>
@@ -240,30 +301,34 @@ GpuRingExecutor::CreateBroadcast(const AttentionSpec& spec, int rank,
   absl::StatusOr<ShardLayout> layout =
       KvLayoutFor(spec, world_size, std::move(kv_layout));
   if (!layout.ok()) return layout.status();
-  return Build(spec, 0, 1, config, WorldOfOne(*layout, rank));
+  return Build(spec, 0, 1, config, WorldOfOne(*layout, rank),
+               /*pass_q=*/false);
 }
 
 absl::StatusOr<std::unique_ptr<GpuRingExecutor>> GpuRingExecutor::Build(
     const AttentionSpec& spec, int rank, int world_size,
-    const GpuRingConfig& config, ShardLayout kv_layout) {
+    const GpuRingConfig& config, ShardLayout kv_layout, bool pass_q) {
   const int64_t bytes =
-      DeviceBytesNeeded(spec, rank, world_size, config, &kv_layout);
+      pass_q
+          ? PassQDeviceBytesNeeded(spec, rank, world_size, config, &kv_layout)
+          : DeviceBytesNeeded(spec, rank, world_size, config, &kv_layout);
   RINGATTN_RETURN_IF_ERROR(
       CheckExecutorBytes(bytes, rank, world_size, "its share"));
   RINGATTN_RETURN_IF_ERROR(EnterCudaDevice(config.device));
   std::unique_ptr<GpuRingExecutor> executor(new GpuRingExecutor(
-      spec, rank, world_size, config, std::move(kv_layout)));
+      spec, rank, world_size, config, std::move(kv_layout), pass_q));
   RINGATTN_RETURN_IF_ERROR(executor->Initialize());
   return executor;
 }
 
 GpuRingExecutor::GpuRingExecutor(const AttentionSpec& spec, int rank,
                                  int world_size, const GpuRingConfig& config,
-                                 ShardLayout kv_layout)
+                                 ShardLayout kv_layout, bool pass_q)
     : spec_(spec),
       rank_(rank),
       world_size_(world_size),
       config_(config),
+      pass_q_(pass_q),
       q_layout_(LayoutFor(spec, spec.q_len, world_size)),
       kv_layout_(std::move(kv_layout)),
       blocks_(BlockMask::ForSpec(spec)),
@@ -271,10 +336,8 @@ GpuRingExecutor::GpuRingExecutor(const AttentionSpec& spec, int rank,
       element_bytes_(2) {}
 
 absl::Status GpuRingExecutor::Initialize() {
-  const PoolLayout layout =
-      LayOutPool(spec_, q_layout_.ShardLength(rank_),
-                 HasHomeBlock() ? kv_layout_.LargestShard() : 0,
-                 world_size_ > 1, config_.tile_q_rows, element_bytes_);
+  const PoolLayout layout = PoolFor(spec_, rank_, world_size_, config_,
+                                    q_layout_, kv_layout_, pass_q_);
   const int64_t total = static_cast<int64_t>(layout.total);
   if (total > 0) {
     absl::StatusOr<DeviceBuffer> pool = DeviceBuffer::Allocate(total);
@@ -290,11 +353,12 @@ absl::Status GpuRingExecutor::Initialize() {
   auto at = [base](double offset) {
     return base + static_cast<int64_t>(offset);
   };
-  q_ = at(layout.q);
-  o_ = reinterpret_cast<float*>(at(layout.o));
-  lse_ = reinterpret_cast<float*>(at(layout.lse));
+  const bool ring = world_size_ > 1;
+  query_block_ = at(layout.query_block);
+  spare_query_block_ = pass_q_ && ring ? at(layout.spare_query_block) : nullptr;
+  HoldOwnQueries(query_block_);
   home_block_ = at(layout.home_block);
-  spare_block_ = world_size_ > 1 ? at(layout.spare_block) : nullptr;
+  spare_block_ = !pass_q_ && ring ? at(layout.spare_block) : nullptr;
   part_o_ = at(layout.part_o);
   part_lse_ = reinterpret_cast<float*>(at(layout.part_lse));
   if (spare_block_ != nullptr) {
@@ -316,21 +380,33 @@ absl::Status GpuRingExecutor::Initialize() {
   compute_end_ = *std::move(end);
   dispatcher_ = DispatcherPool::Shared().Take(config_.device);
 
-  step_tiles_.resize(static_cast<size_t>(plan_.num_steps()));
-  step_flops_.assign(static_cast<size_t>(plan_.num_steps()), 0.0);
-  step_tasks_.assign(static_cast<size_t>(plan_.num_steps()), 0);
-  for (int64_t s = 0; s < plan_.num_steps(); ++s) {
-    for (const AttentionTask& task : plan_.Step(rank_, s).tasks) {
-      std::vector<AttentionTile> tiles = TileTask(
-          spec_, blocks(), task, config_.tile_q_rows, KeyRowsPerTile());
-      step_tiles_[s].insert(step_tiles_[s].end(), tiles.begin(), tiles.end());
-      step_flops_[s] += TaskFlops(spec_, blocks(), task);
-      ++step_tasks_[s];
+  // Per step, the tasks it computes: the rank's queries against the block it
+  // holds (pass-KV), or the visiting queries against the rank's own K/V.
+  std::vector<std::vector<AttentionTask>> step_tasks;
+  if (pass_q_) {
+    const std::vector<std::vector<AttentionTask>> by_owner =
+        plan_.TasksAgainstBlock(rank_);
+    for (int64_t s = 0; s < world_size_; ++s) {
+      step_tasks.push_back(by_owner[Modulo(rank_ - s, world_size_)]);
+    }
+  } else {
+    for (int64_t s = 0; s < plan_.num_steps(); ++s) {
+      step_tasks.push_back(plan_.Step(rank_, s).tasks);
     }
   }
-  step_dilated_calls_ =
-      PlanDilatedSteps(spec_, plan_, rank_, q_layout_.ShardLength(rank_),
-                       config_.tile_q_rows, config_.tile_kv_rows);
+  for (const std::vector<AttentionTask>& tasks : step_tasks) {
+    std::vector<AttentionTile>& tiles = step_tiles_.emplace_back();
+    double& flops = step_flops_.emplace_back(0.0);
+    for (const AttentionTask& task : tasks) {
+      std::vector<AttentionTile> task_tiles = TileTask(
+          spec_, blocks(), task, config_.tile_q_rows, KeyRowsPerTile());
+      tiles.insert(tiles.end(), task_tiles.begin(), task_tiles.end());
+      flops += TaskFlops(spec_, blocks(), task);
+    }
+    step_tasks_.push_back(static_cast<int64_t>(tasks.size()));
+    step_dilated_calls_.push_back(PlanDilatedTasks(
+        spec_, tasks, QueryRows(), config_.tile_q_rows, config_.tile_kv_rows));
+  }
 
   if (config_.host_staging) {
     const DType host = HostDTypeOf(config_.dtype);
@@ -371,15 +447,18 @@ void* GpuRingExecutor::device_v() const {
 }
 
 int64_t GpuRingExecutor::KeyRowsPerTile() const {
-  if (q_layout_.ShardLength(rank_) * spec_.GqaRatio() >
-      kGpuDecodeMaxPackedRows) {
+  if (QueryRows() * spec_.GqaRatio() > kGpuDecodeMaxPackedRows) {
     return config_.tile_kv_rows;
   }
   return std::max<int64_t>(1, kv_layout_.LargestShard());
 }
 
 bool GpuRingExecutor::HasHomeBlock() const {
-  return !(config_.resident_kv && world_size_ == 1);
+  return !(config_.resident_kv && (pass_q_ || world_size_ == 1));
+}
+
+int64_t GpuRingExecutor::QueryRows() const {
+  return pass_q_ ? q_layout_.LargestShard() : q_layout_.ShardLength(rank_);
 }
 
 int64_t GpuRingExecutor::BlockRows(int64_t owner) const {
@@ -403,6 +482,32 @@ GpuRingExecutor::KvBlock GpuRingExecutor::BlockAt(const void* buffer,
   const char* keys = static_cast<const char*>(buffer);
   return KvBlock{keys, keys + spec_.batch * rows * row_values * element_bytes_,
                  rows * row_values};
+}
+
+GpuRingExecutor::QueryBlock GpuRingExecutor::QueryBlockAt(void* buffer,
+                                                          int64_t owner) const {
+  const int64_t rows = q_layout_.ShardLength(owner);
+  const QueryBlockLayout layout =
+      LayOutQueryBlock(spec_, static_cast<double>(rows), element_bytes_);
+  char* base = static_cast<char*>(buffer);
+  return QueryBlock{
+      base, reinterpret_cast<float*>(base + static_cast<int64_t>(layout.o)),
+      reinterpret_cast<float*>(base + static_cast<int64_t>(layout.lse)), rows};
+}
+
+int64_t GpuRingExecutor::QueryBlockBytes(int64_t owner) const {
+  if (q_layout_.ShardLength(owner) == 0) return 0;
+  return static_cast<int64_t>(
+      LayOutQueryBlock(spec_, static_cast<double>(q_layout_.ShardLength(owner)),
+                       element_bytes_)
+          .bytes);
+}
+
+void GpuRingExecutor::HoldOwnQueries(void* buffer) {
+  const QueryBlock own = QueryBlockAt(buffer, rank_);
+  q_ = own.q;
+  o_ = own.o;
+  lse_ = own.lse;
 }
 
 absl::Status GpuRingExecutor::UseResidentKv(ResidentKv kv) {
@@ -506,11 +611,12 @@ absl::Status GpuRingExecutor::Download(View<float> o, View<float> lse) const {
 }
 
 absl::Status GpuRingExecutor::EnqueueTile(const AttentionTile& tile,
+                                          const QueryBlock& queries,
                                           const KvBlock& block,
                                           GpuRingStats& stats) {
   const int64_t q_row_values = spec_.q_heads * spec_.head_dim;
   const int64_t k_row_values = spec_.kv_heads * spec_.head_dim;
-  const int64_t q_rows = q_layout_.ShardLength(rank_);
+  const int64_t q_rows = queries.rows;
   DeviceAttentionArgs args;
   args.dtype = config_.dtype;
   args.batch = spec_.batch;
@@ -519,8 +625,8 @@ absl::Status GpuRingExecutor::EnqueueTile(const AttentionTile& tile,
   args.q_heads = spec_.q_heads;
   args.kv_heads = spec_.kv_heads;
   args.head_dim = spec_.head_dim;
-  args.q.data =
-      static_cast<const char*>(q_) + tile.q_row * q_row_values * element_bytes_;
+  args.q.data = static_cast<const char*>(queries.q) +
+                tile.q_row * q_row_values * element_bytes_;
   args.q.batch_stride = q_rows * q_row_values;
   args.q.seq_stride = q_row_values;
   args.k.data = block.k + tile.k_row * k_row_values * element_bytes_;
@@ -550,25 +656,26 @@ absl::Status GpuRingExecutor::EnqueueTile(const AttentionTile& tile,
   return CudaStatus(
       LaunchMergePartial(config_.dtype, part_o_, part_lse_, spec_.batch,
                          tile.q_len * spec_.q_heads, spec_.head_dim,
-                         o_ + tile.q_row * q_row_values,
-                         lse_ + tile.q_row * spec_.q_heads,
+                         queries.o + tile.q_row * q_row_values,
+                         queries.lse + tile.q_row * spec_.q_heads,
                          q_rows * spec_.q_heads, stream_.get()),
       "merging a tile");
 }
 
 absl::Status GpuRingExecutor::EnqueueDilatedStep(int64_t step,
+                                                 const QueryBlock& queries,
                                                  const KvBlock& block,
                                                  const RingOptions& options,
                                                  GpuRingStats& stats) {
   DilatedOperands operands;
   operands.dtype = config_.dtype;
-  operands.q = q_;
-  operands.q_rows = q_layout_.ShardLength(rank_);
+  operands.q = queries.q;
+  operands.q_rows = queries.rows;
   operands.k = block.k;
   operands.v = block.v;
   operands.kv_batch_stride = block.batch_stride;
-  operands.o = o_;
-  operands.lse = lse_;
+  operands.o = queries.o;
+  operands.lse = queries.lse;
   operands.part_o = part_o_;
   operands.part_lse = part_lse_;
   AttentionPathCounts counts;
@@ -588,6 +695,46 @@ absl::Status GpuRingExecutor::Stop(RingCommunicator& communicator,
   return status;
 }
 
+absl::Status GpuRingExecutor::EnqueueStep(int64_t step,
+                                          const QueryBlock& queries,
+                                          const KvBlock& block,
+                                          const RingOptions& options,
+                                          GpuRingStats& stats) {
+  RINGATTN_RETURN_IF_ERROR(CudaStatus(
+      cudaEventRecord(compute_start_.get(), stream_.get()), "timing a step"));
+  for (const AttentionTile& tile : step_tiles_[step]) {
+    if (options.cancelled != nullptr && options.cancelled->load()) {
+      return absl::CancelledError(
+          absl::StrCat("rank ", rank_, " was cancelled at ring step ", step));
+    }
+    RINGATTN_RETURN_IF_ERROR(EnqueueTile(tile, queries, block, stats));
+  }
+  if (!step_dilated_calls_[step].empty()) {
+    RINGATTN_RETURN_IF_ERROR(
+        EnqueueDilatedStep(step, queries, block, options, stats));
+  }
+  return CudaStatus(cudaEventRecord(compute_end_.get(), stream_.get()),
+                    "timing a step");
+}
+
+absl::Status GpuRingExecutor::CountStep(int64_t step, absl::Time step_start,
+                                        GpuRingStats& stats) {
+  RINGATTN_RETURN_IF_ERROR(
+      CudaStatus(cudaEventSynchronize(compute_end_.get()), "computing"));
+  float milliseconds = 0;
+  RINGATTN_RETURN_IF_ERROR(
+      CudaStatus(cudaEventElapsedTime(&milliseconds, compute_start_.get(),
+                                      compute_end_.get()),
+                 "timing a step"));
+  const double compute_seconds = milliseconds / 1e3;
+  const double step_seconds = absl::ToDoubleSeconds(absl::Now() - step_start);
+  stats.ring.compute_seconds += compute_seconds;
+  stats.ring.wait_seconds += std::max(0.0, step_seconds - compute_seconds);
+  stats.ring.flops += step_flops_[step];
+  stats.ring.tasks += step_tasks_[step];
+  return absl::OkStatus();
+}
+
 absl::StatusOr<GpuRingStats> GpuRingExecutor::Run(
     RingCommunicator& communicator, const RingOptions& options) {
   RINGATTN_RETURN_IF_ERROR(
@@ -600,7 +747,18 @@ absl::StatusOr<GpuRingStats> GpuRingExecutor::Run(
       "clearing the accumulators"));
   GpuRingStats stats;
   stats.ring.peak_bytes = static_cast<int64_t>(pool_.bytes());
+  RINGATTN_RETURN_IF_ERROR(pass_q_ ? RunPassQ(communicator, options, stats)
+                                   : RunPassKv(communicator, options, stats));
+  RINGATTN_RETURN_IF_ERROR(
+      EnqueueFinishDilated(spec_, o_, q.NumElements(), stream_.get()));
+  return stats;
+}
+
+absl::Status GpuRingExecutor::RunPassKv(RingCommunicator& communicator,
+                                        const RingOptions& options,
+                                        GpuRingStats& stats) {
   stats.ring.steps = plan_.num_steps();
+  const QueryBlock own = QueryBlockAt(query_block_, rank_);
   void* front = home_block_;
   void* back = spare_block_;
   int64_t held = rank_;  // whose block the front buffer holds
@@ -645,51 +803,77 @@ absl::StatusOr<GpuRingStats> GpuRingExecutor::Run(
       stats.ring.bytes_sent += BlockBytes(held);
     }
     const absl::Time step_start = absl::Now();
-    absl::Status compute = CudaStatus(
-        cudaEventRecord(compute_start_.get(), stream_.get()), "timing a step");
-    for (const AttentionTile& tile : step_tiles_[s]) {
-      if (!compute.ok()) break;
-      if (options.cancelled != nullptr && options.cancelled->load()) {
-        compute = absl::CancelledError(
-            absl::StrCat("rank ", rank_, " was cancelled at ring step ", s));
-        break;
-      }
-      compute = EnqueueTile(tile, BlockAt(front, held), stats);
-    }
-    if (compute.ok() && !step_dilated_calls_[s].empty()) {
-      compute = EnqueueDilatedStep(s, BlockAt(front, held), options, stats);
-    }
-    if (compute.ok()) {
-      compute = CudaStatus(cudaEventRecord(compute_end_.get(), stream_.get()),
-                           "timing a step");
-    }
+    const absl::Status compute =
+        EnqueueStep(s, own, BlockAt(front, held), options, stats);
     if (!compute.ok()) return Stop(communicator, in_flight, compute);
     if (in_flight) {
       const absl::Status moved = communicator.Wait(
           std::min(absl::Now() + options.step_timeout, options.deadline));
       if (!moved.ok()) return Stop(communicator, false, moved);
     }
-    RINGATTN_RETURN_IF_ERROR(
-        CudaStatus(cudaEventSynchronize(compute_end_.get()), "computing"));
-    float milliseconds = 0;
-    RINGATTN_RETURN_IF_ERROR(
-        CudaStatus(cudaEventElapsedTime(&milliseconds, compute_start_.get(),
-                                        compute_end_.get()),
-                   "timing a step"));
-    const double compute_seconds = milliseconds / 1e3;
-    const double step_seconds = absl::ToDoubleSeconds(absl::Now() - step_start);
-    stats.ring.compute_seconds += compute_seconds;
-    stats.ring.wait_seconds += std::max(0.0, step_seconds - compute_seconds);
-    stats.ring.flops += step_flops_[s];
-    stats.ring.tasks += step_tasks_[s];
+    RINGATTN_RETURN_IF_ERROR(CountStep(s, step_start, stats));
     if (step.receive) {
       std::swap(front, back);
       held = incoming;
     }
   }
-  RINGATTN_RETURN_IF_ERROR(
-      EnqueueFinishDilated(spec_, o_, q.NumElements(), stream_.get()));
-  return stats;
+  return absl::OkStatus();
+}
+
+absl::Status GpuRingExecutor::RunPassQ(RingCommunicator& communicator,
+                                       const RingOptions& options,
+                                       GpuRingStats& stats) {
+  const int64_t p = world_size_;
+  const int next = static_cast<int>(Modulo(rank_ + 1, p));
+  const int previous = static_cast<int>(Modulo(rank_ - 1, p));
+  stats.ring.steps = p;
+  const KvBlock own_kv = BlockAt(home_block_, rank_);
+  // At step s the front buffer holds the block of rank - s; after the last
+  // step's transfer the rank's own block is back.
+  void* front = q_ == query_block_ ? query_block_ : spare_query_block_;
+  void* back = front == query_block_ ? spare_query_block_ : query_block_;
+  for (int64_t s = 0; s < p; ++s) {
+    const int64_t held = Modulo(rank_ - s, p);
+    const int64_t incoming = Modulo(rank_ - s - 1, p);
+    bool in_flight = false;
+    // A world of one has nowhere to send; an empty block needs no transfer.
+    if (p > 1 && QueryBlockBytes(incoming) > 0) {
+      if (absl::Status started = communicator.StartReceive(
+              back, QueryBlockBytes(incoming), previous);
+          !started.ok()) {
+        return Stop(communicator, false, started);
+      }
+      in_flight = true;
+    }
+    const absl::Time step_start = absl::Now();
+    absl::Status compute =
+        EnqueueStep(s, QueryBlockAt(front, held), own_kv, options, stats);
+    // The block leaves only once this rank's keys are merged into it.
+    if (compute.ok()) {
+      compute =
+          CudaStatus(cudaEventSynchronize(compute_end_.get()), "computing");
+    }
+    if (!compute.ok()) return Stop(communicator, in_flight, compute);
+    if (p > 1 && QueryBlockBytes(held) > 0) {
+      if (absl::Status started =
+              communicator.StartSend(front, QueryBlockBytes(held), next);
+          !started.ok()) {
+        return Stop(communicator, in_flight, started);
+      }
+      in_flight = true;
+      ++stats.ring.transfers;
+      stats.ring.bytes_sent += QueryBlockBytes(held);
+    }
+    if (in_flight) {
+      const absl::Status moved = communicator.Wait(
+          std::min(absl::Now() + options.step_timeout, options.deadline));
+      if (!moved.ok()) return Stop(communicator, false, moved);
+    }
+    RINGATTN_RETURN_IF_ERROR(CountStep(s, step_start, stats));
+    if (p > 1) std::swap(front, back);
+  }
+  HoldOwnQueries(front);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<RingOutput> GpuRingExecutor::RunStaged(

@@ -1,7 +1,9 @@
 #ifndef RINGATTN_WORKER_GPU_RING_EXECUTOR_H_
 #define RINGATTN_WORKER_GPU_RING_EXECUTOR_H_
 
-// GpuRingExecutor: one rank's part of pass-KV ring attention on one GPU. It
+// GpuRingExecutor: one rank's part of ring attention on one GPU, pass-KV
+// (Create) or pass-Q (CreatePassQ), or broadcast-Q's partial result
+// (CreateBroadcast). For pass-KV it
 // follows the same RingPlan as the CPU RingExecutor, with every buffer in
 // device memory carved out of one pool allocated at Create (nothing is
 // allocated in the ring loop): the query shard and two K/V block buffers in a
@@ -13,6 +15,19 @@
 // AttentionDispatcher (cuDNN, or our kernel where cuDNN refuses a shape) and
 // are folded into the accumulators by an LSE merge; then waits for both and
 // swaps the buffers.
+//
+// Pass-Q turns that around: the rank keeps its own K/V block (or reads a
+// resident context in place, at any world size) and the query blocks travel,
+// each one message [Q | O | LSE] (Q in the compute dtype, the fp32
+// accumulators beside it) held in one of two query block buffers. At step s
+// the rank holds the block of owner (rank - s) mod p and computes it against
+// its own K/V with the plan's tasks for that pair (RingPlan::TasksAgainstBlock,
+// cut into the same tiles, through the same attention paths and LSE merge);
+// then it waits for that work and only then sends the block on to rank + 1
+// while receiving the next from rank - 1. A block may leave only with this
+// rank's keys merged in, so compute and transfers of a step do not overlap
+// (as in the CPU PassQExecutor). After p steps the rank's own block is back
+// and Download / RunStaged return its rows.
 //
 // Dense and causal attention (zigzag shards, GQA/MQA, any lengths),
 // block-sparse attention (causal or not) and dilated attention (both combines,
@@ -38,6 +53,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "core/attention_spec.h"
 #include "core/block_mask.h"
 #include "core/dtype.h"
@@ -116,6 +132,13 @@ class GpuRingExecutor {
       const GpuRingConfig& config,
       std::optional<ShardLayout> kv_layout = std::nullopt);
 
+  // Pass-Q for rank `rank` of `world_size` (see above), over the same
+  // layouts as Create; every pattern Create takes. Errors as Create.
+  static absl::StatusOr<std::unique_ptr<GpuRingExecutor>> CreatePassQ(
+      const AttentionSpec& spec, int rank, int world_size,
+      const GpuRingConfig& config,
+      std::optional<ShardLayout> kv_layout = std::nullopt);
+
   // Broadcast-Q for rank `rank` of `world_size`: an executor of a world of one
   // that holds every query row and only this rank's K/V chunks of the usual
   // layout or `kv_layout` (masks in global positions), for Run over a
@@ -131,6 +154,12 @@ class GpuRingExecutor {
   static int64_t DeviceBytesNeeded(const AttentionSpec& spec, int rank,
                                    int world_size, const GpuRingConfig& config,
                                    const ShardLayout* kv_layout = nullptr);
+  // The same for CreatePassQ: two query blocks of the largest shard, with
+  // their accumulators, and the rank's own K/V (none with resident_kv).
+  static int64_t PassQDeviceBytesNeeded(const AttentionSpec& spec, int rank,
+                                        int world_size,
+                                        const GpuRingConfig& config,
+                                        const ShardLayout* kv_layout = nullptr);
 
   GpuRingExecutor(const GpuRingExecutor&) = delete;
   GpuRingExecutor& operator=(const GpuRingExecutor&) = delete;
@@ -141,6 +170,7 @@ class GpuRingExecutor {
   const GpuRingConfig& config() const { return config_; }
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
+  bool pass_q() const { return pass_q_; }
   const ShardLayout& q_layout() const { return q_layout_; }
   const ShardLayout& kv_layout() const { return kv_layout_; }
   const RingPlan& plan() const { return plan_; }
@@ -159,7 +189,9 @@ class GpuRingExecutor {
   // The shard in device memory, contiguous, in config().dtype: Q rows of
   // q_layout().Chunks(rank) and K, V rows of kv_layout().Chunks(rank), in
   // chunk order. Fill them (Upload, or device copies) before each Run: a run
-  // passes other ranks' blocks through the K/V buffers.
+  // passes other ranks' blocks through the K/V buffers (pass-KV), or moves the
+  // rank's query block to the other query buffer (pass-Q: device_q() is
+  // where it lies now).
   void* device_q() const { return q_; }
   void* device_k() const { return home_block_; }
   void* device_v() const;
@@ -210,12 +242,18 @@ class GpuRingExecutor {
 
  private:
   GpuRingExecutor(const AttentionSpec& spec, int rank, int world_size,
-                  const GpuRingConfig& config, ShardLayout kv_layout);
+                  const GpuRingConfig& config, ShardLayout kv_layout,
+                  bool pass_q);
 
-  // Create and CreateBroadcast once their arguments are checked.
+  // Create and CreatePassQ: checks the arguments, then Build.
+  static absl::StatusOr<std::unique_ptr<GpuRingExecutor>> CreateRing(
+      const AttentionSpec& spec, int rank, int world_size,
+      const GpuRingConfig& config, std::optional<ShardLayout> kv_layout,
+      bool pass_q);
+  // The factories once their arguments are checked.
   static absl::StatusOr<std::unique_ptr<GpuRingExecutor>> Build(
       const AttentionSpec& spec, int rank, int world_size,
-      const GpuRingConfig& config, ShardLayout kv_layout);
+      const GpuRingConfig& config, ShardLayout kv_layout, bool pass_q);
 
   // Allocates the pool, the stream and the events, borrows a dispatcher and
   // tiles the plan.
@@ -226,26 +264,59 @@ class GpuRingExecutor {
     const char* v = nullptr;
     int64_t batch_stride = 0;
   };
+  // The query rows of one shard ([B, rows, Hq, D] in the compute dtype) and
+  // their fp32 accumulators (O of the same shape, LSE [B, rows, Hq]).
+  struct QueryBlock {
+    void* q = nullptr;
+    float* o = nullptr;
+    float* lse = nullptr;
+    int64_t rows = 0;
+  };
 
   // The key rows per tile: config().tile_kv_rows, or a whole block for a
   // rank with few query rows (see GpuRingConfig).
   int64_t KeyRowsPerTile() const;
-  // Whether the pool holds a home K/V block (it does not for a world of one
-  // reading a resident context in place).
+  // Whether the pool holds a home K/V block (it does not where a resident
+  // context is read in place: pass-Q, or a world of one).
   bool HasHomeBlock() const;
+  // The most query rows a block computed here has: the rank's own (pass-KV),
+  // or the largest shard's (pass-Q).
+  int64_t QueryRows() const;
   // Rows and bytes of the K/V block of `owner`.
   int64_t BlockRows(int64_t owner) const;
   int64_t BlockBytes(int64_t owner) const;
   // K and V of `owner`'s block, held in `buffer` (one of the two block
   // buffers), or where the resident context holds them.
   KvBlock BlockAt(const void* buffer, int64_t owner) const;
-  // Enqueues one tile against `block`.
-  absl::Status EnqueueTile(const AttentionTile& tile, const KvBlock& block,
-                           GpuRingStats& stats);
-  // Enqueues step `step`'s dilated launches against `block`.
-  absl::Status EnqueueDilatedStep(int64_t step, const KvBlock& block,
+  // The query block of `owner` held in `buffer` (one of the two query block
+  // buffers, laid out [Q | O | LSE] for that owner's rows), and its bytes:
+  // what pass-Q sends.
+  QueryBlock QueryBlockAt(void* buffer, int64_t owner) const;
+  int64_t QueryBlockBytes(int64_t owner) const;
+  // Points q_, o_ and lse_ at the rank's own query block in `buffer`.
+  void HoldOwnQueries(void* buffer);
+  // Enqueues one tile of `queries` against `block`.
+  absl::Status EnqueueTile(const AttentionTile& tile, const QueryBlock& queries,
+                           const KvBlock& block, GpuRingStats& stats);
+  // Enqueues step `step`'s dilated launches of `queries` against `block`.
+  absl::Status EnqueueDilatedStep(int64_t step, const QueryBlock& queries,
+                                  const KvBlock& block,
                                   const RingOptions& options,
                                   GpuRingStats& stats);
+  // Enqueues step `step`'s tiles and dilated launches, between the compute
+  // timing events. CANCELLED if options.cancelled is set before a launch.
+  absl::Status EnqueueStep(int64_t step, const QueryBlock& queries,
+                           const KvBlock& block, const RingOptions& options,
+                           GpuRingStats& stats);
+  // Waits for step `step`'s compute and adds its times (from `step_start`),
+  // FLOPs and tasks to `stats`.
+  absl::Status CountStep(int64_t step, absl::Time step_start,
+                         GpuRingStats& stats);
+  // The ring loops of Run, once the accumulators are cleared.
+  absl::Status RunPassKv(RingCommunicator& communicator,
+                         const RingOptions& options, GpuRingStats& stats);
+  absl::Status RunPassQ(RingCommunicator& communicator,
+                        const RingOptions& options, GpuRingStats& stats);
   // Ends a run that cannot go on: aborts the communicator, drains what is in
   // flight on both sides, and returns `status`.
   absl::Status Stop(RingCommunicator& communicator, bool in_flight,
@@ -255,13 +326,15 @@ class GpuRingExecutor {
   const int rank_;
   const int world_size_;
   const GpuRingConfig config_;
+  const bool pass_q_;
   const ShardLayout q_layout_;
   const ShardLayout kv_layout_;
   const std::optional<BlockMask> blocks_;  // set iff spec_.block_sparse is
   const RingPlan plan_;
   const int64_t element_bytes_;
 
-  // Per step: its tiles and their FLOPs (task_flops.h).
+  // Per step: its tiles and their FLOPs (task_flops.h); for pass-Q, step s
+  // computes the block of owner (rank - s) mod p.
   std::vector<std::vector<AttentionTile>> step_tiles_;
   std::vector<double> step_flops_;
   std::vector<int64_t> step_tasks_;
@@ -269,11 +342,16 @@ class GpuRingExecutor {
   std::vector<std::vector<DilatedCall>> step_dilated_calls_;
 
   DeviceBuffer pool_;
+  // Two query block buffers, each [Q | O | LSE]; the spare only for pass-Q
+  // with p > 1. q_, o_ and lse_ point at the rank's own rows.
+  void* query_block_ = nullptr;
+  void* spare_query_block_ = nullptr;
   void* q_ = nullptr;
   float* o_ = nullptr;
   float* lse_ = nullptr;
   // Two K/V block buffers, each [K | V]; the shard's own block starts in the
-  // home one. The spare is null when the rank never receives.
+  // home one. The spare is null when the rank never receives one (pass-Q,
+  // or p = 1).
   void* home_block_ = nullptr;
   void* spare_block_ = nullptr;
   void* part_o_ = nullptr;

@@ -7,8 +7,12 @@
 // (local, global, dilated, random, explicit pairs leaving rows with no key),
 // causal or not, odd lengths and block sizes, on one GPU and two. Fault tests:
 // a rank whose peer stops taking part, or whose run is cancelled, fails within
-// its timeout. Tolerances: |O - O_ref| <= tol * (1 + |O_ref|) with tol 2e-2
-// (bf16) or 1e-2 (fp16), |LSE
+// its timeout. Pass-Q (CreatePassQ) against the same reference on one GPU and
+// two: dense and causal, prime N, N < 2, D = 80 and 128, Hq != Hkv,
+// block-sparse and dilated, K/V read in place from resident context pieces of
+// uneven sizes, and agreeing with pass-KV and broadcast-Q on the same inputs
+// (each within the tolerance below of the other). Tolerances: |O - O_ref| <=
+// tol * (1 + |O_ref|) with tol 2e-2 (bf16) or 1e-2 (fp16), |LSE
 // - LSE_ref| <= 1e-2 * (1
 // + |LSE_ref|), and rows that see no key exactly O = 0, LSE = -inf. Skips,
 // saying why, where there are too few GPUs.
@@ -33,9 +37,14 @@
 #include "core/dtype.h"
 #include "core/ring_plan.h"
 #include "core/shard_layout.h"
+#include "core/status_macros.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/merge_with_lse.h"
 #include "kernels/cpu/reference_attention.h"
+#include "kernels/cuda/device_buffer.h"
+#include "worker/compute_dtype.h"
 #include "worker/device.h"
+#include "worker/device_context_store.h"
 #include "worker/nccl_communicator.h"
 
 namespace ringattn {
@@ -81,6 +90,13 @@ struct Case {
   // Rows of the reference to check; 0: all of them.
   int64_t sampled_rows = 0;
   std::optional<BlockSparseRules> block_sparse;
+  std::vector<DilatedBranch> dilated;
+  DilatedCombine combine = DilatedCombine::kLse;
+  // Pass-Q (CreatePassQ) rather than pass-KV.
+  bool pass_q = false;
+  // Where set, every rank's K/V positions (a resident context's pieces), read
+  // in place from device memory (resident_kv).
+  std::optional<std::vector<std::vector<Range>>> resident_pieces;
 };
 
 // Random inputs (normal, rounded to the case's dtype), and the reference.
@@ -113,6 +129,8 @@ Problem MakeProblem(const Case& c) {
   p.spec.head_dim = c.head_dim;
   p.spec.causal = c.causal;
   p.spec.block_sparse = c.block_sparse;
+  p.spec.dilated = c.dilated;
+  p.spec.combine = c.combine;
   p.q = RandomTensor({c.batch, c.q_len, c.q_heads, c.head_dim}, c.dtype, 1);
   p.k = RandomTensor({c.batch, c.kv_len, c.kv_heads, c.head_dim}, c.dtype, 2);
   p.v = RandomTensor({c.batch, c.kv_len, c.kv_heads, c.head_dim}, c.dtype, 3);
@@ -175,7 +193,57 @@ GpuRingConfig ConfigOf(const Case& c, int device) {
   config.dtype = c.dtype;
   config.tile_q_rows = c.tile_q;
   config.tile_kv_rows = c.tile_kv;
+  config.resident_kv = c.resident_pieces.has_value();
   return config;
+}
+
+// `t` narrowed to `dtype` in a new device buffer (at least 2 bytes).
+absl::StatusOr<DeviceBuffer> ToDevice(const Tensor<float>& t,
+                                      DeviceDType dtype) {
+  const int64_t count = t.shape().NumElements();
+  std::vector<uint16_t> bits(static_cast<size_t>(std::max<int64_t>(count, 1)));
+  ConvertFromFloat(HostDTypeOf(dtype), t.values().data(), bits.data(), count);
+  absl::StatusOr<DeviceBuffer> buffer =
+      DeviceBuffer::Allocate(sizeof(uint16_t) * bits.size());
+  if (!buffer.ok()) return buffer.status();
+  RINGATTN_RETURN_IF_ERROR(
+      CudaStatus(cudaMemcpy(buffer->as<void>(), bits.data(),
+                            sizeof(uint16_t) * count, cudaMemcpyHostToDevice),
+                 "copying a test tensor to the device"));
+  return buffer;
+}
+
+// Puts the rank's shard on the device: Upload, or for a resident context its
+// K/V rows in device buffers of their own (UseResidentKv) and Q copied
+// straight into device_q().
+absl::Status LoadShard(const Problem& p, const Case& c, int rank,
+                       GpuRingExecutor& e) {
+  const Tensor<float> q = Gather(p.q, e.q_layout().Chunks(rank));
+  const Tensor<float> k = Gather(p.k, e.kv_layout().Chunks(rank));
+  const Tensor<float> v = Gather(p.v, e.kv_layout().Chunks(rank));
+  if (!c.resident_pieces.has_value()) {
+    return e.Upload(q.view(), k.view(), v.view());
+  }
+  absl::StatusOr<DeviceBuffer> device_q = ToDevice(q, c.dtype);
+  if (!device_q.ok()) return device_q.status();
+  RINGATTN_RETURN_IF_ERROR(
+      CudaStatus(cudaMemcpy(e.device_q(), device_q->as<void>(),
+                            sizeof(uint16_t) * q.shape().NumElements(),
+                            cudaMemcpyDeviceToDevice),
+                 "copying Q"));
+  absl::StatusOr<DeviceBuffer> device_k = ToDevice(k, c.dtype);
+  if (!device_k.ok()) return device_k.status();
+  absl::StatusOr<DeviceBuffer> device_v = ToDevice(v, c.dtype);
+  if (!device_v.ok()) return device_v.status();
+  ResidentKv kv;
+  kv.dtype = c.dtype;
+  kv.k = device_k->as<void>();
+  kv.v = device_v->as<void>();
+  kv.rows = k.shape().seq;
+  kv.batch_stride = k.shape().seq * k.shape().heads * k.shape().dim;
+  kv.keep_alive = std::make_shared<std::pair<DeviceBuffer, DeviceBuffer>>(
+      *std::move(device_k), *std::move(device_v));
+  return e.UseResidentKv(std::move(kv));
 }
 
 // Loads rank `rank`'s shard of `p`, runs it over `communicator` and
@@ -184,17 +252,21 @@ RankResult RunRank(const Problem& p, const Case& c, int rank, int world_size,
                    RingCommunicator& communicator, const RingOptions& options) {
   RankResult result;
   const absl::Time start = absl::Now();
+  std::optional<ShardLayout> kv_layout;
+  if (c.resident_pieces.has_value()) {
+    kv_layout = ShardLayout::FromChunks(c.kv_len, *c.resident_pieces);
+  }
   absl::StatusOr<std::unique_ptr<GpuRingExecutor>> executor =
-      GpuRingExecutor::Create(p.spec, rank, world_size, ConfigOf(c, rank));
+      c.pass_q ? GpuRingExecutor::CreatePassQ(p.spec, rank, world_size,
+                                              ConfigOf(c, rank), kv_layout)
+               : GpuRingExecutor::Create(p.spec, rank, world_size,
+                                         ConfigOf(c, rank), kv_layout);
   if (!executor.ok()) {
     result.status = executor.status();
     return result;
   }
   GpuRingExecutor& e = **executor;
-  const Tensor<float> q = Gather(p.q, e.q_layout().Chunks(rank));
-  const Tensor<float> k = Gather(p.k, e.kv_layout().Chunks(rank));
-  const Tensor<float> v = Gather(p.v, e.kv_layout().Chunks(rank));
-  result.status = e.Upload(q.view(), k.view(), v.view());
+  result.status = LoadShard(p, c, rank, e);
   if (!result.status.ok()) return result;
   absl::StatusOr<GpuRingStats> stats = e.Run(communicator, options);
   result.elapsed = absl::Now() - start;
@@ -249,15 +321,15 @@ std::vector<RankResult> RunRing(const Problem& p, const Case& c,
   return results;
 }
 
-void ExpectMatchesReference(const Case& c, int world_size) {
-  SCOPED_TRACE(absl::StrCat(c.name, ", ", DeviceDTypeName(c.dtype), ", ",
-                            world_size, " rank(s)"));
-  const Problem p = MakeProblem(c);
+// Runs `c` on `world_size` ranks and gathers every rank's rows into `o` and
+// `lse` (of the full query shapes).
+void RunAndAssemble(const Problem& p, const Case& c, int world_size,
+                    Tensor<float>& o, Tensor<float>& lse) {
   const std::vector<RankResult> results = RunRing(p, c, world_size);
   const ShardKind kind = ChooseShardKind(p.spec);
   const ShardLayout q_layout = ShardLayout::Make(kind, c.q_len, world_size);
-  Tensor<float> o(p.q.shape());
-  Tensor<float> lse({c.batch, c.q_len, c.q_heads, 1});
+  o = Tensor<float>(p.q.shape());
+  lse = Tensor<float>({c.batch, c.q_len, c.q_heads, 1});
   for (int r = 0; r < world_size; ++r) {
     ASSERT_TRUE(results[r].status.ok())
         << "rank " << r << ": " << results[r].status;
@@ -273,7 +345,21 @@ void ExpectMatchesReference(const Case& c, int world_size) {
         static_cast<long long>(s.flash_tiles), s.ring.compute_seconds * 1e3,
         s.ring.peak_bytes / 1048576.0);
   }
-  const double tol = c.dtype == DeviceDType::kBFloat16 ? 2e-2 : 1e-2;
+}
+
+double ToleranceOf(const Case& c) {
+  return c.dtype == DeviceDType::kBFloat16 ? 2e-2 : 1e-2;
+}
+
+void ExpectMatchesReference(const Case& c, int world_size) {
+  SCOPED_TRACE(absl::StrCat(c.name, c.pass_q ? " (pass-Q)" : "", ", ",
+                            DeviceDTypeName(c.dtype), ", ", world_size,
+                            " rank(s)"));
+  const Problem p = MakeProblem(c);
+  Tensor<float> o;
+  Tensor<float> lse;
+  ASSERT_NO_FATAL_FAILURE(RunAndAssemble(p, c, world_size, o, lse));
+  const double tol = ToleranceOf(c);
   double worst = 0;
   for (int64_t b = 0; b < c.batch; ++b) {
     for (const int64_t i : p.rows) {
@@ -580,6 +666,249 @@ TEST(GpuRingExecutorTest, CancelledRunStops) {
   const RankResult result = RunRank(p, c, 0, 1, no_peers, options);
   EXPECT_EQ(result.status.code(), absl::StatusCode::kCancelled)
       << result.status;
+}
+
+// --- Pass-Q (CreatePassQ) ---
+
+Case PassQ(Case c) {
+  c.pass_q = true;
+  return c;
+}
+
+Case WithHeads(Case c, int64_t q_heads, int64_t kv_heads, int64_t head_dim) {
+  c.q_heads = q_heads;
+  c.kv_heads = kv_heads;
+  c.head_dim = head_dim;
+  return c;
+}
+
+void ExpectPassQMatchesReference(const std::vector<Case>& cases,
+                                 int world_size) {
+  for (const Case& base : cases) {
+    for (const DeviceDType dtype :
+         {DeviceDType::kBFloat16, DeviceDType::kFloat16}) {
+      Case c = PassQ(base);
+      c.dtype = dtype;
+      ExpectMatchesReference(c, world_size);
+    }
+  }
+}
+
+TEST(GpuPassQTest, GpuPassQMatchesReferenceOnOneGpu) {
+  SKIP_WITHOUT_GPUS(1);
+  std::vector<Case> cases;
+  cases.push_back(
+      WithHeads(Make("dense_prime_d80_gqa", 257, 257, false), 8, 2, 80));
+  cases.push_back(
+      WithHeads(Make("causal_prime_d128_mqa", 257, 257, true), 4, 1, 128));
+  Case tiled = Make("causal_tiled_batch2", 1001, 1001, true);
+  tiled.batch = 2;
+  tiled.tile_q = 128;
+  tiled.tile_kv = 96;
+  cases.push_back(tiled);
+  Case continuation =
+      WithHeads(Make("causal_fewer_queries_d80", 100, 333, true), 8, 2, 80);
+  continuation.tile_q = continuation.tile_kv = 64;
+  cases.push_back(continuation);
+  cases.push_back(Make("one_token", 1, 1, true));
+  ExpectPassQMatchesReference(cases, 1);
+}
+
+TEST(GpuPassQTest, GpuPassQMatchesReferenceForPrimeLengthOnTwoGpus) {
+  SKIP_WITHOUT_GPUS(2);
+  std::vector<Case> cases;
+  cases.push_back(
+      WithHeads(Make("dense_prime_d80_gqa", 997, 997, false), 8, 2, 80));
+  cases.push_back(
+      WithHeads(Make("causal_prime_d128_gqa", 997, 997, true), 8, 2, 128));
+  cases.push_back(
+      WithHeads(Make("causal_prime_d80_mqa", 331, 331, true), 4, 1, 80));
+  // Fewer positions than ranks: one rank's query block is empty and never
+  // travels.
+  cases.push_back(Make("dense_one_token", 1, 1, false));
+  cases.push_back(Make("causal_one_token", 1, 1, true));
+  Case gqa = WithHeads(Make("causal_gqa_tiled", 4099, 4099, true), 8, 2, 128);
+  gqa.tile_q = 512;
+  gqa.tile_kv = 700;
+  gqa.sampled_rows = 300;
+  cases.push_back(gqa);
+  Case continuation =
+      WithHeads(Make("causal_fewer_queries", 301, 1000, true), 8, 2, 128);
+  continuation.tile_q = continuation.tile_kv = 64;
+  cases.push_back(continuation);
+  Case more = Make("dense_more_queries_batch2", 333, 101, false);
+  more.batch = 2;
+  cases.push_back(more);
+  ExpectPassQMatchesReference(cases, 2);
+}
+
+TEST(GpuPassQTest, GpuPassQRunsBlockSparseAndDilatedOnTwoGpus) {
+  SKIP_WITHOUT_GPUS(2);
+  std::vector<Case> cases;
+  BlockSparseRules local = Rules(61);
+  local.local = 1;
+  cases.push_back(Sparse("sparse_local_causal_prime", 997, true, local));
+  BlockSparseRules pairs = Rules(40);  // blocks without a pair see no key
+  pairs.pairs = {{0, 0}, {3, 1}, {3, 2}, {6, 9}, {9, 6}, {10, 0}, {10, 10}};
+  Case explicit_pairs = Sparse("sparse_pairs_causal_tiled", 401, true, pairs);
+  explicit_pairs.tile_q = 64;
+  explicit_pairs.tile_kv = 48;
+  cases.push_back(explicit_pairs);
+  Case dilated = Make("dilated_lse_causal_prime", 1009, 1009, true);
+  dilated.dilated = {{64, 1}, {256, 2}};
+  cases.push_back(dilated);
+  Case groups =
+      WithHeads(Make("dilated_head_groups_dense", 1001, 1001, false), 6, 2, 64);
+  groups.dilated = {{128, 1}, {512, 4}};
+  groups.combine = DilatedCombine::kHeadGroups;
+  cases.push_back(groups);
+  ExpectPassQMatchesReference(cases, 2);
+}
+
+// A resident context held in pieces of uneven sizes (rank 0 holds two
+// non-adjacent pieces, one a single row), read in place by pass-Q and copied
+// into the ring's blocks by pass-KV; causal continuations and a dense query.
+TEST(GpuPassQTest, GpuPassQReadsUnevenResidentContextPiecesInPlace) {
+  SKIP_WITHOUT_GPUS(1);
+  const int world_size = CudaDeviceCount() >= 2 ? 2 : 1;
+  const int64_t kv_len = 2003;
+  std::vector<std::vector<Range>> pieces =
+      world_size == 2
+          ? std::vector<std::vector<Range>>{{Range{0, 700}, Range{1500, 1501}},
+                                            {Range{700, 1500},
+                                             Range{1501, kv_len}}}
+          : std::vector<std::vector<Range>>{{Range{0, kv_len}}};
+  std::vector<Case> cases;
+  cases.push_back(
+      WithHeads(Make("context_causal_300_d80", 300, kv_len, true), 8, 2, 80));
+  cases.push_back(
+      WithHeads(Make("context_causal_17_d128", 17, kv_len, true), 8, 2, 128));
+  cases.push_back(
+      WithHeads(Make("context_dense_64_d128", 64, kv_len, false), 4, 1, 128));
+  for (Case c : cases) {
+    c.resident_pieces = pieces;
+    for (const bool pass_q : {true, false}) {
+      c.pass_q = pass_q;
+      ExpectMatchesReference(c, world_size);
+    }
+  }
+}
+
+// Broadcast-Q on `world_size` ranks, one GPU each in turn: every rank's
+// partial (O, LSE) over its K/V, merged by LSE on the host.
+void RunBroadcastAndMerge(const Problem& p, const Case& c, int world_size,
+                          Tensor<float>& o, Tensor<float>& lse) {
+  o = Tensor<float>(p.q.shape());
+  lse = Tensor<float>({c.batch, c.q_len, c.q_heads, 1});
+  std::fill(o.values().begin(), o.values().end(), 0.0f);
+  std::fill(lse.values().begin(), lse.values().end(), -INFINITY);
+  for (int r = 0; r < world_size; ++r) {
+    absl::StatusOr<std::unique_ptr<GpuRingExecutor>> executor =
+        GpuRingExecutor::CreateBroadcast(p.spec, r, world_size, ConfigOf(c, r));
+    ASSERT_TRUE(executor.ok()) << executor.status();
+    GpuRingExecutor& e = **executor;
+    const Tensor<float> k = Gather(p.k, e.kv_layout().Chunks(0));
+    const Tensor<float> v = Gather(p.v, e.kv_layout().Chunks(0));
+    ASSERT_TRUE(e.Upload(p.q.view(), k.view(), v.view()).ok());
+    NoPeers no_peers;
+    const absl::StatusOr<GpuRingStats> stats = e.Run(no_peers, TestOptions());
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    Tensor<float> part_o(p.q.shape());
+    Tensor<float> part_lse({c.batch, c.q_len, c.q_heads, 1});
+    ASSERT_TRUE(e.Download(part_o.view(), part_lse.view()).ok());
+    MergeWithLse(o.view(), lse.view(), part_o.view(), part_lse.view());
+  }
+}
+
+// |a - b| <= tol * (1 + |b|) for O and LSE; rows b leaves without a key are
+// so in a too.
+void ExpectAgree(const std::string& what, const Tensor<float>& o,
+                 const Tensor<float>& lse, const Tensor<float>& o_other,
+                 const Tensor<float>& lse_other, double tol) {
+  SCOPED_TRACE(what);
+  for (size_t i = 0; i < lse.values().size(); ++i) {
+    const double want = lse_other.values()[i];
+    if (std::isinf(want)) {
+      ASSERT_EQ(lse.values()[i], -INFINITY) << "row " << i;
+      continue;
+    }
+    ASSERT_NEAR(lse.values()[i], want, tol * (1 + std::fabs(want)))
+        << "LSE row " << i;
+  }
+  double worst = 0;
+  for (size_t i = 0; i < o.values().size(); ++i) {
+    const double want = o_other.values()[i];
+    ASSERT_FALSE(std::isnan(o.values()[i])) << i;
+    worst = std::max(worst,
+                     std::fabs(o.values()[i] - want) / (1 + std::fabs(want)));
+  }
+  EXPECT_LE(worst, tol);
+  std::printf("  %s: worst relative difference %.2e\n", what.c_str(), worst);
+}
+
+TEST(GpuPassQTest, GpuPassQAgreesWithPassKvAndBroadcastQ) {
+  SKIP_WITHOUT_GPUS(1);
+  const int world_size = CudaDeviceCount() >= 2 ? 2 : 1;
+  std::vector<Case> cases;
+  cases.push_back(
+      WithHeads(Make("causal_continuation_d128", 333, 1009, true), 8, 2, 128));
+  cases.push_back(
+      WithHeads(Make("dense_prime_d80_mqa", 257, 257, false), 4, 1, 80));
+  for (const Case& base : cases) {
+    SCOPED_TRACE(absl::StrCat(base.name, ", ", world_size, " rank(s)"));
+    const Problem p = MakeProblem(base);
+    Tensor<float> o_q, lse_q, o_kv, lse_kv, o_b, lse_b;
+    ASSERT_NO_FATAL_FAILURE(
+        RunAndAssemble(p, PassQ(base), world_size, o_q, lse_q));
+    ASSERT_NO_FATAL_FAILURE(RunAndAssemble(p, base, world_size, o_kv, lse_kv));
+    ASSERT_NO_FATAL_FAILURE(
+        RunBroadcastAndMerge(p, base, world_size, o_b, lse_b));
+    ExpectAgree("pass-Q vs pass-KV", o_q, lse_q, o_kv, lse_kv,
+                ToleranceOf(base));
+    ExpectAgree("pass-Q vs broadcast-Q", o_q, lse_q, o_b, lse_b,
+                ToleranceOf(base));
+  }
+}
+
+TEST(GpuPassQTest, GpuPassQCancelledRunStops) {
+  SKIP_WITHOUT_GPUS(1);
+  Case c = PassQ(Make("causal", 2048, 2048, true));
+  c.tile_q = c.tile_kv = 256;
+  const Problem p = MakeProblem(c);
+  std::atomic<bool> cancelled{true};
+  RingOptions options = TestOptions();
+  options.cancelled = &cancelled;
+  NoPeers no_peers;
+  const RankResult result = RunRank(p, c, 0, 1, no_peers, options);
+  EXPECT_EQ(result.status.code(), absl::StatusCode::kCancelled)
+      << result.status;
+}
+
+TEST(GpuPassQTest, PassQPoolHoldsTwoQueryBlocksAndOnlyTheOwnKv) {
+  // Pass-Q moves query blocks, not K/V: for a short query batch against a
+  // long context its pool is far smaller than pass-KV's, and reading a
+  // resident context in place it holds no K/V at all.
+  AttentionSpec spec;
+  spec.q_len = 512;
+  spec.kv_len = 1 << 20;
+  spec.q_heads = 32;
+  spec.kv_heads = 8;
+  spec.head_dim = 128;
+  spec.causal = true;
+  GpuRingConfig config;
+  const int64_t pass_kv =
+      GpuRingExecutor::DeviceBytesNeeded(spec, 0, 2, config);
+  const int64_t pass_q =
+      GpuRingExecutor::PassQDeviceBytesNeeded(spec, 0, 2, config);
+  // pass-KV: two K/V blocks of 512K rows; pass-Q: one.
+  EXPECT_LT(pass_q, pass_kv * 6 / 10);
+  config.resident_kv = true;
+  const int64_t in_place =
+      GpuRingExecutor::PassQDeviceBytesNeeded(spec, 0, 2, config);
+  // Two blocks of 256 rows [Q | O | LSE] and one tile's scratch.
+  const int64_t row_heads = 256 * 32;
+  EXPECT_LE(in_place, 2 * row_heads * (2 * 128 + 4 * 128 + 4) +
+                          row_heads * (2 * 128 + 4) + 16 * 256);
 }
 
 }  // namespace

@@ -146,11 +146,10 @@ std::vector<v1::ExecuteRequest> StreamOf(
   return requests;
 }
 
-TEST(GpuWorkerServiceTest, RanksOnGpusMatchTheReference) {
-  const int gpus = CudaDeviceCount();
-  if (gpus == 0) GTEST_SKIP() << "no CUDA device here; runs on a GPU machine";
-  DisableNcclMulticast();
-  const int ranks = gpus >= 2 ? 2 : 1;
+// One causal GQA request of `strategy` (PASS_KV or PASS_Q: the same shards)
+// in every wire dtype on min(2, GPUs) workers, against the reference.
+void ExpectRanksOnGpusMatchTheReference(v1::Strategy strategy) {
+  const int ranks = CudaDeviceCount() >= 2 ? 2 : 1;
   AttentionSpec spec;
   spec.batch = 2;
   spec.q_len = spec.kv_len = 301;
@@ -190,13 +189,15 @@ TEST(GpuWorkerServiceTest, RanksOnGpusMatchTheReference) {
     for (int r = 0; r < ranks; ++r) {
       workers.push_back(std::make_unique<GpuTestWorker>(store, r));
     }
-    const std::string prefix = std::string("gpu-ring-") + DTypeName(dtype);
+    const std::string prefix =
+        absl::StrCat("gpu-ring-", strategy, "-", DTypeName(dtype));
     std::vector<ExecuteResult> results(ranks);
     std::vector<std::thread> threads;
     for (int r = 0; r < ranks; ++r) {
       threads.emplace_back([&, r] {
-        results[r] = Execute(workers[r]->stub(),
-                             StreamOf(spec, dtype, r, ranks, prefix, q, k, v));
+        results[r] =
+            Execute(workers[r]->stub(),
+                    StreamOf(spec, dtype, r, ranks, prefix, q, k, v, strategy));
       });
     }
     for (std::thread& t : threads) t.join();
@@ -208,8 +209,14 @@ TEST(GpuWorkerServiceTest, RanksOnGpusMatchTheReference) {
       ASSERT_TRUE(results[r].status.ok())
           << "rank " << r << ": " << results[r].status.error_message();
       ASSERT_TRUE(results[r].responses.back().has_done());
-      EXPECT_EQ(results[r].responses.back().done().ring_steps(), ranks);
-      EXPECT_GT(results[r].responses.back().done().peak_bytes(), 0);
+      const v1::ExecuteDone& done = results[r].responses.back().done();
+      EXPECT_EQ(done.ring_steps(), ranks);
+      EXPECT_GT(done.peak_bytes(), 0);
+      if (strategy == v1::PASS_Q) {
+        // The rank sends a query block on at each of p steps, the last one
+        // home; nothing travels in a world of one.
+        EXPECT_EQ(done.transfers(), ranks > 1 ? ranks : 0);
+      }
       for (const v1::ExecuteResponse& response : results[r].responses) {
         if (!response.has_output()) continue;
         const v1::ShardOutput& out = response.output();
@@ -236,6 +243,24 @@ TEST(GpuWorkerServiceTest, RanksOnGpusMatchTheReference) {
       ASSERT_NEAR(lse.values()[i], want, 1e-2 * (1 + std::fabs(want))) << i;
     }
   }
+}
+
+TEST(GpuWorkerServiceTest, RanksOnGpusMatchTheReference) {
+  if (CudaDeviceCount() == 0) {
+    GTEST_SKIP() << "no CUDA device here; runs on a GPU machine";
+  }
+  DisableNcclMulticast();
+  ExpectRanksOnGpusMatchTheReference(v1::PASS_KV);
+}
+
+// PASS_Q forced in the header: CUDA workers run it (they used to answer
+// UNIMPLEMENTED) and return the same rows as pass-KV would.
+TEST(GpuWorkerServiceTest, PassQForcedOnGpuWorkersMatchesTheReference) {
+  if (CudaDeviceCount() == 0) {
+    GTEST_SKIP() << "no CUDA device here; runs on a GPU machine";
+  }
+  DisableNcclMulticast();
+  ExpectRanksOnGpusMatchTheReference(v1::PASS_Q);
 }
 
 TEST(GpuWorkerServiceTest, BroadcastQPartialsMergeToTheReference) {
@@ -419,7 +444,8 @@ Tensor<float> Bf16Normal(std::mt19937& rng, int64_t len, int64_t heads,
 // A context stored on the GPUs in three uneven appends (so each rank holds
 // non-adjacent positions, and a piece of one row), then queried with
 // broadcast-Q (read in place; 1 and 17 causal rows, the decode kernel and
-// cuDNN) and pass-KV (copied into the ring's blocks; 300 rows): the merged
+// cuDNN), pass-KV (copied into the ring's blocks; 300 rows) and pass-Q (read
+// in place while the query blocks travel; 300 causal rows): the merged
 // outputs match the reference within the bf16 tolerance of this file.
 TEST(GpuWorkerServiceTest, ResidentContextOnGpuMatchesTheReference) {
   const int gpus = CudaDeviceCount();
@@ -459,7 +485,8 @@ TEST(GpuWorkerServiceTest, ResidentContextOnGpuMatchesTheReference) {
   for (const auto& [q_len, strategy] :
        {std::make_pair(int64_t{1}, v1::BROADCAST_Q),
         std::make_pair(int64_t{17}, v1::BROADCAST_Q),
-        std::make_pair(int64_t{300}, v1::PASS_KV)}) {
+        std::make_pair(int64_t{300}, v1::PASS_KV),
+        std::make_pair(int64_t{300}, v1::PASS_Q)}) {
     SCOPED_TRACE(absl::StrCat(q_len, " query rows, strategy ", strategy));
     AttentionSpec spec;
     spec.q_len = q_len;
@@ -467,7 +494,7 @@ TEST(GpuWorkerServiceTest, ResidentContextOnGpuMatchesTheReference) {
     spec.q_heads = q_heads;
     spec.kv_heads = kv_heads;
     spec.head_dim = dim;
-    spec.causal = strategy == v1::BROADCAST_Q;
+    spec.causal = strategy != v1::PASS_KV;
     const Tensor<float> q = Bf16Normal(rng, q_len, q_heads, dim);
     Tensor<double> o_ref(q.shape());
     Tensor<double> lse_ref({1, q_len, q_heads, 1});
@@ -487,7 +514,7 @@ TEST(GpuWorkerServiceTest, ResidentContextOnGpuMatchesTheReference) {
     for (std::thread& t : threads) t.join();
 
     // Every row's partials (one per rank for broadcast-Q, one in all for
-    // pass-KV) merge by LSE into the answer.
+    // pass-KV and pass-Q) merge by LSE into the answer.
     Tensor<float> o(q.shape());
     std::fill(o.values().begin(), o.values().end(), 0.0f);
     Tensor<float> lse({1, q_len, q_heads, 1});

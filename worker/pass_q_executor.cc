@@ -73,15 +73,9 @@ PassQExecutor::PassQExecutor(const AttentionSpec& spec, int rank,
       blocks_(BlockMask::ForSpec(spec)) {
   // The plan lists, for every query shard, its tasks against every K/V block;
   // this rank keeps those against its own.
-  const RingPlan plan = RingPlan::Build(
-      spec, q_layout_, kv_layout_, blocks_.has_value() ? &*blocks_ : nullptr);
-  tasks_.resize(static_cast<size_t>(world_size));
-  for (int64_t owner = 0; owner < world_size; ++owner) {
-    for (int64_t s = 0; s < plan.num_steps(); ++s) {
-      const RingStep& step = plan.Step(owner, s);
-      if (step.kv_owner == rank) tasks_[owner] = step.tasks;
-    }
-  }
+  tasks_ = RingPlan::Build(spec, q_layout_, kv_layout_,
+                           blocks_.has_value() ? &*blocks_ : nullptr)
+               .TasksAgainstBlock(rank);
   const Shape kv_shape{spec.batch, kv_layout_.ShardLength(rank), spec.kv_heads,
                        spec.head_dim};
   k_ = Tensor<float>(kv_shape);

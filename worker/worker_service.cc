@@ -198,11 +198,6 @@ class ExecuteReactor final
     absl::StatusOr<DType> output_dtype = OutputDType(header.spec());
     if (!output_dtype.ok()) return output_dtype.status();
     const v1::Strategy strategy = header.spec().strategy();
-    if (options_.cuda_device >= 0 && strategy == v1::PASS_Q) {
-      return absl::UnimplementedError(
-          "strategy PASS_Q is not implemented on GPU workers yet; this worker "
-          "runs PASS_KV and BROADCAST_Q");
-    }
     if (header.world_size() < 1 || header.rank() < 0 ||
         header.rank() >= header.world_size()) {
       return absl::InvalidArgumentError(
@@ -251,8 +246,7 @@ class ExecuteReactor final
       kv_layout = ShardLayout::FromChunks(spec_.kv_len, std::move(chunks));
     }
     if (options_.cuda_device >= 0) {
-      return AcceptGpuHeader(header, std::move(kv_layout),
-                             strategy == v1::BROADCAST_Q);
+      return AcceptGpuHeader(header, std::move(kv_layout), strategy);
     }
     if (strategy == v1::BROADCAST_Q) {
       return AcceptBroadcastHeader(header, std::move(kv_layout));
@@ -276,10 +270,13 @@ class ExecuteReactor final
   // The rest of AcceptHeader on a CUDA worker: the shard is staged in host
   // memory in the compute dtype, then computed by a GpuRingExecutor. For
   // broadcast-Q that executor is a world of one holding every query row and
-  // this rank's K/V, and it runs with no ring.
+  // this rank's K/V, and it runs with no ring; for pass-Q its query blocks
+  // travel the ring (CreatePassQ).
   absl::Status AcceptGpuHeader(const v1::ExecuteHeader& header,
                                std::optional<ShardLayout> kv_layout,
-                               bool broadcast) {
+                               v1::Strategy strategy) {
+    const bool broadcast = strategy == v1::BROADCAST_Q;
+    const bool pass_q = strategy == v1::PASS_Q;
     GpuRingConfig config;
     config.device = options_.cuda_device;
     config.dtype = ComputeDTypeFor(wire_dtype_);
@@ -303,22 +300,28 @@ class ExecuteReactor final
           GpuRingExecutor::DeviceBytesNeeded(spec_, 0, 1, config, &own)));
       kv_layout = std::move(*layout);
     } else {
-      RINGATTN_RETURN_IF_ERROR(
-          ticket_.Reserve(GpuRingExecutor::DeviceBytesNeeded(
-              spec_, rank_, world_size_, config,
-              kv_layout ? &*kv_layout : nullptr)));
+      const ShardLayout* layout = kv_layout ? &*kv_layout : nullptr;
+      RINGATTN_RETURN_IF_ERROR(ticket_.Reserve(
+          pass_q ? GpuRingExecutor::PassQDeviceBytesNeeded(
+                       spec_, rank_, world_size_, config, layout)
+                 : GpuRingExecutor::DeviceBytesNeeded(spec_, rank_, world_size_,
+                                                      config, layout)));
     }
     absl::StatusOr<std::unique_ptr<GpuRingExecutor>> executor =
         broadcast ? GpuRingExecutor::CreateBroadcast(
                         spec_, rank_, world_size_, config, std::move(kv_layout))
-                  : GpuRingExecutor::Create(spec_, rank_, world_size_, config,
-                                            std::move(kv_layout));
+        : pass_q ? GpuRingExecutor::CreatePassQ(spec_, rank_, world_size_,
+                                                config, std::move(kv_layout))
+                 : GpuRingExecutor::Create(spec_, rank_, world_size_, config,
+                                           std::move(kv_layout));
     if (!executor.ok()) return executor.status();
     gpu_executor_ = std::move(*executor);
     GpuRingExecutor& e = *gpu_executor_;
     StageShard(header, e.q_layout(), rank, e.host_q(), e.kv_layout(), rank,
                e.host_k(), e.host_v());
-    LogHeader(broadcast ? "broadcast-Q" : "",
+    LogHeader(broadcast ? "broadcast-Q"
+              : pass_q  ? "pass-Q"
+                        : "",
               absl::StrCat(" on cuda:", config.device, " in ",
                            DeviceDTypeName(config.dtype)),
               "device bytes");

@@ -9,17 +9,18 @@
 // rank gets every query row, joins no ring, and returns partial rows for all
 // queries over its own K/V (BroadcastExecutor). For PASS_Q the rank gets the
 // same shard as for PASS_KV, but query blocks travel the ring instead of K/V
-// (PassQExecutor; CPU workers only). A header that names a communicator key
+// (PassQExecutor on a CPU worker, GpuRingExecutor::CreatePassQ on a CUDA
+// one). A header that names a communicator key
 // rings over the communicator this worker keeps for that key
 // (CommunicatorCache). Resident contexts live in host memory on a CPU worker,
 // which copies a query's rows out of them, and in device memory on a CUDA
-// worker, whose broadcast-Q queries read them in place (a decode step moves
-// only its query rows). Streams are callback reactors (no gRPC thread is
-// parked on a stream); the computation of a request runs on a
-// thread of its own. Cancelling a stream, or its deadline passing, aborts the
-// ring on this rank and frees the request's memory. Bad input gets
-// INVALID_ARGUMENT naming the problem; a worker at its limits answers
-// RESOURCE_EXHAUSTED. Thread-safe.
+// worker, whose broadcast-Q and pass-Q queries read them in place (a decode
+// step moves only its query rows). Streams are callback reactors (no gRPC
+// thread is parked on a stream); the computation of a request runs on a thread
+// of its own. Cancelling a stream, or its deadline passing, aborts the ring on
+// this rank and frees the request's memory. Bad input gets INVALID_ARGUMENT
+// naming the problem; a worker at its limits answers RESOURCE_EXHAUSTED.
+// Thread-safe.
 
 #include <cstdint>
 #include <memory>

@@ -4,7 +4,8 @@
 #
 #   bench/ring/run_ring_bench.sh bundle [DIR]   on the build machine: builds the
 #       binaries and copies them, their non-system libraries and these scripts
-#       into DIR (default bin/gpu-ring, git-ignored)
+#       into DIR (default bin/gpu-ring, git-ignored); ONLY="worker/x_test ..."
+#       bundles just those of BINARIES (a quicker build, a smaller bundle)
 #   bench/ring/run_ring_bench.sh run [DIR]      on the GPU machine: runs them all
 #       from DIR (default: this script's own folder if it is a bundle, else
 #       bin/gpu-ring); logs go to $OUT (default ./ring-run)
@@ -42,6 +43,7 @@ BINARIES=(
   worker/gpu_ring_tiles_test
   worker/gpu_worker_service_test
 )
+if [ -n "${ONLY:-}" ]; then read -ra BINARIES <<<"$ONLY"; fi
 
 bundle() {
   local dest=${1:-bin/gpu-ring}
