@@ -446,11 +446,20 @@ void* GpuRingExecutor::device_v() const {
          kv_shape().NumElements() * element_bytes_;
 }
 
-int64_t GpuRingExecutor::KeyRowsPerTile() const {
-  if (QueryRows() * spec_.GqaRatio() > kGpuDecodeMaxPackedRows) {
-    return config_.tile_kv_rows;
+int64_t KeyRowsPerTile(const GpuRingConfig& config, int64_t query_rows,
+                       int64_t gqa_ratio, int64_t block_rows) {
+  const int64_t block = std::max<int64_t>(1, block_rows);
+  if (query_rows * gqa_ratio <= kGpuDecodeMaxPackedRows) return block;
+  if (query_rows <= config.tile_q_rows) {
+    return std::max(config.tile_kv_rows,
+                    std::min(block, kMostKeyRowsPerLongTile));
   }
-  return std::max<int64_t>(1, kv_layout_.LargestShard());
+  return config.tile_kv_rows;
+}
+
+int64_t GpuRingExecutor::KeyRowsPerTile() const {
+  return ringattn::KeyRowsPerTile(config_, QueryRows(), spec_.GqaRatio(),
+                                  kv_layout_.LargestShard());
 }
 
 bool GpuRingExecutor::HasHomeBlock() const {

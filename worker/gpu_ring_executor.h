@@ -78,9 +78,8 @@ struct GpuRingConfig {
   int device = 0;  // the CUDA device index
   DeviceDType dtype = DeviceDType::kBFloat16;
   // Tasks are cut into tiles of at most this many query rows by this many
-  // key rows (split evenly), each merged into the accumulators. A rank with
-  // few query rows (within the decode kernel's packed rows) takes a whole K/V
-  // block per tile instead: the decode kernel splits the keys itself.
+  // key rows (split evenly), each merged into the accumulators, except where
+  // a rank has few query rows (see KeyRowsPerTile).
   int64_t tile_q_rows = 16384;
   int64_t tile_kv_rows = 16384;
   // Also hold the shard in host tensors of the compute dtype (host_q() ...),
@@ -91,6 +90,20 @@ struct GpuRingConfig {
   // no K/V block); a ring copies them into its home block on the device.
   bool resident_kv = false;
 };
+
+// The most key rows one tile takes when a rank's query rows fit one tile.
+inline constexpr int64_t kMostKeyRowsPerLongTile = int64_t{1} << 20;
+
+// The key rows per tile for blocks of at most `query_rows` query rows (with
+// `gqa_ratio` query heads per K/V head) against K/V blocks of at most
+// `block_rows` rows. Within the decode kernel's packed rows, a whole block:
+// that kernel splits the keys itself. Within one query tile, as many keys as
+// a tile may take (at least tile_kv_rows, at most the block and
+// kMostKeyRowsPerLongTile): a few hundred or thousand query rows give cuDNN
+// too few row tiles to fill the GPU per call, so fewer, longer calls (and
+// fewer merges) win. Otherwise config.tile_kv_rows.
+int64_t KeyRowsPerTile(const GpuRingConfig& config, int64_t query_rows,
+                       int64_t gqa_ratio, int64_t block_rows);
 
 // The tiles that compute `task` (kFull, kCausal or kBlockSparse; none for
 // kDilated, which gpu_dilated_tasks.h cuts into launches) of `spec`:
@@ -273,8 +286,7 @@ class GpuRingExecutor {
     int64_t rows = 0;
   };
 
-  // The key rows per tile: config().tile_kv_rows, or a whole block for a
-  // rank with few query rows (see GpuRingConfig).
+  // The key rows per tile of this rank (the free KeyRowsPerTile).
   int64_t KeyRowsPerTile() const;
   // Whether the pool holds a home K/V block (it does not where a resident
   // context is read in place: pass-Q, or a world of one).

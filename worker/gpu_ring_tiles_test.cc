@@ -284,5 +284,27 @@ TEST(TileTaskTest, LocalBandGroupsNeighbouringKeyBlocks) {
   EXPECT_EQ(causal, want_causal);
 }
 
+TEST(KeyRowsPerTileTest, FewPackedRowsTakeTheWholeBlock) {
+  const GpuRingConfig config;
+  // 16 rows x 4 query heads per K/V head = 64 packed rows: the decode kernel.
+  EXPECT_EQ(KeyRowsPerTile(config, 16, 4, 5'000'000), 5'000'000);
+  EXPECT_EQ(KeyRowsPerTile(config, 0, 4, 0), 1);
+}
+
+TEST(KeyRowsPerTileTest, OneQueryTileTakesLongKeyTiles) {
+  const GpuRingConfig config;
+  EXPECT_EQ(KeyRowsPerTile(config, 256, 4, 524'288), 524'288);
+  EXPECT_EQ(KeyRowsPerTile(config, 4096, 4, 3'000'000),
+            kMostKeyRowsPerLongTile);
+  // Never shorter than a regular tile, even for a short block.
+  EXPECT_EQ(KeyRowsPerTile(config, 4096, 1, 1000), config.tile_kv_rows);
+}
+
+TEST(KeyRowsPerTileTest, ManyQueryRowsTakeRegularTiles) {
+  const GpuRingConfig config;
+  EXPECT_EQ(KeyRowsPerTile(config, config.tile_q_rows + 1, 1, 1'000'000),
+            config.tile_kv_rows);
+}
+
 }  // namespace
 }  // namespace ringattn
