@@ -170,6 +170,18 @@ absl::Status CheckContiguous(const char* name, View<const float> view,
   return absl::OkStatus();
 }
 
+int64_t PoolBytesNeeded(const AttentionSpec& spec, int rank, int world_size,
+                        const GpuRingConfig& config,
+                        const ShardLayout* kv_layout, bool pass_q) {
+  const ShardLayout kv = kv_layout != nullptr
+                             ? *kv_layout
+                             : LayoutFor(spec, spec.kv_len, world_size);
+  return SaturatedBytes(PoolFor(spec, rank, world_size, config,
+                                LayoutFor(spec, spec.q_len, world_size), kv,
+                                pass_q)
+                            .total);
+}
+
 }  // namespace
 
 std::vector<AttentionTile> TileTask(const AttentionSpec& spec,
@@ -238,26 +250,16 @@ int64_t GpuRingExecutor::DeviceBytesNeeded(const AttentionSpec& spec, int rank,
                                            int world_size,
                                            const GpuRingConfig& config,
                                            const ShardLayout* kv_layout) {
-  const ShardLayout kv = kv_layout != nullptr
-                             ? *kv_layout
-                             : LayoutFor(spec, spec.kv_len, world_size);
-  return SaturatedBytes(PoolFor(spec, rank, world_size, config,
-                                LayoutFor(spec, spec.q_len, world_size), kv,
-                                /*pass_q=*/false)
-                            .total);
+  return PoolBytesNeeded(spec, rank, world_size, config, kv_layout,
+                         /*pass_q=*/false);
 }
 
 int64_t GpuRingExecutor::PassQDeviceBytesNeeded(const AttentionSpec& spec,
                                                 int rank, int world_size,
                                                 const GpuRingConfig& config,
                                                 const ShardLayout* kv_layout) {
-  const ShardLayout kv = kv_layout != nullptr
-                             ? *kv_layout
-                             : LayoutFor(spec, spec.kv_len, world_size);
-  return SaturatedBytes(PoolFor(spec, rank, world_size, config,
-                                LayoutFor(spec, spec.q_len, world_size), kv,
-                                /*pass_q=*/true)
-                            .total);
+  return PoolBytesNeeded(spec, rank, world_size, config, kv_layout,
+                         /*pass_q=*/true);
 }
 
 absl::StatusOr<std::unique_ptr<GpuRingExecutor>> GpuRingExecutor::Create(

@@ -516,23 +516,30 @@ TEST(GpuRingExecutorTest, OneGpuBlockSparseMatchesReference) {
   }
 }
 
-TEST(GpuRingExecutorTest, TwoGpuRingBlockSparseMatchesReference) {
-  SKIP_WITHOUT_GPUS(2);
+// Block-sparse cases both ring strategies run on two GPUs: a causal local
+// band over a prime length, and explicit block pairs with small tiles.
+std::vector<Case> TwoGpuBlockSparseCases() {
   std::vector<Case> cases;
   BlockSparseRules local = Rules(61);
   local.local = 1;
   cases.push_back(Sparse("sparse_local_causal_prime", 997, true, local));
-  BlockSparseRules random = Rules(50);
-  random.global = 1;
-  random.random = 3;
-  random.seed = 9;
-  cases.push_back(Sparse("sparse_global_random_prime", 997, false, random));
   BlockSparseRules pairs = Rules(40);  // 11 blocks, the last of 1 position
   pairs.pairs = {{0, 0}, {3, 1}, {3, 2}, {6, 9}, {9, 6}, {10, 0}, {10, 10}};
   Case explicit_pairs = Sparse("sparse_pairs_causal_tiled", 401, true, pairs);
   explicit_pairs.tile_q = 64;
   explicit_pairs.tile_kv = 48;
   cases.push_back(explicit_pairs);
+  return cases;
+}
+
+TEST(GpuRingExecutorTest, TwoGpuRingBlockSparseMatchesReference) {
+  SKIP_WITHOUT_GPUS(2);
+  std::vector<Case> cases = TwoGpuBlockSparseCases();
+  BlockSparseRules random = Rules(50);
+  random.global = 1;
+  random.random = 3;
+  random.seed = 9;
+  cases.push_back(Sparse("sparse_global_random_prime", 997, false, random));
   BlockSparseRules mixed = Rules(128);
   mixed.local = 2;
   mixed.dilated = 5;
@@ -744,16 +751,7 @@ TEST(GpuPassQTest, GpuPassQMatchesReferenceForPrimeLengthOnTwoGpus) {
 
 TEST(GpuPassQTest, GpuPassQRunsBlockSparseAndDilatedOnTwoGpus) {
   SKIP_WITHOUT_GPUS(2);
-  std::vector<Case> cases;
-  BlockSparseRules local = Rules(61);
-  local.local = 1;
-  cases.push_back(Sparse("sparse_local_causal_prime", 997, true, local));
-  BlockSparseRules pairs = Rules(40);  // blocks without a pair see no key
-  pairs.pairs = {{0, 0}, {3, 1}, {3, 2}, {6, 9}, {9, 6}, {10, 0}, {10, 10}};
-  Case explicit_pairs = Sparse("sparse_pairs_causal_tiled", 401, true, pairs);
-  explicit_pairs.tile_q = 64;
-  explicit_pairs.tile_kv = 48;
-  cases.push_back(explicit_pairs);
+  std::vector<Case> cases = TwoGpuBlockSparseCases();
   Case dilated = Make("dilated_lse_causal_prime", 1009, 1009, true);
   dilated.dilated = {{64, 1}, {256, 2}};
   cases.push_back(dilated);
