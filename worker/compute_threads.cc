@@ -44,7 +44,7 @@ void ComputeThreads::Serve() {
   for (;;) {
     mutex_.Await(absl::Condition(&has_work));
     if (queue_.empty()) return;  // stopping, with nothing left to run
-    absl::AnyInvocable<void() &&> work = std::move(queue_.front());
+    absl::AnyInvocable<void()&&> work = std::move(queue_.front());
     queue_.pop_front();
     --idle_;
     ++busy_;

@@ -52,11 +52,12 @@ absl::Status PeerTimeoutAsUnavailable(absl::Status status,
 }
 
 // One Execute stream: reads the header and the shard, runs the ring on a
-// thread of the service's ComputeThreads, then writes the output. gRPC serializes the reactions
-// that matter here: reads happen before the computation starts and writes
-// only after it ends; OnCancel may come at any time and touches only
-// `cancelled_` and, under the mutex, the communicator. Deletes itself once
-// both OnDone and the computation (if one started) are over.
+// thread of the service's ComputeThreads, then writes the output. gRPC
+// serializes the reactions that matter here: reads happen before the
+// computation starts and writes only after it ends; OnCancel may come at any
+// time and touches only `cancelled_` and, under the mutex, the communicator.
+// Deletes itself once both OnDone and the computation (if one started) are
+// over.
 class ExecuteReactor final
     : public grpc::ServerBidiReactor<v1::ExecuteRequest, v1::ExecuteResponse> {
  public:
@@ -479,8 +480,8 @@ class ExecuteReactor final
     return absl::OkStatus();
   }
 
-  // Runs on a compute thread: takes resident context rows (LoadContext), joins the
-  // ring (none for broadcast-Q), computes, starts writing the output.
+  // Runs on a compute thread: takes resident context rows (LoadContext), joins
+  // the ring (none for broadcast-Q), computes, starts writing the output.
   void Compute() {
     if (context_load_.has_value()) {
       if (absl::Status loaded = LoadContext(); !loaded.ok()) {
@@ -836,8 +837,7 @@ grpc::ServerBidiReactor<v1::ExecuteRequest, v1::ExecuteResponse>*
 WorkerService::Execute(grpc::CallbackServerContext* context) {
   return new ExecuteReactor(context, connector_, communicators_,
                             compute_threads_, host_contexts_.get(),
-                            device_contexts_.get(),
-                            options_, budget_.Admit());
+                            device_contexts_.get(), options_, budget_.Admit());
 }
 
 ResidentContexts& WorkerService::contexts() {
