@@ -35,6 +35,7 @@ constexpr char kUsage[] = R"(usage:
       [--block_size B [--local_blocks L] [--global_blocks G]
        [--dilated_blocks R] [--random_blocks K [--seed S]]]
       [--hilbert HxW] [--strategy auto|pass_kv|pass_q|broadcast_q]
+      [--merge auto|coordinator|workers]
   ringattn local --workers P [--port PORT] [--http_port PORT] [--bin_dir DIR]
       [--ready_timeout SECONDS]
   ringattn info --target HOST:PORT
@@ -44,7 +45,8 @@ constexpr char kUsage[] = R"(usage:
       [--wire_dtype fp32|fp16|bf16]
   ringattn context query --target HOST:PORT --name NAME --q Q.npy --out O.npy
       [--lse_out L.npy] [--k_new K.npy --v_new V.npy] [the attention flags of
-      attend, --strategy auto|pass_kv|pass_q|broadcast_q among them]
+      attend, --strategy auto|pass_kv|pass_q|broadcast_q and
+      --merge auto|coordinator|workers among them]
       (with --k_new/--v_new the rows are appended first, so the context grows
       and the queries see them)
   ringattn context delete --target HOST:PORT --name NAME
@@ -167,6 +169,9 @@ void PrintSummary(const v1::Summary& summary, absl::Duration wall) {
       FormatBytes(summary.bytes_in()), FormatBytes(summary.bytes_out()));
   if (summary.strategy() != v1::STRATEGY_AUTO) {
     absl::StrAppend(&line, "; ", v1::Strategy_Name(summary.strategy()));
+  }
+  if (summary.partial_merge() == v1::MERGE_ON_WORKERS) {
+    absl::StrAppend(&line, " merged on the workers");
   }
   if (summary.ring_steps() > 0) {
     absl::StrAppend(&line, ", ", summary.ring_steps(), " ring steps");

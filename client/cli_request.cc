@@ -146,7 +146,8 @@ const std::set<std::string>& SpecFlagNames() {
   static const auto* const kNames = new std::set<std::string>{
       "scale",         "wire_dtype",   "dilated",       "dilated_combine",
       "block_size",    "local_blocks", "global_blocks", "dilated_blocks",
-      "random_blocks", "seed",         "hilbert",       "strategy"};
+      "random_blocks", "seed",         "hilbert",       "strategy",
+      "merge"};
   return *kNames;
 }
 
@@ -186,6 +187,12 @@ absl::Status ApplySpecFlags(const Flags& flags, v1::AttentionSpec* spec) {
        {"pass_q", v1::PASS_Q},
        {"broadcast_q", v1::BROADCAST_Q}},
       [spec](v1::Strategy strategy) { spec->set_strategy(strategy); }));
+  RINGATTN_RETURN_IF_ERROR(SetChoiceFlag<v1::PartialMerge>(
+      flags, "merge",
+      {{"auto", v1::MERGE_AUTO},
+       {"coordinator", v1::MERGE_AT_COORDINATOR},
+       {"workers", v1::MERGE_ON_WORKERS}},
+      [spec](v1::PartialMerge merge) { spec->set_partial_merge(merge); }));
 
   for (const char* rule : {"local_blocks", "global_blocks", "dilated_blocks",
                            "random_blocks", "seed"}) {

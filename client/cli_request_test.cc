@@ -66,7 +66,7 @@ TEST(ApplySpecFlagsTest, SetsEveryOption) {
        "0",           "--global_blocks", "1",         "--dilated_blocks",
        "3",           "--random_blocks", "2",         "--seed",
        "7",           "--hilbert",       "4x8",       "--strategy",
-       "pass_q"});
+       "pass_q",      "--merge",         "workers"});
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_TRUE(spec->causal());
   EXPECT_TRUE(spec->has_scale());
@@ -85,6 +85,7 @@ TEST(ApplySpecFlagsTest, SetsEveryOption) {
   EXPECT_EQ(sparse.seed(), 7u);
   EXPECT_EQ(spec->hilbert().width(), 8);
   EXPECT_EQ(spec->strategy(), v1::PASS_Q);
+  EXPECT_EQ(spec->partial_merge(), v1::MERGE_ON_WORKERS);
 }
 
 TEST(ApplySpecFlagsTest, LeavesDefaultsAlone) {

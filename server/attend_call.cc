@@ -25,6 +25,7 @@
 #include "server/chunk_routing.h"
 #include "server/context_append.h"
 #include "server/context_upload.h"
+#include "server/merge_choice.h"
 #include "server/request_layout.h"
 #include "server/row_coverage.h"
 #include "server/strategy_choice.h"
@@ -134,6 +135,9 @@ class Call {
   DType dtype_ = DType::kFloat32;
   DType output_dtype_ = DType::kFloat32;
   v1::Strategy strategy_ = v1::PASS_KV;
+  // Broadcast-Q: where the partials merge (OpenWorkers chooses); MERGE_AUTO
+  // for the other strategies.
+  v1::PartialMerge merge_ = v1::MERGE_AUTO;
   std::optional<RequestLayout> layout_;
   std::vector<std::unique_ptr<WorkerLink>> workers_;
   std::vector<std::thread> readers_;
@@ -146,7 +150,8 @@ class Call {
   std::deque<WorkerEvent> events_ ABSL_GUARDED_BY(mutex_);
 
   std::map<int64_t, OutputRun> pending_;  // by b * Nq + token
-  // Broadcast-Q: every row's output merged over the partials so far.
+  // Broadcast-Q merged at the coordinator: every row's output merged over the
+  // partials so far.
   std::vector<float> merged_o_;    // [B, Nq, Hq, D]
   std::vector<float> merged_lse_;  // [B, Nq, Hq]
   int64_t merged_rows_ = 0;        // partial rows merged, over all workers
@@ -186,6 +191,11 @@ absl::Status Call::ReadHeader() {
   output_dtype_ = *output_dtype;
   // Refuses what no cluster could run before anything is uploaded; the
   // choice itself waits for the workers (OpenWorkers).
+  RINGATTN_RETURN_IF_ERROR(
+      ChoosePartialMerge(spec_, spec_proto_.partial_merge(), /*workers=*/1,
+                         DTypeSize(output_dtype_), CpuMergeRates(),
+                         /*communicator_kept=*/false)
+          .status());
   if (spec_proto_.strategy() == v1::STRATEGY_AUTO) return absl::OkStatus();
   return ChooseStrategy(spec_, spec_proto_.strategy(), /*workers=*/1,
                         DTypeSize(dtype_))
@@ -254,6 +264,9 @@ absl::Status Call::OpenWorkers() {
   if (!membership.ok()) return membership.status();
   const std::vector<Cluster::Member>& members = membership->members;
   const int64_t p = static_cast<int64_t>(members.size());
+  const bool all_cpu =
+      std::all_of(members.begin(), members.end(),
+                  [](const Cluster::Member& m) { return m.device == "cpu"; });
   absl::StatusOr<v1::Strategy> strategy =
       ChooseStrategy(spec_, spec_proto_.strategy(), p, DTypeSize(dtype_));
   if (!strategy.ok()) return strategy.status();
@@ -261,6 +274,18 @@ absl::Status Call::OpenWorkers() {
   spec_proto_.set_strategy(strategy_);
   const bool broadcast = strategy_ == v1::BROADCAST_Q;
   const bool pass_q = strategy_ == v1::PASS_Q;
+  if (broadcast) {
+    absl::StatusOr<v1::PartialMerge> merge = ChoosePartialMerge(
+        spec_, spec_proto_.partial_merge(), p, DTypeSize(output_dtype_),
+        all_cpu ? CpuMergeRates() : GpuMergeRates(),
+        /*communicator_kept=*/p > 1 &&
+            state_.communicator_keys->Reusable(membership->epoch));
+    if (!merge.ok()) return merge.status();
+    merge_ = *merge;
+  }
+  // What the workers run: their part of the reduction, if any.
+  spec_proto_.set_partial_merge(merge_);
+  const bool tree = merge_ == v1::MERGE_ON_WORKERS;
   // A CPU worker holds fp32 Q, O and LSE rows of its shard (all rows for
   // broadcast-Q; two travelling blocks and its output for pass-Q) and three
   // K/V blocks (its own and the double buffer; only its own for broadcast-Q
@@ -268,7 +293,8 @@ absl::Status Call::OpenWorkers() {
   // LSE; none of K/V where it reads a resident context in place (broadcast-Q,
   // or a world of one). For pass-Q a GPU holds two travelling query blocks
   // (16-bit Q, fp32 O and LSE) and its own K/V block only, none of it where
-  // it reads a resident context in place.
+  // it reads a resident context in place. Both kinds hold room for one
+  // received fp32 partial when broadcast-Q merges on the workers.
   const int64_t q_rows = broadcast ? spec_.q_len : (spec_.q_len + p - 1) / p;
   const int64_t kv_rows = (spec_.kv_len + p - 1) / p + 1;
   const int64_t q_values = spec_.batch * q_rows * spec_.q_heads;
@@ -278,13 +304,15 @@ absl::Status Call::OpenWorkers() {
       resident_.has_value() && (broadcast || pass_q || p == 1) ? 0
       : pass_q                                                 ? 1
                                                                : 2;
+  const int64_t tree_scratch = tree ? 4 * q_values * (spec_.head_dim + 1) : 0;
   for (const Cluster::Member& member : members) {
-    const int64_t per_worker =
+    int64_t per_worker =
         member.device == "cpu"
             ? 4 * ((pass_q ? 3 : 1) * q_values * (2 * spec_.head_dim + 1) +
                    (broadcast || pass_q ? 1 : 3) * kv_values)
             : (pass_q ? 2 : 1) * q_values * (6 * spec_.head_dim + 4) +
                   gpu_kv_blocks * 2 * kv_values;
+    per_worker += tree_scratch;
     if (member.memory_bytes > 0 && per_worker > member.memory_bytes) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "the request needs about ", per_worker, " bytes on each of ", p,
@@ -305,7 +333,7 @@ absl::Status Call::OpenWorkers() {
   }
   layout_.emplace(spec_, p);
   done_.assign(static_cast<size_t>(p), v1::ExecuteDone());
-  if (broadcast) {
+  if (broadcast && !tree) {
     const int64_t rows = spec_.batch * spec_.q_len * spec_.q_heads;
     merged_o_.assign(static_cast<size_t>(rows * spec_.head_dim), 0.0f);
     merged_lse_.assign(static_cast<size_t>(rows), -INFINITY);
@@ -322,7 +350,8 @@ absl::Status Call::OpenWorkers() {
   *h->mutable_spec() = spec_proto_;
   h->set_world_size(static_cast<int>(p));
   h->set_rendezvous_prefix(prefix_);
-  if (p > 1 && !broadcast) {
+  // Every ring needs a communicator, and so does broadcast-Q's tree.
+  if (p > 1 && (!broadcast || tree)) {
     communicator_ = state_.communicator_keys->Acquire(membership->epoch);
     h->set_communicator_key(communicator_.key());
     state_.metrics->Add(
@@ -565,9 +594,16 @@ absl::Status Call::Compute() {
       continue;
     }
     if (event.response->has_output()) {
-      if (strategy_ == v1::BROADCAST_Q) {
+      if (strategy_ == v1::BROADCAST_Q && merge_ != v1::MERGE_ON_WORKERS) {
         RINGATTN_RETURN_IF_ERROR(MergePartial(event.response->output()));
       } else {
+        if (merge_ == v1::MERGE_ON_WORKERS && event.rank != 0) {
+          CancelWorkers();
+          return absl::InternalError(absl::StrCat(
+              "worker ", event.rank,
+              " sent output rows, but broadcast-Q merged on the workers "
+              "returns them from rank 0 alone"));
+        }
         RINGATTN_RETURN_IF_ERROR(TakeOutput(event.response->output()));
         RINGATTN_RETURN_IF_ERROR(EmitReady(/*flush=*/true));
       }
@@ -575,7 +611,9 @@ absl::Status Call::Compute() {
     if (event.response->has_done()) done_[event.rank] = event.response->done();
   }
   compute_seconds_ = SecondsSince(start);
-  if (strategy_ == v1::BROADCAST_Q) RINGATTN_RETURN_IF_ERROR(EmitMerged());
+  if (strategy_ == v1::BROADCAST_Q && merge_ != v1::MERGE_ON_WORKERS) {
+    RINGATTN_RETURN_IF_ERROR(EmitMerged());
+  }
   if (next_row_ != spec_.batch * spec_.q_len) {
     return absl::InternalError(absl::StrCat("workers returned ", next_row_,
                                             " of ", spec_.batch * spec_.q_len,
@@ -767,6 +805,7 @@ v1::Summary Call::MakeSummary() {
     summary.set_ring_transfers(summary.ring_transfers() + done_[w].transfers());
   }
   summary.set_strategy(strategy_);
+  summary.set_partial_merge(merge_);
   if (spec_.block_sparse.has_value() &&
       spec_proto_.block_sparse().return_mask()) {
     const BlockMask mask =
@@ -804,9 +843,12 @@ absl::Status Call::RunSteps() {
   RINGATTN_RETURN_IF_ERROR(ReadHeader());
   RINGATTN_RETURN_IF_ERROR(CheckSize());
   RINGATTN_RETURN_IF_ERROR(OpenWorkers());
-  spdlog::info("request {}: {} x {} tokens, {} workers, {}, uploading",
+  spdlog::info("request {}: {} x {} tokens, {} workers, {}{}, uploading",
                request_id_, spec_.q_len, spec_.kv_len, workers_.size(),
-               v1::Strategy_Name(strategy_));
+               v1::Strategy_Name(strategy_),
+               merge_ == v1::MERGE_AUTO
+                   ? ""
+                   : absl::StrCat(" (", v1::PartialMerge_Name(merge_), ")"));
   RINGATTN_RETURN_IF_ERROR(Upload());
   RINGATTN_RETURN_IF_ERROR(Compute());
   communicator_.Succeeded();
@@ -818,6 +860,12 @@ absl::Status Call::RunSteps() {
                           compute_seconds_);
   state_.metrics->Add("ringattn_strategy_requests_total",
                       {{"strategy", v1::Strategy_Name(strategy_)}}, 1);
+  if (strategy_ == v1::BROADCAST_Q) {
+    state_.metrics->Add(
+        "ringattn_partial_merge_requests_total",
+        {{"merge", merge_ == v1::MERGE_ON_WORKERS ? "workers" : "coordinator"}},
+        1);
+  }
   state_.metrics->Add("ringattn_tokens_total", {},
                       static_cast<double>(spec_.batch * spec_.q_len));
   state_.metrics->Add("ringattn_flops_total", {}, response.summary().flops());

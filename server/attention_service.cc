@@ -48,6 +48,10 @@ void DeclareCoordinatorMetrics(Metrics& metrics) {
   metrics.Declare("ringattn_strategy_requests_total",
                   "Attention requests computed, by the strategy that ran.",
                   Metrics::Kind::kCounter);
+  metrics.Declare("ringattn_partial_merge_requests_total",
+                  "Broadcast-Q requests computed, by where their partials "
+                  "merged: coordinator or workers.",
+                  Metrics::Kind::kCounter);
   metrics.Declare("ringattn_tokens_total", "Query tokens answered.",
                   Metrics::Kind::kCounter);
   metrics.Declare("ringattn_flops_total", "Attention FLOPs computed.",

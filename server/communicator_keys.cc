@@ -59,6 +59,11 @@ CommunicatorKeys::Lease CommunicatorKeys::Acquire(int64_t epoch) {
   return Lease(this, key_, first_use);
 }
 
+bool CommunicatorKeys::Reusable(int64_t epoch) {
+  absl::MutexLock lock(&mutex_);
+  return !held_ && !key_.empty() && epoch == epoch_ && used_;
+}
+
 void CommunicatorKeys::Release(const std::string& key, bool succeeded) {
   absl::MutexLock lock(&mutex_);
   if (key != key_) return;

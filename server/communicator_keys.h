@@ -68,6 +68,11 @@ class CommunicatorKeys {
   // empty lease while another request holds the key.
   Lease Acquire(int64_t epoch);
 
+  // Whether Acquire(epoch) would now lend the key of a communicator the
+  // workers already made (a request held it and succeeded, in this epoch).
+  // A hint for cost models: another request may take the key first.
+  bool Reusable(int64_t epoch);
+
   // A fresh instance name for a coordinator process.
   static std::string NewInstance();
 

@@ -35,6 +35,21 @@ TEST(CommunicatorKeys, KeyGoesToOneRequestAtATime) {
   EXPECT_FALSE(next.first_use());
 }
 
+TEST(CommunicatorKeys, ReusableOnlyWhenAMadeCommunicatorIsFree) {
+  RendezvousStore store;
+  CommunicatorKeys keys(store, "c");
+  EXPECT_FALSE(keys.Reusable(1)) << "no key named yet";
+  {
+    CommunicatorKeys::Lease lease = keys.Acquire(1);
+    EXPECT_FALSE(keys.Reusable(1)) << "lent out";
+    lease.Succeeded();
+  }
+  EXPECT_TRUE(keys.Reusable(1));
+  EXPECT_FALSE(keys.Reusable(2)) << "a new epoch needs a new communicator";
+  { const CommunicatorKeys::Lease failed = keys.Acquire(1); }
+  EXPECT_FALSE(keys.Reusable(1)) << "a failure retires the key";
+}
+
 TEST(CommunicatorKeys, KeyNamesInstanceEpochAndGeneration) {
   RendezvousStore store;
   CommunicatorKeys keys(store, "coordinator-7");

@@ -4,6 +4,9 @@
 // appended in uneven pieces; STRATEGY_AUTO follows the cost model
 // (server/strategy_choice.h) and the summary and metrics say which strategy
 // ran; strategies that cannot run a request are refused precisely.
+// Broadcast-Q's partials merged at the coordinator and on the workers (a tree
+// over Gloo) agree, in fp32 and bf16 output, and MERGE_AUTO follows the merge
+// cost model (server/merge_choice.h).
 
 #include <cmath>
 #include <memory>
@@ -203,6 +206,132 @@ TEST_F(Strategies, AutoFollowsTheCostModel) {
                           "BROADCAST_Q\"}"),
             std::string::npos)
       << *metrics;
+}
+
+v1::AttentionSpec BroadcastMergedAt(const AttentionSpec& spec,
+                                    v1::PartialMerge merge,
+                                    v1::DType output = v1::FP32) {
+  v1::AttentionSpec request = Forced(spec, v1::BROADCAST_Q);
+  request.set_partial_merge(merge);
+  request.set_output_dtype(output);
+  return request;
+}
+
+// Two bf16 outputs rounded from fp32 values that differ only by summation
+// order: a unit in bf16's last place apart at most.
+void ExpectAgreeInBf16(const AttendResult& a, const AttendResult& b) {
+  ASSERT_EQ(a.output.values().size(), b.output.values().size());
+  for (size_t i = 0; i < a.output.values().size(); ++i) {
+    const float x = a.output.values()[i];
+    ASSERT_NEAR(x, b.output.values()[i], std::ldexp(std::abs(x), -7) + 1e-6)
+        << "output element " << i;
+  }
+}
+
+TEST_F(Strategies, BroadcastMergeOnWorkersAgreesWithMergeAtCoordinator) {
+  std::unique_ptr<Client> client = cluster_->NewClient();
+  const RandomInputs context =
+      MakeRandomInputs(Spec(kContextLength, kContextLength, 2), 50);
+  Upload(*client, "merges", context);
+  for (int64_t nq : {1, 3, 17, 300}) {
+    SCOPED_TRACE("Nq=" + std::to_string(nq));
+    const AttentionSpec spec = Spec(nq, kContextLength, 2);
+    RandomInputs in = MakeRandomInputs(spec, static_cast<uint32_t>(60 + nq));
+    in.k = Tensor<float>(context.k.shape());
+    in.k.values() = context.k.values();
+    in.v = Tensor<float>(context.v.shape());
+    in.v.values() = context.v.values();
+    for (v1::DType output : {v1::FP32, v1::BF16}) {
+      SCOPED_TRACE(v1::DType_Name(output));
+      std::vector<AttendResult> results;
+      for (v1::PartialMerge merge :
+           {v1::MERGE_AT_COORDINATOR, v1::MERGE_ON_WORKERS}) {
+        // A query of the resident context, and the same rows uploaded.
+        absl::StatusOr<AttendResult> queried = client->Query(
+            "merges", BroadcastMergedAt(spec, merge, output), in.q.view());
+        ASSERT_TRUE(queried.ok()) << queried.status();
+        absl::StatusOr<AttendResult> attended =
+            client->Attend(BroadcastMergedAt(spec, merge, output), in.q.view(),
+                           in.k.view(), in.v.view());
+        ASSERT_TRUE(attended.ok()) << attended.status();
+        for (AttendResult* result : {&*queried, &*attended}) {
+          EXPECT_EQ(result->summary.strategy(), v1::BROADCAST_Q);
+          EXPECT_EQ(result->summary.partial_merge(), merge);
+          // The tree sends one partial from each of the two other workers.
+          EXPECT_EQ(result->summary.ring_transfers(),
+                    merge == v1::MERGE_ON_WORKERS ? 2 : 0);
+          if (output == v1::FP32) ExpectMatchesReference(spec, in, *result);
+          results.push_back(std::move(*result));
+        }
+      }
+      for (size_t i = 1; i < results.size(); ++i) {
+        SCOPED_TRACE("result " + std::to_string(i));
+        if (output == v1::FP32) {
+          ExpectAgree(results[0], results[i]);
+        } else {
+          ExpectAgreeInBf16(results[0], results[i]);
+        }
+      }
+    }
+  }
+  EXPECT_TRUE(client->DeleteContext("merges").ok());
+}
+
+TEST_F(Strategies, AutoMergeFollowsTheMergeCostModel) {
+  std::unique_ptr<Client> client = cluster_->NewClient();
+  const RandomInputs context =
+      MakeRandomInputs(Spec(kContextLength, kContextLength, 2), 70);
+  Upload(*client, "auto-merge", context);
+  // A forced tree first, so that the workers keep a communicator whatever
+  // ran before: AUTO's choice below then weighs joining the kept one.
+  const AttentionSpec few = Spec(3, kContextLength, 2);
+  const RandomInputs few_in = MakeRandomInputs(few, 71);
+  ASSERT_TRUE(client
+                  ->Query("auto-merge",
+                          BroadcastMergedAt(few, v1::MERGE_ON_WORKERS),
+                          few_in.q.view())
+                  .ok());
+  struct Case {
+    int64_t nq;
+    v1::PartialMerge expected;
+  };
+  // One row: microseconds of partials against a millisecond of joining. 2048
+  // rows in bf16: 5.3 MB of fp32 partials per worker (server/merge_choice.h).
+  for (const Case& c :
+       {Case{1, v1::MERGE_AT_COORDINATOR}, Case{2048, v1::MERGE_ON_WORKERS}}) {
+    SCOPED_TRACE("Nq=" + std::to_string(c.nq));
+    const AttentionSpec spec = Spec(c.nq, kContextLength, 2);
+    const RandomInputs in =
+        MakeRandomInputs(spec, static_cast<uint32_t>(72 + c.nq));
+    absl::StatusOr<AttendResult> result = client->Query(
+        "auto-merge", BroadcastMergedAt(spec, v1::MERGE_AUTO, v1::BF16),
+        in.q.view());
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->summary.strategy(), v1::BROADCAST_Q);
+    EXPECT_EQ(result->summary.partial_merge(), c.expected);
+  }
+  EXPECT_TRUE(client->DeleteContext("auto-merge").ok());
+  absl::StatusOr<std::string> metrics = cluster_->Metrics();
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  for (const char* label : {"coordinator", "workers"}) {
+    EXPECT_NE(
+        metrics->find(
+            std::string("ringattn_partial_merge_requests_total{merge=\"") +
+            label + "\"}"),
+        std::string::npos)
+        << *metrics;
+  }
+}
+
+TEST_F(Strategies, UnknownPartialMergeIsRefused) {
+  std::unique_ptr<Client> client = cluster_->NewClient();
+  const AttentionSpec spec = Spec(3, 16, 2);
+  const RandomInputs in = MakeRandomInputs(spec, 80);
+  v1::AttentionSpec request = RequestSpec(spec);
+  request.set_partial_merge(static_cast<v1::PartialMerge>(9));
+  const absl::StatusOr<AttendResult> result =
+      client->Attend(request, in.q.view(), in.k.view(), in.v.view());
+  EXPECT_TRUE(absl::IsInvalidArgument(result.status())) << result.status();
 }
 
 TEST_F(Strategies, StrategiesThatCannotRunAreRefused) {

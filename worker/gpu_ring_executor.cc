@@ -890,6 +890,16 @@ absl::Status GpuRingExecutor::RunPassQ(RingCommunicator& communicator,
 absl::StatusOr<RingOutput> GpuRingExecutor::RunStaged(
     RingCommunicator& communicator, const RingOptions& options,
     DType output_dtype) {
+  absl::StatusOr<GpuRingStats> stats = RunUploaded(communicator, options);
+  if (!stats.ok()) return stats.status();
+  absl::StatusOr<RingOutput> output = DownloadOutput(output_dtype);
+  if (!output.ok()) return output.status();
+  output->stats = stats->ring;
+  return output;
+}
+
+absl::StatusOr<GpuRingStats> GpuRingExecutor::RunUploaded(
+    RingCommunicator& communicator, const RingOptions& options) {
   if (!config_.host_staging) {
     return absl::FailedPreconditionError(
         "RunStaged needs an executor created with host_staging");
@@ -912,9 +922,11 @@ absl::StatusOr<RingOutput> GpuRingExecutor::RunStaged(
   // The ring's first send reads the home block on another stream.
   RINGATTN_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_.get()),
                                       "waiting for the upload"));
-  absl::StatusOr<GpuRingStats> stats = Run(communicator, options);
-  if (!stats.ok()) return stats.status();
+  return Run(communicator, options);
+}
 
+absl::StatusOr<RingOutput> GpuRingExecutor::DownloadOutput(DType output_dtype) {
+  RINGATTN_RETURN_IF_ERROR(UseCudaDevice(config_.device));
   RingOutput output;
   Shape lse_shape = q_shape();
   lse_shape.dim = 1;
@@ -949,7 +961,6 @@ absl::StatusOr<RingOutput> GpuRingExecutor::RunStaged(
     RINGATTN_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_.get()),
                                         "waiting for the output"));
   }
-  output.stats = stats->ring;
   return output;
 }
 

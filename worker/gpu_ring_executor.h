@@ -253,6 +253,22 @@ class GpuRingExecutor {
                                        const RingOptions& options,
                                        DType output_dtype);
 
+  // RunStaged in two halves, for a caller that works on the fp32 output on
+  // the device in between (broadcast-Q's tree, gpu_partial_reduction.h):
+  // RunUploaded copies the staging tensors to the device and Runs;
+  // DownloadOutput then brings O back in `output_dtype` with the LSE (stats
+  // left empty).
+  absl::StatusOr<GpuRingStats> RunUploaded(RingCommunicator& communicator,
+                                           const RingOptions& options);
+  absl::StatusOr<RingOutput> DownloadOutput(DType output_dtype);
+
+  // The fp32 output on the device after a Run: O of q_shape() and LSE of
+  // q_shape() with dim 1, contiguous; and the stream the executor's kernels
+  // run on.
+  float* device_o() const { return o_; }
+  float* device_lse() const { return lse_; }
+  cudaStream_t stream() const { return stream_.get(); }
+
  private:
   GpuRingExecutor(const AttentionSpec& spec, int rank, int world_size,
                   const GpuRingConfig& config, ShardLayout kv_layout,

@@ -346,6 +346,94 @@ TEST(GpuWorkerServiceTest, BroadcastQPartialsMergeToTheReference) {
   }
 }
 
+TEST(GpuWorkerServiceTest,
+     BroadcastQMergedOnWorkersReturnsBf16RowsFromRankZero) {
+  if (CudaDeviceCount() < 2) {
+    GTEST_SKIP() << "needs 2 CUDA devices; runs on a GPU machine";
+  }
+  DisableNcclMulticast();
+  const int ranks = 2;
+  AttentionSpec spec;  // a causal continuation: 300 new rows, 4400 keys
+  spec.q_len = 300;
+  spec.kv_len = 4400;
+  spec.q_heads = 8;
+  spec.kv_heads = 2;
+  spec.head_dim = 128;
+  spec.causal = true;
+  std::mt19937 rng(12);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto make = [&](int64_t len, int64_t heads) {
+    Tensor<float> t({1, len, heads, spec.head_dim});
+    for (float& x : t.values()) {
+      x = BFloat16ToFloat(FloatToBFloat16(normal(rng)));
+    }
+    return t;
+  };
+  const Tensor<float> q = make(spec.q_len, spec.q_heads);
+  const Tensor<float> k = make(spec.kv_len, spec.kv_heads);
+  const Tensor<float> v = make(spec.kv_len, spec.kv_heads);
+  Tensor<double> o_ref(q.shape());
+  Tensor<double> lse_ref({1, spec.q_len, spec.q_heads, 1});
+  ReferenceAttention(spec, q.view(), k.view(), v.view(), o_ref.view(),
+                     lse_ref.view());
+
+  gloo::rendezvous::HashStore store;
+  std::vector<std::unique_ptr<GpuTestWorker>> workers;
+  for (int r = 0; r < ranks; ++r) {
+    workers.push_back(std::make_unique<GpuTestWorker>(store, r));
+  }
+  std::vector<ExecuteResult> results(ranks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      std::vector<v1::ExecuteRequest> stream =
+          StreamOf(spec, DType::kBFloat16, r, ranks, "gpu-broadcast-tree", q, k,
+                   v, v1::BROADCAST_Q);
+      v1::AttentionSpec* sent = stream[0].mutable_header()->mutable_spec();
+      sent->set_partial_merge(v1::MERGE_ON_WORKERS);
+      sent->set_output_dtype(v1::BF16);
+      results[r] = Execute(workers[r]->stub(), stream);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < ranks; ++r) {
+    ASSERT_TRUE(results[r].status.ok())
+        << "rank " << r << ": " << results[r].status.error_message();
+    ASSERT_TRUE(results[r].responses.back().has_done());
+  }
+  // Rank 1 sent its partial to rank 0 over NCCL and returns no rows.
+  EXPECT_EQ(results[1].responses.back().done().transfers(), 1);
+  for (const v1::ExecuteResponse& response : results[1].responses) {
+    EXPECT_FALSE(response.has_output() && response.output().count() > 0);
+  }
+  // Rank 0 returns every merged row in bf16.
+  const int64_t row_values = spec.q_heads * spec.head_dim;
+  Tensor<float> o(q.shape());
+  Tensor<float> lse({1, spec.q_len, spec.q_heads, 1});
+  int64_t rows = 0;
+  for (const v1::ExecuteResponse& response : results[0].responses) {
+    if (!response.has_output()) continue;
+    const v1::ShardOutput& out = response.output();
+    ASSERT_EQ(out.dtype(), v1::BF16);
+    ASSERT_EQ(out.data().size(), out.count() * row_values * 2);
+    ConvertDType(DType::kBFloat16, out.data().data(), DType::kFloat32,
+                 o.view().Row(0, out.first_position(), 0),
+                 out.count() * row_values);
+    std::memcpy(lse.view().Row(0, out.first_position(), 0), out.lse().data(),
+                out.lse().size());
+    rows += out.count();
+  }
+  ASSERT_EQ(rows, spec.q_len);
+  for (size_t i = 0; i < o.values().size(); ++i) {
+    const double want = o_ref.values()[i];
+    ASSERT_NEAR(o.values()[i], want, 3e-2 * (1 + std::fabs(want))) << i;
+  }
+  for (size_t i = 0; i < lse.values().size(); ++i) {
+    const double want = lse_ref.values()[i];
+    ASSERT_NEAR(lse.values()[i], want, 1e-2 * (1 + std::fabs(want))) << i;
+  }
+}
+
 // Rows [first, first + count) of `t` (batch 0) in `dtype`, as ShardRows.
 v1::ShardRows RowsOf(v1::TensorName name, const Tensor<float>& t, int64_t first,
                      int64_t count, DType dtype) {

@@ -24,7 +24,9 @@
 #include "proto/spec_conversion.h"
 #include "spdlog/spdlog.h"
 #include "worker/broadcast_executor.h"
+#include "worker/gpu_partial_reduction.h"
 #include "worker/gpu_ring_executor.h"
+#include "worker/partial_reduction.h"
 #include "worker/pass_q_executor.h"
 #include "worker/ring_executor.h"
 #include "worker/shard_rows.h"
@@ -220,12 +222,18 @@ class ExecuteReactor final
     wire_dtype_ = *dtype;
     output_dtype_ = *output_dtype;
     broadcast_ = strategy == v1::BROADCAST_Q;
+    merge_on_workers_ =
+        broadcast_ && header.spec().partial_merge() == v1::MERGE_ON_WORKERS;
     rank_ = header.rank();
     world_size_ = header.world_size();
     prefix_ = header.rendezvous_prefix();
     communicator_key_ = header.communicator_key();
     ring_timeout_ =
         timeout == 0 ? options_.default_ring_timeout : absl::Seconds(timeout);
+    if (merge_on_workers_) {
+      RINGATTN_RETURN_IF_ERROR(
+          ticket_.Reserve(PartialReductionScratchBytes(spec_)));
+    }
     std::optional<ShardLayout> kv_layout;
     if (!header.context().empty()) {
       if (header.kv_layout_size() != world_size_) {
@@ -493,6 +501,18 @@ class ExecuteReactor final
       Log(spdlog::level::info, "all rows arrived; computing (broadcast-Q)");
       absl::StatusOr<RingOutput> output = broadcast_executor_->Run(&cancelled_);
       broadcast_executor_.reset();
+      if (output.ok() && merge_on_workers_) {
+        HostPartials partials(output->o.floats(), output->lse.view());
+        if (absl::Status reduced = ReduceOnWorkers(partials, output->stats);
+            !reduced.ok()) {
+          output = reduced;
+        } else if (rank_ == 0 && output_dtype_ != DType::kFloat32) {
+          // Narrowed once merged, so that the coordinator takes 2-byte rows.
+          TypedTensor narrowed(output_dtype_, output->o.shape());
+          CopyTyped(output->o.view(), narrowed.view());
+          output->o = std::move(narrowed);
+        }
+      }
       if (!output.ok()) {
         FinishWith(output.status());
         return;
@@ -510,12 +530,11 @@ class ExecuteReactor final
       communicator_ = communicator->get();
     }
     if (cancelled_) (*communicator)->Abort();
-    RingOptions options;
-    options.step_timeout = ring_timeout_;
-    options.deadline = deadline_;
-    options.cancelled = &cancelled_;
+    const RingOptions options = RunOptions();
     absl::StatusOr<RingOutput> output =
-        gpu_executor_ != nullptr
+        gpu_executor_ != nullptr && merge_on_workers_
+            ? RunGpuAndReduce(**communicator, options)
+        : gpu_executor_ != nullptr
             ? gpu_executor_->RunStaged(
                   **communicator, options,
                   broadcast_ ? DType::kFloat32 : output_dtype_)
@@ -549,6 +568,12 @@ class ExecuteReactor final
       return std::make_unique<SoloCommunicator>();
     }
     Log(spdlog::level::info, "all rows arrived; joining the ring");
+    return ConnectGroup();
+  }
+
+  // The communicator of every rank of the request: the cached one when the
+  // header names its key, else a new one for this request alone.
+  absl::StatusOr<std::unique_ptr<RingCommunicator>> ConnectGroup() {
     const absl::Time start = absl::Now();
     const absl::Duration connect_timeout =
         std::min(ring_timeout_, deadline_ - start);
@@ -571,6 +596,76 @@ class ExecuteReactor final
                                 : " (new cached communicator)"));
     }
     return communicator;
+  }
+
+  // Broadcast-Q on a GPU with the merge on the workers: computes this rank's
+  // partial over its keys (over `solo`, a world of one), reduces the
+  // partials to rank 0 on the devices, and brings back rank 0's output in the
+  // output dtype (the other ranks return no rows).
+  absl::StatusOr<RingOutput> RunGpuAndReduce(RingCommunicator& solo,
+                                             const RingOptions& options) {
+    GpuRingExecutor& e = *gpu_executor_;
+    absl::StatusOr<GpuRingStats> stats = e.RunUploaded(solo, options);
+    if (!stats.ok()) return stats.status();
+    const Shape shape = e.q_shape();
+    absl::StatusOr<std::unique_ptr<DevicePartials>> partials =
+        DevicePartials::Create(
+            options_.cuda_device, e.device_o(), e.device_lse(),
+            shape.batch * shape.seq * shape.heads, shape.dim, e.stream());
+    if (!partials.ok()) return partials.status();
+    RingOutput output;
+    output.stats = stats->ring;
+    RINGATTN_RETURN_IF_ERROR(ReduceOnWorkers(**partials, output.stats));
+    if (rank_ != 0) return output;
+    absl::StatusOr<RingOutput> merged = e.DownloadOutput(output_dtype_);
+    if (!merged.ok()) return merged.status();
+    merged->stats = output.stats;
+    return merged;
+  }
+
+  // Broadcast-Q with the merge on the workers: joins the request's
+  // communicator and folds every rank's partial into rank 0's `partials`
+  // (partial_reduction.h), counting its transfers and waits into `stats`.
+  // Afterwards rank 0 returns the merged rows in the output dtype and the
+  // other ranks none. A world of one has nothing to reduce.
+  absl::Status ReduceOnWorkers(PartialBuffers& partials, RingRunStats& stats) {
+    if (world_size_ > 1) {
+      Log(spdlog::level::info, "computed; joining the partial reduction");
+      absl::StatusOr<std::unique_ptr<RingCommunicator>> communicator =
+          ConnectGroup();
+      if (!communicator.ok()) return communicator.status();
+      {
+        absl::MutexLock lock(&mutex_);
+        communicator_ = communicator->get();
+      }
+      if (cancelled_) (*communicator)->Abort();
+      absl::StatusOr<ReductionStats> reduced =
+          ReduceToRankZero(**communicator, partials, RunOptions());
+      {
+        absl::MutexLock lock(&mutex_);
+        communicator_ = nullptr;
+      }
+      communicator->reset();
+      if (!reduced.ok()) return reduced.status();
+      stats.transfers += reduced->transfers;
+      stats.bytes_sent += reduced->bytes_sent;
+      stats.wait_seconds += reduced->wait_seconds;
+      Log(spdlog::level::info,
+          absl::StrCat("reduced the partials in ", reduced->rounds, " rounds, ",
+                       reduced->wait_seconds, " s waiting"));
+    }
+    if (rank_ != 0) q_chunks_.clear();
+    return absl::OkStatus();
+  }
+
+  // The waits of this request's communication: each at most the ring
+  // timeout, none past the call's deadline, all ended by a cancel.
+  RingOptions RunOptions() const {
+    RingOptions options;
+    options.step_timeout = ring_timeout_;
+    options.deadline = deadline_;
+    options.cancelled = &cancelled_;
+    return options;
   }
 
   // Logs what was computed and starts writing `output`.
@@ -680,6 +775,8 @@ class ExecuteReactor final
   DType wire_dtype_ = DType::kFloat32;
   DType output_dtype_ = DType::kFloat32;
   bool broadcast_ = false;  // strategy BROADCAST_Q: partial outputs, fp32
+  // Broadcast-Q merged on the workers: rank 0 returns the merged rows.
+  bool merge_on_workers_ = false;
   int rank_ = -1;
   int world_size_ = 0;
   std::string prefix_;
