@@ -39,6 +39,7 @@ BINARIES=(
   worker/gpu_dilated_tasks_test
   worker/gpu_dilated_test
   worker/gpu_nccl_communicator_test
+  worker/gpu_partial_reduction_test
   worker/gpu_ring_executor_test
   worker/gpu_ring_tiles_test
   worker/gpu_worker_service_test
