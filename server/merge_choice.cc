@@ -9,7 +9,7 @@ namespace ringattn {
 MergeRates GpuMergeRates() {
   return MergeRates{/*grpc=*/1e9,       /*interconnect=*/1e11,
                     /*host_merge=*/2e9, /*worker_merge=*/1e12,
-                    /*join_kept=*/1e-3, /*join_new=*/0.5};
+                    /*join_kept=*/1e-3, /*join_new=*/0.05};
 }
 
 MergeRates CpuMergeRates() {

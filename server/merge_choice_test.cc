@@ -73,7 +73,7 @@ TEST(MergeChoice, ThousandsOfRowsOverTwoOrMoreWorkersGoToTheTree) {
 
 TEST(MergeChoice, ANewCommunicatorMustPayForItself) {
   // 256 rows on 2 GPUs: worth the tree over the kept communicator (about 3 ms
-  // against 13 ms), not when NCCL must connect anew (half a second).
+  // against 13 ms), not when NCCL must connect anew (50 ms).
   EXPECT_EQ(*ChoosePartialMerge(Spec(256), v1::MERGE_AUTO, 2, 2,
                                 GpuMergeRates(), /*communicator_kept=*/true),
             v1::MERGE_ON_WORKERS);
