@@ -32,20 +32,11 @@
 #include "kernels/cpu/reference_attention.h"
 #include "worker/device.h"
 #include "worker/gpu_ring_executor.h"
+#include "worker/gpu_test_skip.h"
 #include "worker/nccl_communicator.h"
 
 namespace ringattn {
 namespace {
-
-#define SKIP_WITHOUT_GPUS(needed)                                           \
-  do {                                                                      \
-    const int count = CudaDeviceCount();                                    \
-    if (count < (needed)) {                                                 \
-      GTEST_SKIP() << "needs " << (needed) << " CUDA device(s); this "      \
-                   << "machine has " << count << "; runs on a GPU machine"; \
-    }                                                                       \
-    DisableNcclMulticast();                                                 \
-  } while (0)
 
 // The communicator of a one-rank ring, which never transfers anything.
 class NoPeers final : public RingCommunicator {

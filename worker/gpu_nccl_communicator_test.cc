@@ -20,21 +20,11 @@
 #include "kernels/cuda/device_buffer.h"
 #include "worker/communicator_cache.h"
 #include "worker/device.h"
+#include "worker/gpu_test_skip.h"
 #include "worker/nccl_communicator.h"
 
 namespace ringattn {
 namespace {
-
-// Skips the calling test unless this machine has `needed` CUDA devices.
-#define SKIP_WITHOUT_GPUS(needed)                                           \
-  do {                                                                      \
-    const int count = CudaDeviceCount();                                    \
-    if (count < (needed)) {                                                 \
-      GTEST_SKIP() << "needs " << (needed) << " CUDA device(s); this "      \
-                   << "machine has " << count << "; runs on a GPU machine"; \
-    }                                                                       \
-    DisableNcclMulticast();                                                 \
-  } while (0)
 
 // Allowance for NCCL and thread start-up on top of a timeout under test.
 constexpr absl::Duration kSlack = absl::Seconds(5);

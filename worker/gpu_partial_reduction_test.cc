@@ -17,29 +17,20 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/dtype.h"
-#include "core/status_macros.h"
 #include "core/random_tensor.h"
+#include "core/status_macros.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/merge_with_lse.h"
 #include "kernels/cpu/reference_attention.h"
 #include "worker/device.h"
 #include "worker/gpu_ring_executor.h"
+#include "worker/gpu_test_skip.h"
 #include "worker/nccl_communicator.h"
 #include "worker/partial_reduction.h"
 #include "worker/solo_communicator.h"
 
 namespace ringattn {
 namespace {
-
-#define SKIP_WITHOUT_GPUS(needed)                                           \
-  do {                                                                      \
-    const int count = CudaDeviceCount();                                    \
-    if (count < (needed)) {                                                 \
-      GTEST_SKIP() << "needs " << (needed) << " CUDA device(s); this "      \
-                   << "machine has " << count << "; runs on a GPU machine"; \
-    }                                                                       \
-    DisableNcclMulticast();                                                 \
-  } while (0)
 
 constexpr double kMergeTolerance = 1e-5;
 constexpr double kBf16Tolerance = 2e-2;

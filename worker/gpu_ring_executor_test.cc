@@ -45,20 +45,11 @@
 #include "worker/compute_dtype.h"
 #include "worker/device.h"
 #include "worker/device_context_store.h"
+#include "worker/gpu_test_skip.h"
 #include "worker/nccl_communicator.h"
 
 namespace ringattn {
 namespace {
-
-#define SKIP_WITHOUT_GPUS(needed)                                           \
-  do {                                                                      \
-    const int count = CudaDeviceCount();                                    \
-    if (count < (needed)) {                                                 \
-      GTEST_SKIP() << "needs " << (needed) << " CUDA device(s); this "      \
-                   << "machine has " << count << "; runs on a GPU machine"; \
-    }                                                                       \
-    DisableNcclMulticast();                                                 \
-  } while (0)
 
 // The communicator of a one-rank ring, which never transfers anything.
 class NoPeers final : public RingCommunicator {
