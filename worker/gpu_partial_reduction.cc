@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "kernels/cuda/merge_with_lse.h"
 #include "worker/device.h"
@@ -15,24 +16,32 @@ absl::StatusOr<std::unique_ptr<DevicePartials>> DevicePartials::Create(
     return absl::InvalidArgumentError(
         "a device partial needs at least one row of at least one value");
   }
-  RINGATTN_RETURN_IF_ERROR(UseCudaDevice(device));
-  absl::StatusOr<DeviceBuffer> received = DeviceBuffer::Allocate(
-      static_cast<size_t>(rows * (dim + 1)) * sizeof(float));
-  if (!received.ok()) return received.status();
-  return std::unique_ptr<DevicePartials>(new DevicePartials(
-      device, o, lse, rows, dim, stream, *std::move(received)));
+  return std::unique_ptr<DevicePartials>(
+      new DevicePartials(device, o, lse, rows, dim, stream));
 }
 
 DevicePartials::DevicePartials(int device, float* o, float* lse, int64_t rows,
-                               int64_t dim, cudaStream_t stream,
-                               DeviceBuffer received)
+                               int64_t dim, cudaStream_t stream)
     : device_(device),
       o_(o),
       lse_(lse),
       rows_(rows),
       dim_(dim),
-      stream_(stream),
-      received_(std::move(received)) {}
+      stream_(stream) {}
+
+absl::Status DevicePartials::MakeReceiveRoom() {
+  if (received_.bytes() > 0) return absl::OkStatus();
+  RINGATTN_RETURN_IF_ERROR(UseCudaDevice(device_));
+  absl::StatusOr<DeviceBuffer> received = DeviceBuffer::Allocate(
+      static_cast<size_t>(rows_ * (dim_ + 1)) * sizeof(float));
+  if (!received.ok()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot allocate room for a received partial on cuda:", device_, " (",
+        received.status().message(), ")"));
+  }
+  received_ = *std::move(received);
+  return absl::OkStatus();
+}
 
 int64_t DevicePartials::o_bytes() const {
   return rows_ * dim_ * static_cast<int64_t>(sizeof(float));

@@ -22,9 +22,8 @@ class DevicePartials final : public PartialBuffers {
  public:
   // Reduces `rows` rows of `dim` fp32 values at `o` and `rows` fp32 LSE
   // values at `lse` (contiguous, on CUDA device `device`) in place, merging
-  // on `stream`; they must outlive this. Allocates device scratch for one
-  // received partial. INVALID_ARGUMENT for non-positive sizes, INTERNAL for
-  // a failing CUDA call.
+  // on `stream`; they must outlive this. INVALID_ARGUMENT for non-positive
+  // sizes.
   static absl::StatusOr<std::unique_ptr<DevicePartials>> Create(
       int device, float* o, float* lse, int64_t rows, int64_t dim,
       cudaStream_t stream);
@@ -34,6 +33,9 @@ class DevicePartials final : public PartialBuffers {
 
   void* o() override { return o_; }
   void* lse() override { return lse_; }
+  // Allocates device scratch for one received partial (RESOURCE_EXHAUSTED
+  // if it cannot be had).
+  absl::Status MakeReceiveRoom() override;
   void* received_o() override { return received_.as<float>(); }
   void* received_lse() override { return received_.as<float>() + rows_ * dim_; }
   int64_t o_bytes() const override;
@@ -44,7 +46,7 @@ class DevicePartials final : public PartialBuffers {
 
  private:
   DevicePartials(int device, float* o, float* lse, int64_t rows, int64_t dim,
-                 cudaStream_t stream, DeviceBuffer received);
+                 cudaStream_t stream);
 
   const int device_;
   float* const o_;
@@ -52,7 +54,8 @@ class DevicePartials final : public PartialBuffers {
   const int64_t rows_;
   const int64_t dim_;
   const cudaStream_t stream_;
-  DeviceBuffer received_;  // [rows x dim O | rows LSE], fp32
+  DeviceBuffer received_;  // [rows x dim O | rows LSE], fp32; empty until
+                           // MakeReceiveRoom
 };
 
 }  // namespace ringattn

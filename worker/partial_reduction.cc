@@ -64,6 +64,10 @@ absl::StatusOr<ReductionStats> ReduceToRankZero(RingCommunicator& communicator,
     }
     const int from = rank + step;
     if (from >= world_size) continue;
+    if (absl::Status room = partials.MakeReceiveRoom(); !room.ok()) {
+      AbortRing(communicator, /*in_flight=*/false);
+      return room;
+    }
     for (const auto& [data, bytes] :
          {std::pair{partials.received_o(), partials.o_bytes()},
           std::pair{partials.received_lse(), partials.lse_bytes()}}) {
@@ -84,8 +88,15 @@ int64_t PartialReductionScratchBytes(const AttentionSpec& spec) {
          static_cast<int64_t>(sizeof(float));
 }
 
-HostPartials::HostPartials(View<float> o, View<float> lse)
-    : o_(o), lse_(lse), received_o_(o.shape()), received_lse_(lse.shape()) {}
+HostPartials::HostPartials(View<float> o, View<float> lse) : o_(o), lse_(lse) {}
+
+absl::Status HostPartials::MakeReceiveRoom() {
+  if (received_o_.values().empty()) {
+    received_o_ = Tensor<float>(o_.shape());
+    received_lse_ = Tensor<float>(lse_.shape());
+  }
+  return absl::OkStatus();
+}
 
 int64_t HostPartials::o_bytes() const {
   return o_.shape().NumElements() * static_cast<int64_t>(sizeof(float));

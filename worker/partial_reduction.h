@@ -36,7 +36,10 @@ class PartialBuffers {
   // The accumulated partial: what a send reads and a merge updates.
   virtual void* o() = 0;
   virtual void* lse() = 0;
-  // Where a peer's partial is received, of the same sizes.
+  // Makes room for one peer's partial, of the same sizes, once: only ranks
+  // that receive need it. RESOURCE_EXHAUSTED if the memory cannot be had.
+  virtual absl::Status MakeReceiveRoom() = 0;
+  // Where a peer's partial is received; valid after MakeReceiveRoom.
   virtual void* received_o() = 0;
   virtual void* received_lse() = 0;
   // The sizes of O and of LSE, in bytes (both > 0).
@@ -78,7 +81,7 @@ int64_t PartialReductionScratchBytes(const AttentionSpec& spec);
 class HostPartials final : public PartialBuffers {
  public:
   // Reduces `o` ([B, n, H, D]) and `lse` ([B, n, H, 1]), contiguous, in
-  // place; they must outlive this. Allocates room for one received partial.
+  // place; they must outlive this.
   HostPartials(View<float> o, View<float> lse);
 
   HostPartials(const HostPartials&) = delete;
@@ -86,6 +89,7 @@ class HostPartials final : public PartialBuffers {
 
   void* o() override { return o_.data(); }
   void* lse() override { return lse_.data(); }
+  absl::Status MakeReceiveRoom() override;
   void* received_o() override { return received_o_.data(); }
   void* received_lse() override { return received_lse_.data(); }
   int64_t o_bytes() const override;
@@ -95,7 +99,7 @@ class HostPartials final : public PartialBuffers {
  private:
   const View<float> o_;
   const View<float> lse_;
-  Tensor<float> received_o_;
+  Tensor<float> received_o_;  // empty until MakeReceiveRoom
   Tensor<float> received_lse_;
 };
 

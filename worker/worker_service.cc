@@ -525,11 +525,7 @@ class ExecuteReactor final
       FinishWith(communicator.status());
       return;
     }
-    {
-      absl::MutexLock lock(&mutex_);
-      communicator_ = communicator->get();
-    }
-    if (cancelled_) (*communicator)->Abort();
+    SetCancelTarget(communicator->get());
     const RingOptions options = RunOptions();
     absl::StatusOr<RingOutput> output =
         gpu_executor_ != nullptr && merge_on_workers_
@@ -541,10 +537,7 @@ class ExecuteReactor final
         : pass_q_executor_ != nullptr
             ? pass_q_executor_->Run(**communicator, options)
             : executor_->Run(**communicator, options);
-    {
-      absl::MutexLock lock(&mutex_);
-      communicator_ = nullptr;
-    }
+    SetCancelTarget(nullptr);
     communicator->reset();
     executor_.reset();
     gpu_executor_.reset();
@@ -634,17 +627,10 @@ class ExecuteReactor final
       absl::StatusOr<std::unique_ptr<RingCommunicator>> communicator =
           ConnectGroup();
       if (!communicator.ok()) return communicator.status();
-      {
-        absl::MutexLock lock(&mutex_);
-        communicator_ = communicator->get();
-      }
-      if (cancelled_) (*communicator)->Abort();
+      SetCancelTarget(communicator->get());
       absl::StatusOr<ReductionStats> reduced =
           ReduceToRankZero(**communicator, partials, RunOptions());
-      {
-        absl::MutexLock lock(&mutex_);
-        communicator_ = nullptr;
-      }
+      SetCancelTarget(nullptr);
       communicator->reset();
       if (!reduced.ok()) return reduced.status();
       stats.transfers += reduced->transfers;
@@ -656,6 +642,16 @@ class ExecuteReactor final
     }
     if (rank_ != 0) q_chunks_.clear();
     return absl::OkStatus();
+  }
+
+  // Makes `communicator` the one OnCancel aborts (nullptr: none while no
+  // communication runs); a cancel that came earlier aborts it at once.
+  void SetCancelTarget(RingCommunicator* communicator) {
+    {
+      absl::MutexLock lock(&mutex_);
+      communicator_ = communicator;
+    }
+    if (communicator != nullptr && cancelled_) communicator->Abort();
   }
 
   // The waits of this request's communication: each at most the ring
