@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/attention_work_list.h"
+
 namespace ringattn {
 
 // The 16-bit element types the GPU attention paths read and write.
@@ -52,7 +54,11 @@ struct DeviceAttentionArgs {
   float* lse = nullptr;
 
   float scale = 1.0f;
-  bool causal = false;
+  bool causal = false;  // ignored with a work list: its spans say
+
+  // Empty: the whole block. Otherwise only the listed query tiles against
+  // their key spans, which only our flash kernel takes.
+  DeviceWorkList work;
 };
 
 // The largest head dimension any GPU path accepts.
