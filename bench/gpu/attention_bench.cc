@@ -1,10 +1,11 @@
-// Times one dense attention block on the GPU paths, cuDNN's fused SDPA and our
-// kernel, on the shapes of DESIGN.md's yardsticks (bf16, head_dim 128, 32
-// heads, batch 1, dense and causal) and prints a markdown table of TFLOP/s
-// (4 * N^2 * H * D per dense block, half of it causal), each the median of
-// several calls timed with CUDA events after warm-up. Both paths read the same
-// random inputs; the table also gives the largest difference between their
-// outputs over a sample of rows, as a sanity check.
+// Times one dense attention block on the GPU paths, cuDNN's fused SDPA, our
+// mma.sync kernel and, on Hopper GPUs, our wgmma kernel, on the shapes of
+// DESIGN.md's yardsticks (bf16, head_dim 128, 32 heads, batch 1, dense and
+// causal) and prints a markdown table of TFLOP/s (4 * N^2 * H * D per dense
+// block, half of it causal), each the median of several calls timed with CUDA
+// events after warm-up. Both paths read the same random inputs; the table also
+// gives the largest difference between cuDNN's outputs and each of ours over a
+// sample of rows, as a sanity check.
 //
 //   gpu_attention_bench [--lengths=4096,16384,65536] [--seconds=2]
 
@@ -30,6 +31,7 @@
 #include "kernels/cuda/attention_dispatch.h"
 #include "kernels/cuda/cudnn_attention.h"
 #include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/hopper_attention.h"
 
 ABSL_FLAG(std::vector<std::string>, lengths,
           (std::vector<std::string>{"4096", "16384", "65536"}),
@@ -195,7 +197,9 @@ struct Row {
   bool causal = false;
   double cudnn_tflops = 0;  // 0 where cuDNN refused the block
   double flash_tflops = 0;
+  double hopper_tflops = 0;  // 0 where the Hopper kernel does not take it
   double difference = NAN;
+  double hopper_difference = NAN;
   std::string note;
 };
 
@@ -207,9 +211,10 @@ absl::Status Measure(int64_t n, double seconds, CudnnAttention* cudnn,
   absl::StatusOr<DeviceBuffer> v = RandomBFloat16(elements, 3);
   absl::StatusOr<DeviceBuffer> o_cudnn = DeviceBuffer::Allocate(elements * 2);
   absl::StatusOr<DeviceBuffer> o_flash = DeviceBuffer::Allocate(elements * 2);
+  absl::StatusOr<DeviceBuffer> o_hopper = DeviceBuffer::Allocate(elements * 2);
   absl::StatusOr<DeviceBuffer> lse =
       DeviceBuffer::Allocate(n * kHeads * sizeof(float));
-  for (const auto* buffer : {&q, &k, &v, &o_cudnn, &o_flash, &lse}) {
+  for (const auto* buffer : {&q, &k, &v, &o_cudnn, &o_flash, &o_hopper, &lse}) {
     if (!buffer->ok()) return buffer->status();
   }
   DeviceAttentionArgs args;
@@ -241,6 +246,20 @@ absl::Status Measure(int64_t n, double seconds, CudnnAttention* cudnn,
     if (!flash_ms.ok()) return flash_ms.status();
     result.flash_tflops = flops / (*flash_ms * 1e-3) / 1e12;
 
+    DeviceAttentionArgs hopper_args = args;
+    hopper_args.o = {o_hopper->as<void>(), n * row, row};
+    const bool hopper = HopperAttentionTakes(hopper_args);
+    if (hopper) {
+      absl::StatusOr<double> hopper_ms = MedianMilliseconds(
+          [&] {
+            return CudaStatus(LaunchHopperAttention(hopper_args, stream),
+                              "launching the Hopper kernel");
+          },
+          stream, seconds);
+      if (!hopper_ms.ok()) return hopper_ms.status();
+      result.hopper_tflops = flops / (*hopper_ms * 1e-3) / 1e12;
+    }
+
     if (cudnn != nullptr) {
       DeviceAttentionArgs cudnn_args = args;
       cudnn_args.o = {o_cudnn->as<void>(), n * row, row};
@@ -252,6 +271,11 @@ absl::Status Measure(int64_t n, double seconds, CudnnAttention* cudnn,
             SampleDifference(*o_cudnn, *o_flash, n);
         if (!difference.ok()) return difference.status();
         result.difference = *difference;
+        if (hopper) {
+          difference = SampleDifference(*o_cudnn, *o_hopper, n);
+          if (!difference.ok()) return difference.status();
+          result.hopper_difference = *difference;
+        }
       } else if (absl::IsUnimplemented(cudnn_ms.status())) {
         result.note = std::string(cudnn_ms.status().message());
       } else {
@@ -306,8 +330,9 @@ int Main(int argc, char** argv) {
       properties.name, cudnn_name.c_str(), static_cast<long long>(HeadDim()),
       static_cast<long long>(kHeads));
   std::printf(
-      "| N | mask | cuDNN path | our kernel | ours / cuDNN | max abs diff "
-      "(sampled rows) |\n| --- | --- | --- | --- | --- | --- |\n");
+      "| N | mask | cuDNN path | our kernel | ours / cuDNN | our Hopper "
+      "kernel | Hopper / cuDNN | max abs diff (sampled rows), ours / "
+      "Hopper |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n");
   for (const Row& r : rows) {
     const std::string cudnn_cell = r.cudnn_tflops > 0
                                        ? absl::StrFormat("%.0f", r.cudnn_tflops)
@@ -316,12 +341,21 @@ int Main(int argc, char** argv) {
         r.cudnn_tflops > 0
             ? absl::StrFormat("%.2f", r.flash_tflops / r.cudnn_tflops)
             : "-";
-    const std::string difference =
-        std::isnan(r.difference) ? "-" : absl::StrFormat("%.3g", r.difference);
-    std::printf("| %lld | %s | %s | %.0f | %s | %s |\n",
+    const std::string hopper_cell =
+        r.hopper_tflops > 0 ? absl::StrFormat("%.0f", r.hopper_tflops) : "-";
+    const std::string hopper_ratio =
+        r.cudnn_tflops > 0 && r.hopper_tflops > 0
+            ? absl::StrFormat("%.2f", r.hopper_tflops / r.cudnn_tflops)
+            : "-";
+    const auto format_difference = [](double d) {
+      return std::isnan(d) ? std::string("-") : absl::StrFormat("%.3g", d);
+    };
+    std::printf("| %lld | %s | %s | %.0f | %s | %s | %s | %s / %s |\n",
                 static_cast<long long>(r.n), r.causal ? "causal" : "dense",
                 cudnn_cell.c_str(), r.flash_tflops, ratio.c_str(),
-                difference.c_str());
+                hopper_cell.c_str(), hopper_ratio.c_str(),
+                format_difference(r.difference).c_str(),
+                format_difference(r.hopper_difference).c_str());
   }
   return 0;
 }

@@ -9,7 +9,7 @@ _GENCODE = " ".join([
     "-gencode=arch=compute_90,code=compute_90",
 ])
 
-def cuda_library(name, srcs, hdrs = [], deps = [], nvcc_flags = [], **kwargs):
+def cuda_library(name, srcs, hdrs = [], deps = [], nvcc_flags = [], gencode = _GENCODE, **kwargs):
     """One nvcc object per .cu file, linked into a cc_library named `name`.
 
     Args:
@@ -19,6 +19,8 @@ def cuda_library(name, srcs, hdrs = [], deps = [], nvcc_flags = [], **kwargs):
         visible to the .cu files).
       deps: cc_library targets whose headers the .cu files need (headers only).
       nvcc_flags: extra nvcc flags.
+      gencode: the -gencode flags (default: sm_80, sm_90, sm_90a and
+        compute_90 PTX).
       **kwargs: passed to the cc_library.
     """
     objs = []
@@ -37,7 +39,7 @@ def cuda_library(name, srcs, hdrs = [], deps = [], nvcc_flags = [], **kwargs):
                 "-c -O3 -std=c++17 -Xcompiler -fPIC -ccbin /usr/bin/g++",
                 "--expt-relaxed-constexpr",
                 "-I. -I$(GENDIR) -I/usr/local/cuda/include",
-                _GENCODE,
+                gencode,
             ] + nvcc_flags + ["-o $@ $(location %s)" % src]),
             tags = ["cuda"],
         )

@@ -1,0 +1,33 @@
+#ifndef RINGATTN_KERNELS_CUDA_HOPPER_ATTENTION_H_
+#define RINGATTN_KERNELS_CUDA_HOPPER_ATTENTION_H_
+
+// Our attention forward for Hopper GPUs (compute capability 9.0): warpgroup
+// MMAs (wgmma) read Q, K and V from 128-byte swizzled shared memory filled by
+// cp.async two key tiles ahead, with fp32 accumulators and an online softmax
+// in base 2. 128 query rows per thread block (two warpgroups of 64), 128 keys
+// per step; head dims 64 and 128 compiled, smaller multiples of 8 padded with
+// zeros. Takes the whole block or a work list (attention_work_list.h).
+// Stateless and thread-safe.
+
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/attention_args.h"
+
+namespace ringattn {
+
+// Whether LaunchHopperAttention takes `args` on the current device: a Hopper
+// GPU, 16-byte aligned rows and pointers, head_dim a multiple of 8 up to 128,
+// batch * q_heads <= 65535 and lengths below 2^30. `args` must be well formed
+// (FindAttentionArgsProblem).
+bool HopperAttentionTakes(const DeviceAttentionArgs& args);
+
+// Enqueues attention of `args` on `stream`: writes args.o and, if non-null,
+// args.lse. cudaErrorInvalidValue where !HopperAttentionTakes(args) or the
+// args are malformed; otherwise the launch status. Enqueues nothing for batch
+// == 0 or q_len == 0.
+cudaError_t LaunchHopperAttention(const DeviceAttentionArgs& args,
+                                  cudaStream_t stream);
+
+}  // namespace ringattn
+
+#endif  // RINGATTN_KERNELS_CUDA_HOPPER_ATTENTION_H_

@@ -1,0 +1,178 @@
+// Our Hopper kernel against the float64 reference on fresh random inputs: the
+// standard shapes it takes, longer blocks that run many key steps, and work
+// lists that cut the block into uneven query tiles and shuffled key spans
+// (whose result must be the whole block's). Needs a Hopper GPU; skips with the
+// reason elsewhere.
+
+#include "kernels/cuda/hopper_attention.h"
+
+#include <algorithm>
+#include <random>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "gtest/gtest.h"
+#include "kernels/cuda/attention_test_util.h"
+#include "kernels/cuda/device_buffer.h"
+
+namespace ringattn {
+namespace {
+
+// Skips the calling test where the device is not a Hopper GPU.
+void SkipWithoutHopper() {
+  SkipWithoutGpu();
+  if (::testing::Test::IsSkipped()) return;
+  int device = 0;
+  int major = 0;
+  int minor = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+      cudaSuccess);
+  ASSERT_EQ(
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device),
+      cudaSuccess);
+  if (major != 9 || minor != 0) {
+    GTEST_SKIP() << "the Hopper kernel needs compute capability 9.0; this GPU "
+                    "has "
+                 << major << "." << minor;
+  }
+}
+
+// The standard shapes whose head dims the kernel takes, and longer ones.
+std::vector<AttentionCase> HopperCases() {
+  std::vector<AttentionCase> cases;
+  for (const AttentionCase& c : StandardAttentionCases()) {
+    if (c.head_dim <= 128) cases.push_back(c);
+  }
+  const auto add = [&](const char* name, int64_t q_len, int64_t kv_len,
+                       int64_t q_heads, int64_t kv_heads, int64_t head_dim,
+                       bool causal) {
+    for (DeviceDType dtype : {DeviceDType::kBFloat16, DeviceDType::kFloat16}) {
+      AttentionCase c;
+      c.name = name;
+      c.q_len = q_len;
+      c.kv_len = kv_len;
+      c.q_heads = q_heads;
+      c.kv_heads = kv_heads;
+      c.head_dim = head_dim;
+      c.causal = causal;
+      c.dtype = dtype;
+      cases.push_back(c);
+    }
+  };
+  add("LongCausalPrimeLength", 2053, 2053, 4, 2, 128, true);
+  add("LongDenseManyKeys", 300, 4099, 2, 1, 64, false);
+  add("LongCausalMoreKeysHeadDim80", 517, 3001, 4, 4, 80, true);
+  add("HeadDim8Dense", 129, 131, 2, 2, 8, false);
+  return cases;
+}
+
+class HopperAttentionTest : public ::testing::TestWithParam<AttentionCase> {};
+
+TEST_P(HopperAttentionTest, MatchesFloat64Reference) {
+  SkipWithoutHopper();
+  if (IsSkipped()) return;
+  const uint32_t seed = std::random_device()();
+  absl::StatusOr<AttentionProblem> problem =
+      AttentionProblem::Create(GetParam(), seed);
+  ASSERT_TRUE(problem.ok()) << problem.status();
+  ASSERT_TRUE(HopperAttentionTakes(problem->args()));
+  ASSERT_TRUE(problem->PoisonOutputs().ok());
+  ASSERT_EQ(LaunchHopperAttention(problem->args(), nullptr), cudaSuccess);
+  EXPECT_TRUE(problem->OutputsMatchReference()) << "seed " << seed;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, HopperAttentionTest,
+                         ::testing::ValuesIn(HopperCases()), AttentionCaseName);
+
+// A work list in device memory.
+struct UploadedList {
+  DeviceBuffer tiles;
+  DeviceBuffer spans;
+  DeviceWorkList list;
+};
+
+template <typename T>
+absl::StatusOr<DeviceBuffer> Upload(const std::vector<T>& host) {
+  absl::StatusOr<DeviceBuffer> buffer =
+      DeviceBuffer::Allocate(std::max<size_t>(1, host.size()) * sizeof(T));
+  if (!buffer.ok()) return buffer.status();
+  if (absl::Status s = CudaStatus(
+          cudaMemcpy(buffer->as<void>(), host.data(), host.size() * sizeof(T),
+                     cudaMemcpyHostToDevice),
+          "uploading a work list");
+      !s.ok()) {
+    return s;
+  }
+  return buffer;
+}
+
+// A list equivalent to the whole block of `c`: query tiles of random sizes up
+// to kWorkListTileRows, each attending to the keys cut at random points into
+// spans (causal with the block's diagonal if c.causal), in shuffled order.
+absl::StatusOr<UploadedList> SplitBlock(const AttentionCase& c,
+                                        std::mt19937& rng) {
+  std::vector<QueryTile> tiles;
+  std::vector<KeySpan> spans;
+  const int32_t q_len = static_cast<int32_t>(c.q_len);
+  const int32_t kv_len = static_cast<int32_t>(c.kv_len);
+  for (int32_t begin = 0; begin < q_len;) {
+    const int32_t rows =
+        std::uniform_int_distribution<int32_t>(1, kWorkListTileRows)(rng);
+    QueryTile tile;
+    tile.begin = begin;
+    tile.end = std::min(q_len, begin + rows);
+    tile.first_span = static_cast<int32_t>(spans.size());
+    std::vector<KeySpan> own;
+    for (int32_t key = 0; key < kv_len;) {
+      const int32_t keys = std::uniform_int_distribution<int32_t>(1, 700)(rng);
+      KeySpan span;
+      span.begin = key;
+      span.end = std::min(kv_len, key + keys);
+      span.causal = c.causal ? 1 : 0;
+      span.shift = kv_len - q_len;
+      own.push_back(span);
+      key = span.end;
+    }
+    std::shuffle(own.begin(), own.end(), rng);
+    spans.insert(spans.end(), own.begin(), own.end());
+    tile.span_count = static_cast<int32_t>(own.size());
+    tiles.push_back(tile);
+    begin = tile.end;
+  }
+  std::shuffle(tiles.begin(), tiles.end(), rng);
+  UploadedList uploaded;
+  absl::StatusOr<DeviceBuffer> device_tiles = Upload(tiles);
+  if (!device_tiles.ok()) return device_tiles.status();
+  absl::StatusOr<DeviceBuffer> device_spans = Upload(spans);
+  if (!device_spans.ok()) return device_spans.status();
+  uploaded.tiles = *std::move(device_tiles);
+  uploaded.spans = *std::move(device_spans);
+  uploaded.list.tiles = uploaded.tiles.as<const QueryTile>();
+  uploaded.list.tile_count = static_cast<int64_t>(tiles.size());
+  uploaded.list.spans = uploaded.spans.as<const KeySpan>();
+  uploaded.list.span_count = static_cast<int64_t>(spans.size());
+  return uploaded;
+}
+
+TEST_P(HopperAttentionTest, WorkListCuttingTheBlockMatchesTheWholeBlock) {
+  SkipWithoutHopper();
+  if (IsSkipped()) return;
+  if (GetParam().q_len == 0 || GetParam().batch == 0) return;
+  const uint32_t seed = std::random_device()();
+  std::mt19937 rng(seed);
+  absl::StatusOr<AttentionProblem> problem =
+      AttentionProblem::Create(GetParam(), seed);
+  ASSERT_TRUE(problem.ok()) << problem.status();
+  absl::StatusOr<UploadedList> list = SplitBlock(GetParam(), rng);
+  ASSERT_TRUE(list.ok()) << list.status();
+  DeviceAttentionArgs args = problem->args();
+  args.work = list->list;
+  ASSERT_TRUE(problem->PoisonOutputs().ok());
+  ASSERT_EQ(LaunchHopperAttention(args, nullptr), cudaSuccess);
+  EXPECT_TRUE(problem->OutputsMatchReference()) << "seed " << seed;
+}
+
+}  // namespace
+}  // namespace ringattn
