@@ -1,34 +1,48 @@
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <tuple>
 
 #include "kernels/cuda/hopper_attention.h"
 #include "kernels/cuda/mma_util.cuh"
+#include "kernels/cuda/tma.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
 namespace ringattn {
 namespace {
 
-using device::CommitCopies;
-using device::CopyAsync16;
+using device::Arrive;
+using device::ArriveExpectingBytes;
+using device::CopyBox4d;
 using device::Element;
 using device::Exp2;
-using device::FenceSharedForAsyncProxy;
+using device::FenceBarrierInit;
+using device::InitBarrier;
+using device::LowerRegisters;
 using device::MmaRegisters;
 using device::MmaShared;
 using device::PinRegisters;
-using device::SwizzledChunk;
+using device::RaiseRegisters;
 using device::SwizzledDescriptor;
-using device::WaitCopies;
+using device::WaitBarrier;
 using device::WarpgroupCommit;
 using device::WarpgroupFence;
 using device::WarpgroupWait;
 
-constexpr int kWarpgroups = 2;
-constexpr int kThreads = kWarpgroups * 128;
-constexpr int kBlockM = kWarpgroups * 64;  // query rows per thread block
-constexpr int kBlockN = 128;               // keys per step
+// A thread block is one producer warpgroup, whose first thread issues the TMA
+// copies, and kConsumers warpgroups that compute 64 query rows each.
+constexpr int kConsumers = 2;
+constexpr int kThreads = (kConsumers + 1) * 128;
+constexpr int kBlockM = kConsumers * 64;  // query rows per thread block
+constexpr int kBlockN = 128;              // keys per step
+constexpr int kStages = 2;                // K/V tiles in flight
+// Registers per thread after the split (the sum over the block stays within
+// the 64K the block starts with: 128 * 40 + 256 * 232).
+constexpr int kProducerRegisters = 40;
+constexpr int kConsumerRegisters = 232;
 constexpr int kMaxBatchHeads = 65535;
 constexpr int64_t kMaxLength = int64_t{1} << 30;
 
@@ -38,25 +52,22 @@ constexpr float kLn2 = 0.6931471805599453f;
 static_assert(kBlockM == kWorkListTileRows,
               "a work list's query tile is one thread block's rows");
 
-// Shared memory for one head dim: the Q tile, then two stages of K and V
-// tiles, each a run of swizzled [rows x 64] blocks (wgmma.cuh), plus room to
-// align the start to 1024 bytes.
+// Shared memory for one head dim: the Q tile, kStages K tiles, kStages V
+// tiles, each a run of swizzled [rows x 64] blocks (wgmma.cuh), then the
+// barriers, plus room to align the start to 1024 bytes.
 template <int kHeadDim>
 struct Layout {
   static constexpr int kQElements = kBlockM * kHeadDim;
   static constexpr int kKvElements = kBlockN * kHeadDim;
-  static constexpr int kSharedBytes = (kQElements + 4 * kKvElements) * 2 + 1024;
+  static constexpr int kBarrierBytes = (1 + 3 * kStages) * 8;
+  static constexpr int kSharedBytes =
+      (kQElements + 2 * kStages * kKvElements) * 2 + kBarrierBytes + 1024;
 };
 
+// What the kernel reads besides the tensor maps of Q, K and V.
 struct Params {
-  const void* q;
-  const void* k;
-  const void* v;
   void* o;
   float* lse;
-  int64_t q_batch_stride, q_seq_stride;
-  int64_t k_batch_stride, k_seq_stride;
-  int64_t v_batch_stride, v_seq_stride;
   int64_t o_batch_stride, o_seq_stride;
   int q_len;
   int kv_len;
@@ -136,30 +147,33 @@ class TileSpans {
   KeySpan whole_;
 };
 
-// Copies rows [first, first + kRows) of one head into a swizzled tile of
-// kHeadDim columns by cp.async (the caller commits and waits). Rows at or past
-// `rows` and columns at or past `head_dim` become zero.
-template <typename T, int kHeadDim, int kRows>
-__device__ __forceinline__ void LoadTile(T* tile, const T* head,
-                                         int64_t seq_stride, int first,
-                                         int rows, int head_dim) {
-  constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
-  for (int i = threadIdx.x; i < kRows * kChunks; i += kThreads) {
-    const int r = i / kChunks;
-    const int c = i % kChunks;
-    const int row = first + r;
-    const bool in = row < rows && c * 8 < head_dim;
-    T* to =
-        tile + (c / 8) * (kRows * 64) + r * 64 + SwizzledChunk(r, c % 8) * 8;
-    const T* from =
-        in ? head + static_cast<int64_t>(row) * seq_stride + c * 8 : head;
-    CopyAsync16(to, from, in ? 16 : 0);
+// Issues the copies of one step's K and V tiles (all column blocks) into
+// `stage`, each announced to its barrier.
+template <int kHeadDim>
+__device__ __forceinline__ void LoadKeyStep(const CUtensorMap& k_map,
+                                            const CUtensorMap& v_map,
+                                            void* k_tile, void* v_tile,
+                                            uint64_t* k_full, uint64_t* v_full,
+                                            int kv_h, int key, int b) {
+  constexpr int kBlockBytes = kBlockN * 64 * 2;
+  ArriveExpectingBytes(k_full, kHeadDim / 64 * kBlockBytes);
+  for (int c = 0; c < kHeadDim / 64; ++c) {
+    CopyBox4d(static_cast<char*>(k_tile) + c * kBlockBytes, k_map, c * 64, kv_h,
+              key, b, k_full);
+  }
+  ArriveExpectingBytes(v_full, kHeadDim / 64 * kBlockBytes);
+  for (int c = 0; c < kHeadDim / 64; ++c) {
+    CopyBox4d(static_cast<char*>(v_tile) + c * kBlockBytes, v_map, c * 64, kv_h,
+              key, b, v_full);
   }
 }
 
 template <typename T, int kHeadDim>
 __global__ void __launch_bounds__(kThreads, 1)
-    HopperAttentionKernel(const Params p) {
+    HopperAttentionKernel(const __grid_constant__ Params p,
+                          const __grid_constant__ CUtensorMap q_map,
+                          const __grid_constant__ CUtensorMap k_map,
+                          const __grid_constant__ CUtensorMap v_map) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using E = Element<T>;
   using L = Layout<kHeadDim>;
@@ -171,7 +185,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       (reinterpret_cast<uintptr_t>(shared_bytes) + 1023) & ~uintptr_t{1023});
   // Stage s of K at k_tiles + s * kKvElements, of V likewise.
   T* const k_tiles = q_tile + L::kQElements;
-  T* const v_tiles = k_tiles + 2 * L::kKvElements;
+  T* const v_tiles = k_tiles + kStages * L::kKvElements;
+  uint64_t* const q_full =
+      reinterpret_cast<uint64_t*>(v_tiles + kStages * L::kKvElements);
+  uint64_t* const k_full = q_full + 1;          // [kStages]
+  uint64_t* const v_full = k_full + kStages;    // [kStages]
+  uint64_t* const released = v_full + kStages;  // [kStages]
 
   int m0;
   int m_end;
@@ -187,24 +206,55 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int b = blockIdx.y / p.q_heads;
   const int h = blockIdx.y % p.q_heads;
   const int kv_h = h / p.group;
-  const int warpgroup = threadIdx.x / 128;
+  const TileSpans spans(p, m_end);
+  const KeyCursor first = spans.FirstStepFrom(0);
+  const bool any_keys = first.span < spans.count();
+
+  if (threadIdx.x == 0) {
+    InitBarrier(q_full, 1);
+    for (int s = 0; s < kStages; ++s) {
+      InitBarrier(&k_full[s], 1);
+      InitBarrier(&v_full[s], 1);
+      InitBarrier(&released[s], kConsumers * 4);  // one per consumer warp
+    }
+    FenceBarrierInit();
+  }
+  __syncthreads();
+
+  if (threadIdx.x < 128) {
+    // The producer warpgroup: one thread issues every copy, each step's into
+    // the stage the consumers released kStages steps before.
+    LowerRegisters<kProducerRegisters>();
+    if (threadIdx.x != 0 || !any_keys) return;
+    constexpr int kQBlockBytes = kBlockM * 64 * 2;
+    ArriveExpectingBytes(q_full, kHeadDim / 64 * kQBlockBytes);
+    for (int c = 0; c < kHeadDim / 64; ++c) {
+      CopyBox4d(reinterpret_cast<char*>(q_tile) + c * kQBlockBytes, q_map,
+                c * 64, h, m0, b, q_full);
+    }
+    int step = 0;
+    for (KeyCursor cursor = first; cursor.span < spans.count();
+         cursor = spans.Next(cursor), ++step) {
+      const int stage = step % kStages;
+      if (step >= kStages) {
+        WaitBarrier(&released[stage], ((step / kStages) & 1) ^ 1);
+      }
+      LoadKeyStep<kHeadDim>(k_map, v_map, k_tiles + stage * L::kKvElements,
+                            v_tiles + stage * L::kKvElements, &k_full[stage],
+                            &v_full[stage], kv_h, cursor.key, b);
+    }
+    return;
+  }
+  RaiseRegisters<kConsumerRegisters>();
+
+  const int consumer = threadIdx.x / 128 - 1;
   const int warp = threadIdx.x % 128 / 32;
   const int lane = threadIdx.x % 32;
   // This thread's rows: row0 and row0 + 8 (accumulator elements e < 2 and
   // e >= 2 of each 8-column chunk).
-  const int group_row0 = m0 + warpgroup * 64;
-  const int row0 = group_row0 + warp * 16 + lane / 4;
-
-  const T* q = static_cast<const T*>(p.q) + b * p.q_batch_stride +
-               static_cast<int64_t>(h) * p.head_dim;
-  const T* k = static_cast<const T*>(p.k) + b * p.k_batch_stride +
-               static_cast<int64_t>(kv_h) * p.head_dim;
-  const T* v = static_cast<const T*>(p.v) + b * p.v_batch_stride +
-               static_cast<int64_t>(kv_h) * p.head_dim;
-  T* o = static_cast<T*>(p.o) + b * p.o_batch_stride +
-         static_cast<int64_t>(h) * p.head_dim;
-
-  const TileSpans spans(p, m_end);
+  const int group_row0 = m0 + consumer * 64;
+  const int warp_row0 = group_row0 + warp * 16;
+  const int row0 = warp_row0 + lane / 4;
 
   float o_acc[kOutRegs];
 #pragma unroll
@@ -212,32 +262,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   float row_max[2] = {-INFINITY, -INFINITY};
   float row_sum[2] = {0.0f, 0.0f};
 
-  KeyCursor cursor = spans.FirstStepFrom(0);
-  if (cursor.span < spans.count()) {
-    LoadTile<T, kHeadDim, kBlockM>(q_tile, q, p.q_seq_stride, m0, m_end,
-                                   p.head_dim);
-    LoadTile<T, kHeadDim, kBlockN>(k_tiles, k, p.k_seq_stride, cursor.key,
-                                   p.kv_len, p.head_dim);
-    LoadTile<T, kHeadDim, kBlockN>(v_tiles, v, p.v_seq_stride, cursor.key,
-                                   p.kv_len, p.head_dim);
-  }
-  CommitCopies();
-
-  for (int step = 0; cursor.span < spans.count(); ++step) {
-    const int stage = step % 2;
-    const KeyCursor next = spans.Next(cursor);
-    if (next.span < spans.count()) {
-      LoadTile<T, kHeadDim, kBlockN>(k_tiles + (1 - stage) * L::kKvElements, k,
-                                     p.k_seq_stride, next.key, p.kv_len,
-                                     p.head_dim);
-      LoadTile<T, kHeadDim, kBlockN>(v_tiles + (1 - stage) * L::kKvElements, v,
-                                     p.v_seq_stride, next.key, p.kv_len,
-                                     p.head_dim);
-    }
-    CommitCopies();
-    WaitCopies<1>();  // everything but the next step's tiles has landed
-    FenceSharedForAsyncProxy();
-    __syncthreads();
+  if (any_keys) WaitBarrier(q_full, 0);
+  int step = 0;
+  for (KeyCursor cursor = first; cursor.span < spans.count();
+       cursor = spans.Next(cursor), ++step) {
+    const int stage = step % kStages;
+    const uint32_t parity = (step / kStages) & 1;
+    WaitBarrier(&k_full[stage], parity);
 
     // S = Q K^T for this warpgroup's 64 rows.
     float s[kScoreRegs];
@@ -247,7 +278,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int column_block = kk / 4;
       const int column = (kk % 4) * 16;
       const uint64_t a = SwizzledDescriptor(
-          q_tile + column_block * kBlockM * 64 + warpgroup * 64 * 64 + column,
+          q_tile + column_block * kBlockM * 64 + consumer * 64 * 64 + column,
           0);
       const uint64_t bk =
           SwizzledDescriptor(k_tiles + stage * L::kKvElements +
@@ -263,7 +294,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     const KeySpan span = spans.Span(cursor.span);
     const int span_end = min(span.end, p.kv_len);
     const int n0 = cursor.key;
-    const int warp_row0 = group_row0 + warp * 16;
     const bool past_end = n0 + kBlockN > span_end;
     const bool crosses_diagonal =
         span.causal && n0 + kBlockN - 1 > warp_row0 + span.shift;
@@ -322,6 +352,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       pa[kk][2] = E::Pack(s[8 * kk + 4], s[8 * kk + 5]);
       pa[kk][3] = E::Pack(s[8 * kk + 6], s[8 * kk + 7]);
     }
+    WaitBarrier(&v_full[stage], parity);
     PinRegisters(o_acc);
     WarpgroupFence();
 #pragma unroll
@@ -333,12 +364,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     WarpgroupCommit();
     WarpgroupWait<0>();
     PinRegisters(o_acc);
-    __syncthreads();  // every warpgroup is done with this stage's tiles
-    cursor = next;
+    __syncwarp();
+    if (lane == 0) Arrive(&released[stage]);
   }
-  WaitCopies<0>();
 
   // Normalize and store. A row that saw no key has sum 0: O = 0, LSE = -inf.
+  T* o = static_cast<T*>(p.o) + b * p.o_batch_stride +
+         static_cast<int64_t>(h) * p.head_dim;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float sum = row_sum[r];
@@ -386,25 +418,83 @@ bool OnHopper() {
   return major == 9 && minor == 0;
 }
 
+// The driver's cuTensorMapEncodeTiled, looked up once; null where the driver
+// lacks it.
+PFN_cuTensorMapEncodeTiled_v12000 EncodeTiled() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* function = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function,
+                                         12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();
+      return PFN_cuTensorMapEncodeTiled_v12000{nullptr};
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(function);
+  }();
+  return encode;
+}
+
+// Encodes `map` for one [batch, seq, heads, head_dim] operand: a box is
+// `rows` rows of 64 columns of one head, 128-byte swizzled in shared memory;
+// columns past head_dim and rows past seq read as zero. A zero map for an
+// operand with no rows (the kernel never reads it).
+cudaError_t EncodeOperand(CUtensorMap& map, DeviceDType dtype,
+                          const DeviceTensor<const void>& tensor, int64_t batch,
+                          int64_t seq, int64_t heads, int64_t head_dim,
+                          int rows) {
+  map = CUtensorMap{};
+  if (seq == 0) return cudaSuccess;
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = EncodeTiled();
+  if (encode == nullptr) return cudaErrorNotSupported;
+  const auto bytes = [](int64_t elements) {
+    return static_cast<cuuint64_t>(elements) * 2;
+  };
+  const cuuint64_t dims[4] = {
+      static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(heads),
+      static_cast<cuuint64_t>(seq), static_cast<cuuint64_t>(batch)};
+  // The batch stride of a batch of one is never used; any multiple of 16
+  // bytes serves.
+  const cuuint64_t strides[3] = {
+      bytes(head_dim), bytes(tensor.seq_stride),
+      batch > 1 ? bytes(tensor.batch_stride) : bytes(tensor.seq_stride * seq)};
+  const cuuint32_t box[4] = {64, 1, static_cast<cuuint32_t>(rows), 1};
+  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+  const CUresult result = encode(
+      &map,
+      dtype == DeviceDType::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                      : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+      4, const_cast<void*>(tensor.data), dims, strides, box, element_strides,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return result == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
 template <typename T, int kHeadDim>
-cudaError_t Launch(const Params& params, unsigned tiles, unsigned batch_heads,
-                   cudaStream_t stream) {
+cudaError_t Launch(const Params& params, const CUtensorMap& q_map,
+                   const CUtensorMap& k_map, const CUtensorMap& v_map,
+                   unsigned tiles, unsigned batch_heads, cudaStream_t stream) {
   constexpr int kBytes = Layout<kHeadDim>::kSharedBytes;
   const cudaError_t error =
       cudaFuncSetAttribute(HopperAttentionKernel<T, kHeadDim>,
                            cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   if (error != cudaSuccess) return error;
   HopperAttentionKernel<T, kHeadDim>
-      <<<dim3(tiles, batch_heads), kThreads, kBytes, stream>>>(params);
+      <<<dim3(tiles, batch_heads), kThreads, kBytes, stream>>>(params, q_map,
+                                                               k_map, v_map);
   return cudaGetLastError();
 }
 
 template <typename T>
-cudaError_t LaunchForHeadDim(const Params& params, unsigned tiles,
-                             unsigned batch_heads, cudaStream_t stream) {
-  return params.head_dim <= 64
-             ? Launch<T, 64>(params, tiles, batch_heads, stream)
-             : Launch<T, 128>(params, tiles, batch_heads, stream);
+cudaError_t LaunchForHeadDim(const Params& params, const CUtensorMap& q_map,
+                             const CUtensorMap& k_map, const CUtensorMap& v_map,
+                             unsigned tiles, unsigned batch_heads,
+                             cudaStream_t stream) {
+  return params.head_dim <= 64 ? Launch<T, 64>(params, q_map, k_map, v_map,
+                                               tiles, batch_heads, stream)
+                               : Launch<T, 128>(params, q_map, k_map, v_map,
+                                                tiles, batch_heads, stream);
 }
 
 }  // namespace
@@ -420,7 +510,8 @@ bool HopperAttentionTakes(const DeviceAttentionArgs& args) {
          Aligned16(args.v.data) && Aligned16(args.o.data) &&
          args.batch * args.q_heads <= kMaxBatchHeads &&
          args.q_len < kMaxLength && args.kv_len < kMaxLength &&
-         args.work.tile_count <= kMaxLength && OnHopper();
+         args.work.tile_count <= kMaxLength && OnHopper() &&
+         EncodeTiled() != nullptr;
 }
 
 cudaError_t LaunchHopperAttention(const DeviceAttentionArgs& args,
@@ -432,18 +523,20 @@ cudaError_t LaunchHopperAttention(const DeviceAttentionArgs& args,
   if (listed && (args.work.tiles == nullptr || args.work.spans == nullptr)) {
     return cudaErrorInvalidValue;
   }
+  CUtensorMap q_map;
+  CUtensorMap k_map;
+  CUtensorMap v_map;
+  for (const auto& [map, tensor, seq, heads, rows] :
+       {std::tuple{&q_map, &args.q, args.q_len, args.q_heads, kBlockM},
+        std::tuple{&k_map, &args.k, args.kv_len, args.kv_heads, kBlockN},
+        std::tuple{&v_map, &args.v, args.kv_len, args.kv_heads, kBlockN}}) {
+    const cudaError_t error = EncodeOperand(
+        *map, args.dtype, *tensor, args.batch, seq, heads, args.head_dim, rows);
+    if (error != cudaSuccess) return error;
+  }
   Params params;
-  params.q = args.q.data;
-  params.k = args.k.data;
-  params.v = args.v.data;
   params.o = args.o.data;
   params.lse = args.lse;
-  params.q_batch_stride = args.q.batch_stride;
-  params.q_seq_stride = args.q.seq_stride;
-  params.k_batch_stride = args.k.batch_stride;
-  params.k_seq_stride = args.k.seq_stride;
-  params.v_batch_stride = args.v.batch_stride;
-  params.v_seq_stride = args.v.seq_stride;
   params.o_batch_stride = args.o.batch_stride;
   params.o_seq_stride = args.o.seq_stride;
   params.q_len = static_cast<int>(args.q_len);
@@ -459,9 +552,10 @@ cudaError_t LaunchHopperAttention(const DeviceAttentionArgs& args,
       listed ? args.work.tile_count : (args.q_len + kBlockM - 1) / kBlockM);
   const unsigned batch_heads = static_cast<unsigned>(args.batch * args.q_heads);
   return args.dtype == DeviceDType::kBFloat16
-             ? LaunchForHeadDim<__nv_bfloat16>(params, tiles, batch_heads,
-                                               stream)
-             : LaunchForHeadDim<__half>(params, tiles, batch_heads, stream);
+             ? LaunchForHeadDim<__nv_bfloat16>(params, q_map, k_map, v_map,
+                                               tiles, batch_heads, stream)
+             : LaunchForHeadDim<__half>(params, q_map, k_map, v_map, tiles,
+                                        batch_heads, stream);
 }
 
 }  // namespace ringattn
