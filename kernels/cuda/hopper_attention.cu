@@ -16,6 +16,7 @@ namespace {
 
 using device::Arrive;
 using device::ArriveExpectingBytes;
+using device::ArriveNamedBarrier;
 using device::CopyBox4d;
 using device::Element;
 using device::Exp2;
@@ -27,6 +28,7 @@ using device::MmaShared;
 using device::PinRegisters;
 using device::RaiseRegisters;
 using device::SwizzledDescriptor;
+using device::SyncNamedBarrier;
 using device::WaitBarrier;
 using device::WarpgroupCommit;
 using device::WarpgroupFence;
@@ -38,7 +40,6 @@ constexpr int kConsumers = 2;
 constexpr int kThreads = (kConsumers + 1) * 128;
 constexpr int kBlockM = kConsumers * 64;  // query rows per thread block
 constexpr int kBlockN = 128;              // keys per step
-constexpr int kStages = 2;                // K/V tiles in flight
 // Registers per thread after the split (the sum over the block stays within
 // the 64K the block starts with: 128 * 40 + 256 * 232).
 constexpr int kProducerRegisters = 40;
@@ -53,12 +54,15 @@ static_assert(kBlockM == kWorkListTileRows,
               "a work list's query tile is one thread block's rows");
 
 // Shared memory for one head dim: the Q tile, kStages K tiles, kStages V
-// tiles, each a run of swizzled [rows x 64] blocks (wgmma.cuh), then the
-// barriers, plus room to align the start to 1024 bytes.
+// tiles (K/V tiles in flight: three where they fit, measured on one H100 as
+// about as fast as two at D=128 and two faster at D=64), each a run of swizzled
+// [rows x 64] blocks (wgmma.cuh), then the barriers, plus room to align the
+// start to 1024 bytes.
 template <int kHeadDim>
 struct Layout {
   static constexpr int kQElements = kBlockM * kHeadDim;
   static constexpr int kKvElements = kBlockN * kHeadDim;
+  static constexpr int kStages = kHeadDim <= 64 ? 2 : 3;
   static constexpr int kBarrierBytes = (1 + 3 * kStages) * 8;
   static constexpr int kSharedBytes =
       (kQElements + 2 * kStages * kKvElements) * 2 + kBarrierBytes + 1024;
@@ -185,12 +189,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       (reinterpret_cast<uintptr_t>(shared_bytes) + 1023) & ~uintptr_t{1023});
   // Stage s of K at k_tiles + s * kKvElements, of V likewise.
   T* const k_tiles = q_tile + L::kQElements;
-  T* const v_tiles = k_tiles + kStages * L::kKvElements;
+  T* const v_tiles = k_tiles + L::kStages * L::kKvElements;
   uint64_t* const q_full =
-      reinterpret_cast<uint64_t*>(v_tiles + kStages * L::kKvElements);
-  uint64_t* const k_full = q_full + 1;          // [kStages]
-  uint64_t* const v_full = k_full + kStages;    // [kStages]
-  uint64_t* const released = v_full + kStages;  // [kStages]
+      reinterpret_cast<uint64_t*>(v_tiles + L::kStages * L::kKvElements);
+  uint64_t* const k_full = q_full + 1;             // [L::kStages]
+  uint64_t* const v_full = k_full + L::kStages;    // [L::kStages]
+  uint64_t* const released = v_full + L::kStages;  // [L::kStages]
 
   int m0;
   int m_end;
@@ -212,7 +216,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (threadIdx.x == 0) {
     InitBarrier(q_full, 1);
-    for (int s = 0; s < kStages; ++s) {
+    for (int s = 0; s < L::kStages; ++s) {
       InitBarrier(&k_full[s], 1);
       InitBarrier(&v_full[s], 1);
       InitBarrier(&released[s], kConsumers * 4);  // one per consumer warp
@@ -223,7 +227,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (threadIdx.x < 128) {
     // The producer warpgroup: one thread issues every copy, each step's into
-    // the stage the consumers released kStages steps before.
+    // the stage the consumers released L::kStages steps before.
     LowerRegisters<kProducerRegisters>();
     if (threadIdx.x != 0 || !any_keys) return;
     constexpr int kQBlockBytes = kBlockM * 64 * 2;
@@ -235,9 +239,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     int step = 0;
     for (KeyCursor cursor = first; cursor.span < spans.count();
          cursor = spans.Next(cursor), ++step) {
-      const int stage = step % kStages;
-      if (step >= kStages) {
-        WaitBarrier(&released[stage], ((step / kStages) & 1) ^ 1);
+      const int stage = step % L::kStages;
+      if (step >= L::kStages) {
+        WaitBarrier(&released[stage], ((step / L::kStages) & 1) ^ 1);
       }
       LoadKeyStep<kHeadDim>(k_map, v_map, k_tiles + stage * L::kKvElements,
                             v_tiles + stage * L::kKvElements, &k_full[stage],
@@ -261,18 +265,35 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int i = 0; i < kOutRegs; ++i) o_acc[i] = 0.0f;
   float row_max[2] = {-INFINITY, -INFINITY};
   float row_sum[2] = {0.0f, 0.0f};
+  // P of the previous step, as A fragments of O += P V.
+  uint32_t pa[kBlockN / 16][4];
 
-  if (any_keys) WaitBarrier(q_full, 0);
+  // The consumers take turns at the tensor cores: each issues its products
+  // (S of this step, P V of the one before) while the other runs its
+  // softmax. Named barrier 1 + c opens consumer c's turn; consumer 0 goes
+  // first.
+  const int own_turn = 1 + consumer;
+  const int other_turn = 1 + (1 - consumer);
+  if (any_keys) {
+    WaitBarrier(q_full, 0);
+    if (consumer == 1) ArriveNamedBarrier(other_turn, 256);
+  }
   int step = 0;
+  int last_stage = 0;
   for (KeyCursor cursor = first; cursor.span < spans.count();
        cursor = spans.Next(cursor), ++step) {
-    const int stage = step % kStages;
-    const uint32_t parity = (step / kStages) & 1;
+    const int stage = step % L::kStages;
+    const uint32_t parity = (step / L::kStages) & 1;
     WaitBarrier(&k_full[stage], parity);
+    if (step > 0) {
+      WaitBarrier(&v_full[last_stage], ((step - 1) / L::kStages) & 1);
+    }
 
-    // S = Q K^T for this warpgroup's 64 rows.
     float s[kScoreRegs];
+    SyncNamedBarrier(own_turn, 256);
+    PinRegisters(o_acc);
     WarpgroupFence();
+    // S = Q K^T for this warpgroup's 64 rows.
 #pragma unroll
     for (int kk = 0; kk < kHeadDim / 16; ++kk) {
       const int column_block = kk / 4;
@@ -286,9 +307,26 @@ __global__ void __launch_bounds__(kThreads, 1)
                              0);
       MmaShared<T, kBlockN>(s, a, bk, kk > 0 ? 1 : 0);
     }
+    // O += P V of the step before.
+    if (step > 0) {
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 16; ++kk) {
+        MmaRegisters<T, kHeadDim>(
+            o_acc, pa[kk],
+            SwizzledDescriptor(
+                v_tiles + last_stage * L::kKvElements + kk * 16 * 64,
+                kBlockN * 64 * 2));
+      }
+    }
     WarpgroupCommit();
+    ArriveNamedBarrier(other_turn, 256);
     WarpgroupWait<0>();
     PinRegisters(s);
+    PinRegisters(o_acc);
+    if (step > 0) {
+      __syncwarp();
+      if (lane == 0) Arrive(&released[last_stage]);
+    }
 
     // Hide keys past the span and, under its causal mask, above the diagonal.
     const KeySpan span = spans.Span(cursor.span);
@@ -308,8 +346,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
 
-    // Online softmax: new running max, rescale what came before, P = 2^(S -
-    // max) in place of S.
+    // Online softmax: new running max, rescale what came before (O has P V
+    // of every earlier step now), P = 2^(S - max) in place of S.
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float tile_max = -INFINITY;
@@ -342,9 +380,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         o_acc[4 * j + 2 * r + 1] *= rescale;
       }
     }
-
-    // O += P V; the S accumulator layout is the A fragment layout.
-    uint32_t pa[kBlockN / 16][4];
+    // The S accumulator layout is the A fragment layout.
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
       pa[kk][0] = E::Pack(s[8 * kk + 0], s[8 * kk + 1]);
@@ -352,20 +388,27 @@ __global__ void __launch_bounds__(kThreads, 1)
       pa[kk][2] = E::Pack(s[8 * kk + 4], s[8 * kk + 5]);
       pa[kk][3] = E::Pack(s[8 * kk + 6], s[8 * kk + 7]);
     }
-    WaitBarrier(&v_full[stage], parity);
+    last_stage = stage;
+  }
+  if (step > 0) {
+    // O += P V of the last step, in a last turn (consumer 1 opens no further
+    // one: nobody would take it).
+    WaitBarrier(&v_full[last_stage], ((step - 1) / L::kStages) & 1);
+    SyncNamedBarrier(own_turn, 256);
     PinRegisters(o_acc);
     WarpgroupFence();
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      const uint64_t bv = SwizzledDescriptor(
-          v_tiles + stage * L::kKvElements + kk * 16 * 64, kBlockN * 64 * 2);
-      MmaRegisters<T, kHeadDim>(o_acc, pa[kk], bv);
+      MmaRegisters<T, kHeadDim>(
+          o_acc, pa[kk],
+          SwizzledDescriptor(
+              v_tiles + last_stage * L::kKvElements + kk * 16 * 64,
+              kBlockN * 64 * 2));
     }
     WarpgroupCommit();
+    if (consumer == 0) ArriveNamedBarrier(other_turn, 256);
     WarpgroupWait<0>();
     PinRegisters(o_acc);
-    __syncwarp();
-    if (lane == 0) Arrive(&released[stage]);
   }
 
   // Normalize and store. A row that saw no key has sum 0: O = 0, LSE = -inf.

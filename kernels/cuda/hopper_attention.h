@@ -1,13 +1,16 @@
 #ifndef RINGATTN_KERNELS_CUDA_HOPPER_ATTENTION_H_
 #define RINGATTN_KERNELS_CUDA_HOPPER_ATTENTION_H_
 
-// Our attention forward for Hopper GPUs (compute capability 9.0): warpgroup
-// MMAs (wgmma) read Q, K and V from 128-byte swizzled shared memory filled by
-// cp.async two key tiles ahead, with fp32 accumulators and an online softmax
-// in base 2. 128 query rows per thread block (two warpgroups of 64), 128 keys
-// per step; head dims 64 and 128 compiled, smaller multiples of 8 padded with
-// zeros. Takes the whole block or a work list (attention_work_list.h).
-// Stateless and thread-safe.
+// Our attention forward for Hopper GPUs (compute capability 9.0), in the
+// manner of FlashAttention-3: a producer warpgroup fills 128-byte swizzled
+// shared memory with TMA copies two or three key tiles ahead; two consumer
+// warpgroups of 64 query rows each read it with warpgroup MMAs (wgmma), fp32
+// accumulators, an online softmax in base 2, and take turns at the tensor
+// cores so that one's softmax runs beside the other's products (each step's
+// P V is issued with the next step's Q K^T). 128 query rows per thread block,
+// 128 keys per step; head dims 64 and 128 compiled, smaller multiples of 8
+// padded with zeros. Takes the whole block or a work list
+// (attention_work_list.h). Stateless and thread-safe.
 
 #include <cuda_runtime.h>
 

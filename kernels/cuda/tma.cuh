@@ -3,8 +3,9 @@
 
 // Hopper's tensor memory accelerator (TMA) as our kernels use it (sm_90):
 // tiled copies of a tensor box from global to shared memory, counted by
-// mbarriers in shared memory that threads wait on by phase parity, and the
-// per-warpgroup register reallocation of warp-specialized kernels.
+// mbarriers in shared memory that threads wait on by phase parity, and what
+// warp-specialized kernels need besides: named barriers between warpgroups
+// and per-warpgroup register reallocation.
 
 #include <cuda.h>
 
@@ -76,6 +77,17 @@ __device__ __forceinline__ void CopyBox4d(void* shared, const CUtensorMap& map,
       "l"(reinterpret_cast<uint64_t>(&map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
       "r"(SharedAddress32(barrier))
       : "memory");
+}
+
+// Waits at named barrier `id` (1-15; 0 is __syncthreads) until `threads`
+// threads have arrived or waited there.
+__device__ __forceinline__ void SyncNamedBarrier(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Counts this thread at named barrier `id` without waiting.
+__device__ __forceinline__ void ArriveNamedBarrier(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 // Lowers or raises this warpgroup's registers per thread to kRegisters; every
