@@ -246,6 +246,19 @@ std::vector<AttentionTile> TileTask(const AttentionSpec& spec,
   return tiles;
 }
 
+BlockSparseRoute ChooseBlockSparseRoute(
+    BlockSparseRoute requested, const std::vector<AttentionTile>& rectangles) {
+  if (requested != BlockSparseRoute::kAuto) return requested;
+  double pairs = 0;
+  for (const AttentionTile& tile : rectangles) {
+    pairs += static_cast<double>(tile.q_len) * static_cast<double>(tile.kv_len);
+  }
+  return rectangles.empty() || pairs / static_cast<double>(rectangles.size()) <
+                                   kWorkListMostRectanglePairs
+             ? BlockSparseRoute::kWorkList
+             : BlockSparseRoute::kRectangles;
+}
+
 int64_t GpuRingExecutor::DeviceBytesNeeded(const AttentionSpec& spec, int rank,
                                            int world_size,
                                            const GpuRingConfig& config,
@@ -396,19 +409,7 @@ absl::Status GpuRingExecutor::Initialize() {
       step_tasks.push_back(plan_.Step(rank_, s).tasks);
     }
   }
-  for (const std::vector<AttentionTask>& tasks : step_tasks) {
-    std::vector<AttentionTile>& tiles = step_tiles_.emplace_back();
-    double& flops = step_flops_.emplace_back(0.0);
-    for (const AttentionTask& task : tasks) {
-      std::vector<AttentionTile> task_tiles = TileTask(
-          spec_, blocks(), task, config_.tile_q_rows, KeyRowsPerTile());
-      tiles.insert(tiles.end(), task_tiles.begin(), task_tiles.end());
-      flops += TaskFlops(spec_, blocks(), task);
-    }
-    step_tasks_.push_back(static_cast<int64_t>(tasks.size()));
-    step_dilated_calls_.push_back(PlanDilatedTasks(
-        spec_, tasks, QueryRows(), config_.tile_q_rows, config_.tile_kv_rows));
-  }
+  RINGATTN_RETURN_IF_ERROR(PlanSteps(step_tasks));
 
   if (config_.host_staging) {
     const DType host = HostDTypeOf(config_.dtype);
@@ -418,6 +419,73 @@ absl::Status GpuRingExecutor::Initialize() {
       host_v_ = TypedTensor(host, kv_shape());
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status GpuRingExecutor::PlanSteps(
+    const std::vector<std::vector<AttentionTask>>& step_tasks) {
+  // Block-sparse tasks as rectangle tiles, for the route's rule.
+  std::vector<std::vector<std::vector<AttentionTile>>> task_tiles;
+  std::vector<AttentionTile> rectangles;
+  for (const std::vector<AttentionTask>& tasks : step_tasks) {
+    std::vector<std::vector<AttentionTile>>& tiles = task_tiles.emplace_back();
+    for (const AttentionTask& task : tasks) {
+      tiles.push_back(TileTask(spec_, blocks(), task, config_.tile_q_rows,
+                               KeyRowsPerTile()));
+      if (task.kind == TaskKind::kBlockSparse) {
+        rectangles.insert(rectangles.end(), tiles.back().begin(),
+                          tiles.back().end());
+      }
+    }
+  }
+  block_sparse_route_ =
+      ChooseBlockSparseRoute(config_.block_sparse_route, rectangles);
+  const bool lists =
+      blocks_.has_value() && block_sparse_route_ == BlockSparseRoute::kWorkList;
+  WorkList work;
+  for (size_t s = 0; s < step_tasks.size(); ++s) {
+    const std::vector<AttentionTask>& tasks = step_tasks[s];
+    std::vector<AttentionTile>& tiles = step_tiles_.emplace_back();
+    double& flops = step_flops_.emplace_back(0.0);
+    const size_t first_launch = work.launches.size();
+    for (size_t t = 0; t < tasks.size(); ++t) {
+      const AttentionTask& task = tasks[t];
+      if (lists && task.kind == TaskKind::kBlockSparse) {
+        AddBlockSparseLaunches(spec_, *blocks_, task, config_.tile_q_rows,
+                               work);
+      } else {
+        tiles.insert(tiles.end(), task_tiles[s][t].begin(),
+                     task_tiles[s][t].end());
+      }
+      flops += TaskFlops(spec_, blocks(), task);
+    }
+    step_launches_.emplace_back(work.launches.begin() + first_launch,
+                                work.launches.end());
+    step_tasks_.push_back(static_cast<int64_t>(tasks.size()));
+    step_dilated_calls_.push_back(PlanDilatedTasks(
+        spec_, tasks, QueryRows(), config_.tile_q_rows, config_.tile_kv_rows));
+  }
+  if (work.tiles.empty()) return absl::OkStatus();
+  // One buffer: the tiles, then the spans.
+  const size_t tile_bytes = work.tiles.size() * sizeof(QueryTile);
+  const size_t span_bytes = work.spans.size() * sizeof(KeySpan);
+  absl::StatusOr<DeviceBuffer> memory =
+      DeviceBuffer::Allocate(tile_bytes + span_bytes);
+  if (!memory.ok()) return memory.status();
+  work_list_memory_ = *std::move(memory);
+  char* base = work_list_memory_.as<char>();
+  RINGATTN_RETURN_IF_ERROR(CudaStatus(
+      cudaMemcpy(base, work.tiles.data(), tile_bytes, cudaMemcpyHostToDevice),
+      "uploading the work lists' tiles"));
+  if (span_bytes > 0) {
+    RINGATTN_RETURN_IF_ERROR(
+        CudaStatus(cudaMemcpy(base + tile_bytes, work.spans.data(), span_bytes,
+                              cudaMemcpyHostToDevice),
+                   "uploading the work lists' spans"));
+  }
+  device_tiles_ = reinterpret_cast<const QueryTile*>(base);
+  device_spans_ = reinterpret_cast<const KeySpan*>(base + tile_bytes);
+  device_span_count_ = static_cast<int64_t>(work.spans.size());
   return absl::OkStatus();
 }
 
@@ -621,37 +689,56 @@ absl::Status GpuRingExecutor::Download(View<float> o, View<float> lse) const {
       "downloading the LSE");
 }
 
-absl::Status GpuRingExecutor::EnqueueTile(const AttentionTile& tile,
-                                          const QueryBlock& queries,
-                                          const KvBlock& block,
-                                          GpuRingStats& stats) {
+absl::StatusOr<AttentionPath> GpuRingExecutor::EnqueueMerged(
+    int64_t q_row, int64_t q_len, int64_t k_row, int64_t kv_len, bool causal,
+    const DeviceWorkList& work, const QueryBlock& queries,
+    const KvBlock& block) {
   const int64_t q_row_values = spec_.q_heads * spec_.head_dim;
   const int64_t k_row_values = spec_.kv_heads * spec_.head_dim;
   const int64_t q_rows = queries.rows;
   DeviceAttentionArgs args;
   args.dtype = config_.dtype;
   args.batch = spec_.batch;
-  args.q_len = tile.q_len;
-  args.kv_len = tile.kv_len;
+  args.q_len = q_len;
+  args.kv_len = kv_len;
   args.q_heads = spec_.q_heads;
   args.kv_heads = spec_.kv_heads;
   args.head_dim = spec_.head_dim;
   args.q.data = static_cast<const char*>(queries.q) +
-                tile.q_row * q_row_values * element_bytes_;
+                q_row * q_row_values * element_bytes_;
   args.q.batch_stride = q_rows * q_row_values;
   args.q.seq_stride = q_row_values;
-  args.k.data = block.k + tile.k_row * k_row_values * element_bytes_;
-  args.v.data = block.v + tile.k_row * k_row_values * element_bytes_;
+  args.k.data = block.k + k_row * k_row_values * element_bytes_;
+  args.v.data = block.v + k_row * k_row_values * element_bytes_;
   args.k.batch_stride = args.v.batch_stride = block.batch_stride;
   args.k.seq_stride = args.v.seq_stride = k_row_values;
   args.o.data = part_o_;
-  args.o.batch_stride = tile.q_len * q_row_values;
+  args.o.batch_stride = q_len * q_row_values;
   args.o.seq_stride = q_row_values;
   args.lse = part_lse_;
   args.scale = spec_.EffectiveScale();
-  args.causal = tile.causal;
+  args.causal = causal;
+  args.work = work;
   absl::StatusOr<AttentionPath> path =
       dispatcher_->Forward(args, stream_.get());
+  if (!path.ok()) return path.status();
+  RINGATTN_RETURN_IF_ERROR(CudaStatus(
+      LaunchMergePartial(config_.dtype, part_o_, part_lse_, spec_.batch,
+                         q_len * spec_.q_heads, spec_.head_dim,
+                         queries.o + q_row * q_row_values,
+                         queries.lse + q_row * spec_.q_heads,
+                         q_rows * spec_.q_heads, stream_.get()),
+      "merging a tile"));
+  return path;
+}
+
+absl::Status GpuRingExecutor::EnqueueTile(const AttentionTile& tile,
+                                          const QueryBlock& queries,
+                                          const KvBlock& block,
+                                          GpuRingStats& stats) {
+  absl::StatusOr<AttentionPath> path =
+      EnqueueMerged(tile.q_row, tile.q_len, tile.k_row, tile.kv_len,
+                    tile.causal, DeviceWorkList{}, queries, block);
   if (!path.ok()) return path.status();
   switch (*path) {
     case AttentionPath::kCudnn:
@@ -664,13 +751,24 @@ absl::Status GpuRingExecutor::EnqueueTile(const AttentionTile& tile,
       ++stats.flash_tiles;
       break;
   }
-  return CudaStatus(
-      LaunchMergePartial(config_.dtype, part_o_, part_lse_, spec_.batch,
-                         tile.q_len * spec_.q_heads, spec_.head_dim,
-                         queries.o + tile.q_row * q_row_values,
-                         queries.lse + tile.q_row * spec_.q_heads,
-                         q_rows * spec_.q_heads, stream_.get()),
-      "merging a tile");
+  return absl::OkStatus();
+}
+
+absl::Status GpuRingExecutor::EnqueueLaunch(const WorkListLaunch& launch,
+                                            const QueryBlock& queries,
+                                            const KvBlock& block,
+                                            GpuRingStats& stats) {
+  DeviceWorkList work;
+  work.tiles = device_tiles_ + launch.first_tile;
+  work.tile_count = launch.tile_count;
+  work.spans = device_spans_;
+  work.span_count = device_span_count_;
+  absl::StatusOr<AttentionPath> path =
+      EnqueueMerged(launch.q_row, launch.q_len, launch.k_row, launch.kv_len,
+                    /*causal=*/false, work, queries, block);
+  if (!path.ok()) return path.status();
+  ++stats.list_launches;
+  return absl::OkStatus();
 }
 
 absl::Status GpuRingExecutor::EnqueueDilatedStep(int64_t step,
@@ -719,6 +817,13 @@ absl::Status GpuRingExecutor::EnqueueStep(int64_t step,
           absl::StrCat("rank ", rank_, " was cancelled at ring step ", step));
     }
     RINGATTN_RETURN_IF_ERROR(EnqueueTile(tile, queries, block, stats));
+  }
+  for (const WorkListLaunch& launch : step_launches_[step]) {
+    if (options.cancelled != nullptr && options.cancelled->load()) {
+      return absl::CancelledError(
+          absl::StrCat("rank ", rank_, " was cancelled at ring step ", step));
+    }
+    RINGATTN_RETURN_IF_ERROR(EnqueueLaunch(launch, queries, block, stats));
   }
   if (!step_dilated_calls_[step].empty()) {
     RINGATTN_RETURN_IF_ERROR(

@@ -32,11 +32,16 @@
 // Dense and causal attention (zigzag shards, GQA/MQA, any lengths),
 // block-sparse attention (causal or not) and dilated attention (both combines,
 // causal or not; launches planned by worker/gpu_dilated_tasks.h) run here. A
-// block-sparse task is cut at the mask's block boundaries:
-// the block pairs the mask (built once per executor) allows run as dense or
-// causal tiles, consecutive allowed key blocks of a query block (and
-// consecutive query blocks allowing the same key blocks) sharing tiles, and
-// the pairs it hides are never computed.
+// block-sparse task takes one of two routes (GpuRingConfig::
+// block_sparse_route): as work lists (worker/work_list.h), one launch of our
+// flash kernel per task and tile_q_rows query rows, then one LSE merge; or
+// cut at the mask's block boundaries into rectangles: the block pairs the
+// mask (built once per executor) allows run as dense or causal tiles through
+// the dispatcher (cuDNN), consecutive allowed key blocks of a query block (and
+// consecutive query blocks allowing the same key blocks) sharing tiles, each
+// tile merged. Either way the pairs the mask hides are never computed. The
+// work lists are built and uploaded once, at creation, into a device buffer
+// of their own beside the pool.
 //
 // Precision: Q, K and V are rounded to the compute dtype (bf16 for bf16 and
 // fp32 wire data, fp16 for fp16), each tile's partial O is rounded to it once
@@ -71,8 +76,22 @@
 #include "worker/device_context_store.h"
 #include "worker/gpu_dilated_tasks.h"
 #include "worker/ring_executor.h"
+#include "worker/work_list.h"
 
 namespace ringattn {
+
+// How a block-sparse task is computed (see GpuRingExecutor).
+enum class BlockSparseRoute {
+  kAuto,        // ChooseBlockSparseRoute's rule
+  kWorkList,    // our flash kernel over work lists
+  kRectangles,  // one dispatcher call and merge per allowed rectangle tile
+};
+
+// kAuto's rule, provisional until benchmarked (bench/gpu/sparse_bench): work
+// lists where the rectangle tiles of the block-sparse tasks average below
+// kWorkListMostRectanglePairs (query x key) pairs, where per-call overhead and
+// merges dominate cuDNN's speed advantage; rectangles otherwise.
+inline constexpr double kWorkListMostRectanglePairs = 4096.0 * 4096.0;
 
 struct GpuRingConfig {
   int device = 0;  // the CUDA device index
@@ -85,6 +104,8 @@ struct GpuRingConfig {
   // Also hold the shard in host tensors of the compute dtype (host_q() ...),
   // for RunStaged.
   bool host_staging = false;
+  // The route of block-sparse tasks.
+  BlockSparseRoute block_sparse_route = BlockSparseRoute::kAuto;
   // K/V come from a resident context in device memory (UseResidentKv), not
   // from the host: a world of one reads them where they lie (its pool holds
   // no K/V block); a ring copies them into its home block on the device.
@@ -122,15 +143,23 @@ std::vector<AttentionTile> TileTask(const AttentionSpec& spec,
                                     const AttentionTask& task,
                                     int64_t tile_q_rows, int64_t tile_kv_rows);
 
+// The route `requested` resolves to for block-sparse tasks whose rectangle
+// tiles are `rectangles`: kAuto becomes kWorkList if their average pairs
+// (q_len * kv_len) are below kWorkListMostRectanglePairs (or there are none),
+// kRectangles otherwise; the others stay.
+BlockSparseRoute ChooseBlockSparseRoute(
+    BlockSparseRoute requested, const std::vector<AttentionTile>& rectangles);
+
 struct GpuRingStats {
   // peak_bytes: the executor's device pool (cuDNN's workspace and NCCL's
   // buffers come on top); compute_seconds: the compute stream's busy time,
   // by CUDA events; wait_seconds: step time beyond it (transfers not hidden,
   // launch gaps).
   RingRunStats ring;
-  int64_t cudnn_tiles = 0;   // tiles cuDNN computed
-  int64_t flash_tiles = 0;   // tiles our flash kernel computed
-  int64_t decode_tiles = 0;  // tiles our split-K/V decode kernel computed
+  int64_t cudnn_tiles = 0;    // tiles cuDNN computed
+  int64_t flash_tiles = 0;    // tiles our flash kernel computed
+  int64_t decode_tiles = 0;   // tiles our split-K/V decode kernel computed
+  int64_t list_launches = 0;  // work-list launches of our flash kernel
 };
 
 class GpuRingExecutor {
@@ -193,6 +222,8 @@ class GpuRingExecutor {
   }
   // OK when cuDNN serves this executor's tiles; otherwise why our kernel does.
   const absl::Status& cudnn_status() const;
+  // The route block-sparse tasks take here (never kAuto).
+  BlockSparseRoute block_sparse_route() const { return block_sparse_route_; }
 
   // The shard's shapes: Q and O [B, nq, Hq, D], K and V [B, nk, Hkv, D], with
   // nq, nk the rank's rows of q_layout() and kv_layout().
@@ -326,6 +357,24 @@ class GpuRingExecutor {
   // Enqueues one tile of `queries` against `block`.
   absl::Status EnqueueTile(const AttentionTile& tile, const QueryBlock& queries,
                            const KvBlock& block, GpuRingStats& stats);
+  // Enqueues one work-list launch of `queries` against `block`.
+  absl::Status EnqueueLaunch(const WorkListLaunch& launch,
+                             const QueryBlock& queries, const KvBlock& block,
+                             GpuRingStats& stats);
+  // Enqueues query rows [q_row, q_row + q_len) of `queries` against key rows
+  // [k_row, k_row + kv_len) of `block` (the whole rectangle, causal or not, or
+  // the tiles `work` lists) into the scratch, then merges the rows into the
+  // accumulators; returns the path that ran.
+  absl::StatusOr<AttentionPath> EnqueueMerged(int64_t q_row, int64_t q_len,
+                                              int64_t k_row, int64_t kv_len,
+                                              bool causal,
+                                              const DeviceWorkList& work,
+                                              const QueryBlock& queries,
+                                              const KvBlock& block);
+  // Plans every step's tiles and work lists (step_tiles_, step_launches_ ...)
+  // from `step_tasks` and uploads the lists.
+  absl::Status PlanSteps(
+      const std::vector<std::vector<AttentionTask>>& step_tasks);
   // Enqueues step `step`'s dilated launches of `queries` against `block`.
   absl::Status EnqueueDilatedStep(int64_t step, const QueryBlock& queries,
                                   const KvBlock& block,
@@ -368,6 +417,15 @@ class GpuRingExecutor {
   std::vector<int64_t> step_tasks_;
   // Per step: the launches of its dilated tasks.
   std::vector<std::vector<DilatedCall>> step_dilated_calls_;
+  // The route of block-sparse tasks; per step, its work-list launches, whose
+  // tiles and spans lie in work_list_memory_ (tiles at device_tiles_, all the
+  // spans at device_spans_).
+  BlockSparseRoute block_sparse_route_ = BlockSparseRoute::kRectangles;
+  std::vector<std::vector<WorkListLaunch>> step_launches_;
+  DeviceBuffer work_list_memory_;
+  const QueryTile* device_tiles_ = nullptr;
+  const KeySpan* device_spans_ = nullptr;
+  int64_t device_span_count_ = 0;
 
   DeviceBuffer pool_;
   // Two query block buffers, each [Q | O | LSE]; the spare only for pass-Q

@@ -85,6 +85,8 @@ struct Case {
   DilatedCombine combine = DilatedCombine::kLse;
   // Pass-Q (CreatePassQ) rather than pass-KV.
   bool pass_q = false;
+  // How block-sparse tasks run.
+  BlockSparseRoute route = BlockSparseRoute::kAuto;
   // Where set, every rank's K/V positions (a resident context's pieces), read
   // in place from device memory (resident_kv).
   std::optional<std::vector<std::vector<Range>>> resident_pieces;
@@ -185,6 +187,7 @@ GpuRingConfig ConfigOf(const Case& c, int device) {
   config.tile_q_rows = c.tile_q;
   config.tile_kv_rows = c.tile_kv;
   config.resident_kv = c.resident_pieces.has_value();
+  config.block_sparse_route = c.route;
   return config;
 }
 
@@ -329,12 +332,22 @@ void RunAndAssemble(const Problem& p, const Case& c, int world_size,
     const GpuRingStats& s = results[r].stats;
     std::printf(
         "  rank %d: %lld steps, %lld transfers, %lld tiles cuDNN, "
-        "%lld ours, %.3f ms computing, %.0f MiB pool\n",
+        "%lld ours, %lld work-list launches, %.3f ms computing, %.0f MiB "
+        "pool\n",
         r, static_cast<long long>(s.ring.steps),
         static_cast<long long>(s.ring.transfers),
         static_cast<long long>(s.cudnn_tiles),
-        static_cast<long long>(s.flash_tiles), s.ring.compute_seconds * 1e3,
+        static_cast<long long>(s.flash_tiles),
+        static_cast<long long>(s.list_launches), s.ring.compute_seconds * 1e3,
         s.ring.peak_bytes / 1048576.0);
+    // A forced route is the only one block-sparse tasks take.
+    if (c.block_sparse.has_value() && c.route == BlockSparseRoute::kWorkList) {
+      EXPECT_EQ(s.cudnn_tiles + s.flash_tiles + s.decode_tiles, 0)
+          << "rank " << r;
+    }
+    if (c.route == BlockSparseRoute::kRectangles) {
+      EXPECT_EQ(s.list_launches, 0) << "rank " << r;
+    }
   }
 }
 
@@ -495,9 +508,23 @@ std::vector<Case> OneGpuBlockSparseCases() {
   return cases;
 }
 
-TEST(GpuRingExecutorTest, OneGpuBlockSparseMatchesReference) {
+// Each case through both routes of block-sparse tasks.
+std::vector<Case> OnBothRoutes(const std::vector<Case>& cases) {
+  std::vector<Case> out;
+  for (const BlockSparseRoute route :
+       {BlockSparseRoute::kWorkList, BlockSparseRoute::kRectangles}) {
+    for (Case c : cases) {
+      c.route = route;
+      c.name += route == BlockSparseRoute::kWorkList ? "_lists" : "_rectangles";
+      out.push_back(std::move(c));
+    }
+  }
+  return out;
+}
+
+TEST(GpuRingExecutorTest, OneGpuBlockSparseMatchesReferenceOnBothRoutes) {
   SKIP_WITHOUT_GPUS(1);
-  for (const Case& base : OneGpuBlockSparseCases()) {
+  for (const Case& base : OnBothRoutes(OneGpuBlockSparseCases())) {
     for (const DeviceDType dtype :
          {DeviceDType::kBFloat16, DeviceDType::kFloat16}) {
       Case c = base;
@@ -523,7 +550,7 @@ std::vector<Case> TwoGpuBlockSparseCases() {
   return cases;
 }
 
-TEST(GpuRingExecutorTest, TwoGpuRingBlockSparseMatchesReference) {
+TEST(GpuRingExecutorTest, TwoGpuRingBlockSparseMatchesReferenceOnBothRoutes) {
   SKIP_WITHOUT_GPUS(2);
   std::vector<Case> cases = TwoGpuBlockSparseCases();
   BlockSparseRules random = Rules(50);
@@ -542,7 +569,7 @@ TEST(GpuRingExecutorTest, TwoGpuRingBlockSparseMatchesReference) {
   gqa.tile_kv = 700;
   gqa.sampled_rows = 300;
   cases.push_back(gqa);
-  for (const Case& base : cases) {
+  for (const Case& base : OnBothRoutes(cases)) {
     for (const DeviceDType dtype :
          {DeviceDType::kBFloat16, DeviceDType::kFloat16}) {
       Case c = base;
@@ -740,9 +767,9 @@ TEST(GpuPassQTest, GpuPassQMatchesReferenceForPrimeLengthOnTwoGpus) {
   ExpectPassQMatchesReference(cases, 2);
 }
 
-TEST(GpuPassQTest, GpuPassQRunsBlockSparseAndDilatedOnTwoGpus) {
+TEST(GpuPassQTest, GpuPassQRunsBlockSparseOnBothRoutesAndDilatedOnTwoGpus) {
   SKIP_WITHOUT_GPUS(2);
-  std::vector<Case> cases = TwoGpuBlockSparseCases();
+  std::vector<Case> cases = OnBothRoutes(TwoGpuBlockSparseCases());
   Case dilated = Make("dilated_lse_causal_prime", 1009, 1009, true);
   dilated.dilated = {{64, 1}, {256, 2}};
   cases.push_back(dilated);

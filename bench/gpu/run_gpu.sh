@@ -3,19 +3,54 @@
 # peer, on a GPU machine, from a folder of binaries built elsewhere.
 #
 #   bench/gpu/run_gpu.sh BIN_DIR
+#   bench/gpu/run_gpu.sh bundle [DIR]   on the build machine: builds the GPU
+#       tests of //kernels/cuda and both benchmarks and copies them, their
+#       non-system libraries and these scripts into DIR (default bin/gpu-kernel)
 #
-# BIN_DIR holds the GPU test binaries (named below, from //kernels/cuda) and
-# gpu_attention_bench; the shared libraries they need but the machine lacks
-# sit in BIN_DIR or BIN_DIR/lib.
+# BIN_DIR holds the GPU test binaries (named below, from //kernels/cuda),
+# gpu_attention_bench and gpu_sparse_bench; the shared libraries they need but
+# the machine lacks sit in BIN_DIR or BIN_DIR/lib.
 # cuDNN 9.19 and NVRTC come from PyTorch's wheels (the system cuDNN is older).
 # Environment: OUT, the folder for logs (default ./gpu-run); PYTHON, the
 # interpreter that has PyTorch (default /opt/torch/.venv/bin/python);
 # BENCH_LENGTHS, the sequence lengths (default "4096 16384 65536"); HEAD_DIMS,
 # the head dimensions benchmarked (default "128 64"); GPU_TESTS,
-# the test binaries to run (default: the five of //kernels/cuda).
-# Prints one line per test binary, both tables, and "N passed, N failed,
-# N skipped" (gtest cases) last; exits non-zero if anything failed.
+# the test binaries to run (default: the five of //kernels/cuda); PEER=0 skips
+# the PyTorch peer; SPARSE_LENGTHS, the lengths of the block-sparse benchmark
+# (default "65536 262144"; empty to skip it), SPARSE_FLAGS more of its flags.
+# Prints one line per test binary, the tables (the block-sparse one last), and
+# "N passed, N failed, N skipped" (gtest cases) last; exits non-zero if
+# anything failed.
 set -uo pipefail
+
+GPU_TEST_TARGETS="flash_attention_test cudnn_attention_test attention_dispatch_test convert_test merge_with_lse_test decode_attention_test"
+if [ "${1:-}" = bundle ]; then
+  dest=${2:-bin/gpu-kernel}
+  cd "$(dirname "$0")/../.." || exit 1
+  targets=(//bench/gpu:gpu_attention_bench //bench/gpu:gpu_sparse_bench)
+  binaries=(bench/gpu/gpu_attention_bench bench/gpu/gpu_sparse_bench)
+  for t in $GPU_TEST_TARGETS; do
+    targets+=("//kernels/cuda:$t")
+    binaries+=("kernels/cuda/$t")
+  done
+  bazel build --noshow_progress --ui_event_filters=-info "${targets[@]}" || exit 1
+  rm -rf "$dest"
+  mkdir -p "$dest/lib"
+  for b in "${binaries[@]}"; do
+    install -m 755 "bazel-bin/$b" "$dest/"
+    strip "$dest/${b##*/}"
+  done
+  cp bench/gpu/run_gpu.sh bench/gpu/peer_sdpa.py "$dest/"
+  # As bench/ring/run_ring_bench.sh: all but the C and C++ runtimes, the CUDA
+  # driver, NCCL, cuDNN and NVRTC (the GPU machine brings those).
+  for b in "${binaries[@]}"; do ldd "bazel-bin/$b"; done |
+    awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | sort -u |
+    grep -Ev '/(libc|libm|libgcc_s|libstdc\+\+|libpthread|librt|libdl|ld-linux[^/]*|libcuda|libnccl|libcudnn[^/]*|libnvrtc[^/]*)\.so' |
+    while read -r lib; do cp -L "$lib" "$dest/lib/"; done
+  du -sh "$dest"
+  echo "bundle in $dest; on the GPU machine: $dest/run_gpu.sh $dest"
+  exit 0
+fi
 
 if [ $# -ne 1 ] || [ ! -d "$1" ]; then
   echo "usage: $0 BIN_DIR" >&2
@@ -77,15 +112,24 @@ for dim in ${HEAD_DIMS:-128 64}; do
   # shellcheck disable=SC2086  # the lengths are meant to split
   "$BIN_DIR/gpu_attention_bench" --lengths="$(echo $BENCH_LENGTHS | tr ' ' ',')" \
     --head_dim="$dim" >"$OUT/attention_bench_d$dim.md" 2>"$OUT/attention_bench_d$dim.err" || status=1
-  # shellcheck disable=SC2086
-  PYTHONUNBUFFERED=1 "$PYTHON" "$HERE/peer_sdpa.py" --lengths $BENCH_LENGTHS \
-    --head-dim "$dim" >"$OUT/peer_sdpa_d$dim.md" 2>"$OUT/peer_sdpa_d$dim.err" || status=1
+  if [ "${PEER:-1}" != 0 ]; then
+    # shellcheck disable=SC2086
+    PYTHONUNBUFFERED=1 "$PYTHON" "$HERE/peer_sdpa.py" --lengths $BENCH_LENGTHS \
+      --head-dim "$dim" >"$OUT/peer_sdpa_d$dim.md" 2>"$OUT/peer_sdpa_d$dim.err" || status=1
+  fi
 done
+
+SPARSE_LENGTHS=${SPARSE_LENGTHS-65536 262144}
+if [ -n "$SPARSE_LENGTHS" ]; then
+  # shellcheck disable=SC2086
+  "$BIN_DIR/gpu_sparse_bench" --lengths="$(echo $SPARSE_LENGTHS | tr ' ' ',')" \
+    ${SPARSE_FLAGS:-} >"$OUT/sparse_bench.md" 2>"$OUT/sparse_bench.err" || status=1
+fi
 
 echo "logs in $OUT"
 printf '%s' "$summary"
-cat "$OUT"/attention_bench_d*.md "$OUT"/peer_sdpa_d*.md
-for err in "$OUT"/attention_bench_d*.err "$OUT"/peer_sdpa_d*.err; do
+cat "$OUT"/attention_bench_d*.md "$OUT"/peer_sdpa_d*.md "$OUT"/sparse_bench.md 2>/dev/null
+for err in "$OUT"/attention_bench_d*.err "$OUT"/peer_sdpa_d*.err "$OUT"/sparse_bench.err; do
   if [ -s "$err" ]; then
     echo "--- $(basename "$err"):"
     tail -n 5 "$err"

@@ -65,7 +65,8 @@ struct DeviceAttentionArgs {
 inline constexpr int64_t kMaxDeviceHeadDim = 256;
 
 // nullptr if `args` is well formed; otherwise a static sentence saying what is
-// wrong. Checks shapes, pointers and strides, not whether memory is valid.
+// wrong. Checks shapes, pointers, strides and the work list's counts, not
+// whether memory is valid nor what the list's tiles say.
 inline const char* FindAttentionArgsProblem(const DeviceAttentionArgs& args) {
   if (args.batch < 0 || args.q_len < 0 || args.kv_len < 0) {
     return "batch, q_len and kv_len must not be negative";
@@ -81,6 +82,13 @@ inline const char* FindAttentionArgsProblem(const DeviceAttentionArgs& args) {
   }
   if (!(args.scale > 0.0f && args.scale <= 3.402823466e+38f)) {
     return "scale must be finite and positive";
+  }
+  if (args.work.tile_count < 0 || args.work.span_count < 0) {
+    return "the work list's counts must not be negative";
+  }
+  if ((args.work.tile_count > 0 && args.work.tiles == nullptr) ||
+      (args.work.span_count > 0 && args.work.spans == nullptr)) {
+    return "the work list's tiles and spans must point to device memory";
   }
   if (args.batch == 0 || args.q_len == 0) return nullptr;
   if (args.q.data == nullptr || args.o.data == nullptr) {

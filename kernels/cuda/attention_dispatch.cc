@@ -49,6 +49,13 @@ absl::Status RunFlashAttention(const DeviceAttentionArgs& args,
         absl::StrCat("q_len ", args.q_len, " or kv_len ", args.kv_len,
                      " is above our attention kernel's ", kMaxLength));
   }
+  if (args.work.tile_count > kMaxWorkListTiles ||
+      args.work.span_count > kMaxWorkListSpans) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a work list of ", args.work.tile_count, " tiles and ",
+        args.work.span_count, " spans is above our attention kernel's ",
+        kMaxWorkListTiles));
+  }
   return CudaStatus(LaunchFlashAttention(args, stream),
                     "launching the flash attention kernel");
 }
@@ -57,6 +64,10 @@ absl::Status RunDecodeAttention(const DeviceAttentionArgs& args,
                                 DeviceBuffer& workspace, cudaStream_t stream) {
   if (const char* problem = FindAttentionArgsProblem(args)) {
     return absl::InvalidArgumentError(problem);
+  }
+  if (args.work.tile_count > 0) {
+    return absl::UnimplementedError(
+        "the decode kernel does not take a work list");
   }
   if (args.batch * args.kv_heads > kMaxBatchKvHeads) {
     return absl::InvalidArgumentError(
@@ -87,7 +98,7 @@ absl::Status RunDecodeAttention(const DeviceAttentionArgs& args,
 }
 
 bool PrefersDecode(const DeviceAttentionArgs& args) {
-  return args.kv_heads > 0 &&
+  return args.work.tile_count == 0 && args.kv_heads > 0 &&
          args.q_len * (args.q_heads / args.kv_heads) <=
              kGpuDecodeMaxPackedRows &&
          args.kv_len >= kDecodeMinKeys &&

@@ -31,15 +31,17 @@ enum class AttentionPath {
 const char* AttentionPathName(AttentionPath path);
 
 // Enqueues our kernel on `stream`. OK once enqueued; INVALID_ARGUMENT for
-// malformed args (FindAttentionArgsProblem's sentence) or a batch * q_heads
-// above 65535; INTERNAL for a failed launch.
+// malformed args (FindAttentionArgsProblem's sentence), a batch * q_heads
+// above 65535 or a work list above the kernel's limits; INTERNAL for a failed
+// launch.
 absl::Status RunFlashAttention(const DeviceAttentionArgs& args,
                                cudaStream_t stream);
 
 // Enqueues our decode kernel on `stream`, first growing `workspace` (after
 // waiting for `stream`) to what the kernel asks for. OK once enqueued;
 // INVALID_ARGUMENT for malformed args or batch * kv_heads above 65535;
-// INTERNAL for a failed allocation or launch.
+// UNIMPLEMENTED for args with a work list; INTERNAL for a failed allocation
+// or launch.
 absl::Status RunDecodeAttention(const DeviceAttentionArgs& args,
                                 DeviceBuffer& workspace, cudaStream_t stream);
 
@@ -52,7 +54,8 @@ inline constexpr int64_t kGpuDecodeMaxPackedRows = 512;
 // enough keys, where it beat cuDNN as measured on one H200 (README, "Decode
 // kernel"). A single query row goes there too although cuDNN reads K/V about
 // 8% faster for it: decode steps grow the keys by one row each, and cuDNN
-// would build and keep a plan for every length.
+// would build and keep a plan for every length. Never for args with a work
+// list, which only our flash kernel takes.
 bool PrefersDecode(const DeviceAttentionArgs& args);
 
 class AttentionDispatcher {
@@ -66,7 +69,8 @@ class AttentionDispatcher {
 
   // Enqueues attention of `args` on `stream` and returns the path that took
   // it: the decode kernel where PrefersDecode, else cuDNN, or our flash
-  // kernel where cuDNN answered UNIMPLEMENTED for the shape.
+  // kernel where cuDNN answered UNIMPLEMENTED for the shape (always for args
+  // with a work list: kFlash).
   // Malformed args (INVALID_ARGUMENT) and failures of a path that accepted the
   // block come back as errors, never masked by a second attempt.
   absl::StatusOr<AttentionPath> Forward(const DeviceAttentionArgs& args,

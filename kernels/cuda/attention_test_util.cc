@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -111,6 +112,68 @@ std::vector<AttentionCase> InBothDTypes(const std::vector<AttentionCase>& in) {
   return out;
 }
 
+// Float64 attention of the pairs `list` shows, from the definitions in
+// attention_work_list.h: writes the rows of its tiles into o and lse ([B, Nq,
+// Hq, D] and [B, Nq, Hq]) and marks them touched in `untouched`.
+void ListReference(const AttentionCase& c, float scale,
+                   const HostAttentionWorkList& list,
+                   const std::vector<float>& q, const std::vector<float>& k,
+                   const std::vector<float>& v, std::vector<double>& o,
+                   std::vector<double>& lse, std::vector<bool>& untouched) {
+  const int64_t d_count = c.head_dim;
+  const int64_t group = c.q_heads / c.kv_heads;
+  std::vector<double> weights(static_cast<size_t>(c.kv_len));
+  std::vector<int64_t> keys;
+  for (const QueryTile& tile : list.tiles) {
+    for (int64_t i = std::max<int64_t>(tile.begin, 0);
+         i < std::min<int64_t>(tile.end, c.q_len); ++i) {
+      keys.clear();
+      for (int32_t s = 0; s < tile.span_count; ++s) {
+        const KeySpan& span = list.spans[tile.first_span + s];
+        for (int64_t j = std::max<int64_t>(span.begin, 0);
+             j < std::min<int64_t>(span.end, c.kv_len); ++j) {
+          if (!span.causal || j <= i + span.shift) keys.push_back(j);
+        }
+      }
+      for (int64_t b = 0; b < c.batch; ++b) {
+        untouched[b * c.q_len + i] = false;
+        for (int64_t h = 0; h < c.q_heads; ++h) {
+          const int64_t entry = (b * c.q_len + i) * c.q_heads + h;
+          const float* qr = &q[entry * d_count];
+          double most = -std::numeric_limits<double>::infinity();
+          for (size_t n = 0; n < keys.size(); ++n) {
+            const float* kr =
+                &k[((b * c.kv_len + keys[n]) * c.kv_heads + h / group) *
+                   d_count];
+            double dot = 0.0;
+            for (int64_t d = 0; d < d_count; ++d) {
+              dot += static_cast<double>(qr[d]) * kr[d];
+            }
+            weights[n] = dot * scale;
+            most = std::max(most, weights[n]);
+          }
+          double sum = 0.0;
+          for (size_t n = 0; n < keys.size(); ++n) {
+            weights[n] = std::exp(weights[n] - most);
+            sum += weights[n];
+          }
+          for (int64_t d = 0; d < d_count; ++d) o[entry * d_count + d] = 0.0;
+          lse[entry] = keys.empty() ? -std::numeric_limits<double>::infinity()
+                                    : most + std::log(sum);
+          for (size_t n = 0; n < keys.size(); ++n) {
+            const float* vr =
+                &v[((b * c.kv_len + keys[n]) * c.kv_heads + h / group) *
+                   d_count];
+            for (int64_t d = 0; d < d_count; ++d) {
+              o[entry * d_count + d] += weights[n] / sum * vr[d];
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void SkipWithoutGpu() {
@@ -166,6 +229,16 @@ std::string AttentionCaseName(
 
 absl::StatusOr<AttentionProblem> AttentionProblem::Create(
     const AttentionCase& c, uint32_t seed) {
+  return Build(c, seed, nullptr);
+}
+
+absl::StatusOr<AttentionProblem> AttentionProblem::CreateWithWorkList(
+    const AttentionCase& c, uint32_t seed, const HostAttentionWorkList& list) {
+  return Build(c, seed, &list);
+}
+
+absl::StatusOr<AttentionProblem> AttentionProblem::Build(
+    const AttentionCase& c, uint32_t seed, const HostAttentionWorkList* list) {
   AttentionProblem problem;
   problem.case_ = c;
   std::mt19937 rng(seed);
@@ -208,7 +281,33 @@ absl::StatusOr<AttentionProblem> AttentionProblem::Create(
   problem.reference_o_.assign(static_cast<size_t>(rows * c.head_dim), 0.0);
   problem.reference_lse_.assign(static_cast<size_t>(rows),
                                 -std::numeric_limits<double>::infinity());
-  if (c.kv_len > 0) {
+  problem.untouched_rows_.assign(static_cast<size_t>(c.batch * c.q_len),
+                                 list != nullptr);
+  if (list != nullptr) {
+    for (auto [buffer, bytes, host] :
+         {std::tuple{&problem.tiles_, list->tiles.size() * sizeof(QueryTile),
+                     static_cast<const void*>(list->tiles.data())},
+          std::tuple{&problem.spans_, list->spans.size() * sizeof(KeySpan),
+                     static_cast<const void*>(list->spans.data())}}) {
+      if (bytes == 0) continue;
+      absl::StatusOr<DeviceBuffer> uploaded = DeviceBuffer::Allocate(bytes);
+      if (!uploaded.ok()) return uploaded.status();
+      if (absl::Status s = CudaStatus(cudaMemcpy(uploaded->as<void>(), host,
+                                                 bytes, cudaMemcpyHostToDevice),
+                                      "uploading the work list");
+          !s.ok()) {
+        return s;
+      }
+      *buffer = *std::move(uploaded);
+    }
+    args.work.tiles = problem.tiles_.as<QueryTile>();
+    args.work.tile_count = static_cast<int64_t>(list->tiles.size());
+    args.work.spans = problem.spans_.as<KeySpan>();
+    args.work.span_count = static_cast<int64_t>(list->spans.size());
+    ListReference(c, args.scale, *list, q.exact, k.exact, v.exact,
+                  problem.reference_o_, problem.reference_lse_,
+                  problem.untouched_rows_);
+  } else if (c.kv_len > 0) {
     AttentionSpec spec;
     spec.batch = c.batch;
     spec.q_len = c.q_len;
@@ -270,6 +369,21 @@ absl::Status AttentionProblem::PoisonOutputs() {
   for (int64_t b = 0; b < c.batch; ++b) {
     for (int64_t i = 0; i < c.q_len; ++i) {
       const int64_t row = b * c.q_len + i;
+      if (untouched_rows_[row]) {
+        for (int64_t p = 0; p < stride; ++p) {
+          if (o[row * stride + p] != kNaN16) {
+            mismatch(absl::StrCat("row ", row,
+                                  " is in no tile but O was written at ", p));
+          }
+        }
+        for (int64_t h = 0; h < c.q_heads; ++h) {
+          if (!std::isnan(lse[row * c.q_heads + h])) {
+            mismatch(absl::StrCat("row ", row, " is in no tile but LSE of ",
+                                  "head ", h, " was written"));
+          }
+        }
+        continue;
+      }
       for (int64_t h = 0; h < c.q_heads; ++h) {
         const int64_t entry = row * c.q_heads + h;
         const double ref_lse = reference_lse_[entry];

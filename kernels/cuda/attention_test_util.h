@@ -53,6 +53,12 @@ std::vector<AttentionCase> UnalignedAttentionCases();
 std::string AttentionCaseName(
     const ::testing::TestParamInfo<AttentionCase>& info);
 
+// A work list in host memory (see attention_work_list.h).
+struct HostAttentionWorkList {
+  std::vector<QueryTile> tiles;
+  std::vector<KeySpan> spans;
+};
+
 // Random inputs of one case in device memory, with room for the outputs, and
 // the reference result of those inputs.
 class AttentionProblem {
@@ -60,6 +66,11 @@ class AttentionProblem {
   // Draws inputs from `seed` and computes the reference.
   static absl::StatusOr<AttentionProblem> Create(const AttentionCase& c,
                                                  uint32_t seed);
+  // The same for the pairs `list` shows (c.causal ignored): the list goes to
+  // the device and into args().work; the reference is computed from the list's
+  // definition, and rows in none of its tiles must keep what was in O and LSE.
+  static absl::StatusOr<AttentionProblem> CreateWithWorkList(
+      const AttentionCase& c, uint32_t seed, const HostAttentionWorkList& list);
 
   AttentionProblem(AttentionProblem&&) = default;
   AttentionProblem& operator=(AttentionProblem&&) = default;
@@ -74,15 +85,20 @@ class AttentionProblem {
   // Waits for the device, downloads O and LSE and compares them with the
   // reference: |o - ref| <= tol * (1 + |ref|) with tol 2e-2 for bf16 and 5e-3
   // for fp16; |lse - ref| <= 1e-2; rows that see no key exactly O = 0 and
-  // LSE = -inf; O's padding untouched.
+  // LSE = -inf; O's padding untouched, and with a work list the rows of no
+  // tile (still NaN after PoisonOutputs).
   ::testing::AssertionResult OutputsMatchReference() const;
 
  private:
   AttentionProblem() = default;
 
+  static absl::StatusOr<AttentionProblem> Build(
+      const AttentionCase& c, uint32_t seed, const HostAttentionWorkList* list);
+
   AttentionCase case_;
   DeviceAttentionArgs args_;
-  DeviceBuffer q_, k_, v_, o_, lse_;
+  DeviceBuffer q_, k_, v_, o_, lse_, tiles_, spans_;
+  std::vector<bool> untouched_rows_;   // [B * Nq]: in no tile of the list
   std::vector<double> reference_o_;    // [B, Nq, Hq, D]
   std::vector<double> reference_lse_;  // [B, Nq, Hq]
 };

@@ -208,6 +208,10 @@ class CudnnAttention::Impl {
     if (const char* problem = FindAttentionArgsProblem(args)) {
       return absl::InvalidArgumentError(problem);
     }
+    if (args.work.tile_count > 0) {
+      return absl::UnimplementedError(
+          "cuDNN attention takes whole blocks, not work lists");
+    }
     if (args.batch == 0 || args.q_len == 0) return absl::OkStatus();
     // Leading rows that see no key: all of them without keys, and under
     // causal masking those before the last kv_len.

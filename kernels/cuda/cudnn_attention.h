@@ -35,9 +35,10 @@ class CudnnAttention {
   // cuDNN itself is never asked to compute. Returns OK once enqueued;
   // INVALID_ARGUMENT for malformed args; UNIMPLEMENTED, with cuDNN's words,
   // where cuDNN does not take the shape (head_dim not a multiple of 8, rows not
-  // 16-byte aligned, a GPU or cuDNN version without a kernel for it) so that
-  // the caller can run another path; INTERNAL when an accepted plan fails to
-  // run. A refusal is cached like a plan and answered at once next time.
+  // 16-byte aligned, a GPU or cuDNN version without a kernel for it, args
+  // with a work list) so that the caller can run another path; INTERNAL when an
+  // accepted plan fails to run. A refusal is cached like a plan and answered at
+  // once next time.
   absl::Status Forward(const DeviceAttentionArgs& args, cudaStream_t stream);
 
   // How many plans (built or refused) the cache holds.

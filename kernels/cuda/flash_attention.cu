@@ -59,6 +59,10 @@ struct Params {
   bool causal;
   float scale_log2;  // scale * log2(e)
   bool aligned;      // 16-byte rows: cp.async tiles and paired stores
+  // The work list (device memory); tiles null for the whole block.
+  const QueryTile* tiles;
+  const KeySpan* spans;
+  int span_count;
 };
 
 // Loads rows [first, first + kRows) of one head into a shared tile of kHeadDim
@@ -90,9 +94,58 @@ __device__ __forceinline__ void LoadTile(T* tile, const T* head,
   }
 }
 
-template <typename T, int kHeadDim>
-__global__ void __launch_bounds__(kThreads)
-    FlashAttentionKernel(const Params p) {
+// Keys [begin, end) of the block, with the causal mask `shift` if `causal`,
+// cut to what some row of one kBlockM-row window of queries may see.
+struct Span {
+  int begin;
+  int end;
+  bool causal;
+  int shift;
+};
+
+// The spans of one window of query rows (last row `last_row`): the whole
+// block as the args say, or a QueryTile's spans of the work list. Spans are
+// clipped to the block's keys and, if causal, to the keys the window's last
+// row sees; Seek skips the ones that leave no key.
+template <bool kList>
+struct SpanWalk {
+  const KeySpan* spans;  // the tile's first span (kList)
+  int count;             // spans in the tile (kList)
+  int next;              // the next span Seek looks at
+
+  // Moves `span` to the next span with a visible key, if any.
+  __device__ __forceinline__ bool Seek(const Params& p, int last_row,
+                                       Span& span) {
+    while (next < count) {
+      const int index = next++;
+      if constexpr (kList) {
+        const KeySpan listed = spans[index];
+        span.begin = max(listed.begin, 0);
+        span.end = min(listed.end, p.kv_len);
+        span.causal = listed.causal != 0;
+        span.shift = listed.shift;
+      } else {
+        span.begin = 0;
+        span.end = p.kv_len;
+        span.causal = p.causal;
+        span.shift = p.causal_shift;
+      }
+      if (span.causal)
+        span.end = min(span.end, max(0, last_row + span.shift + 1));
+      if (span.begin < span.end) return true;
+    }
+    return false;
+  }
+};
+
+// Attention of query rows [m0, min(m0 + kBlockM, row_end)) of one (batch,
+// head) against the keys `walk` gives, walked kBlockN at a time with one
+// online softmax: writes their O and LSE. Ends with every warp done with the
+// shared tiles.
+template <typename T, int kHeadDim, bool kList>
+__device__ __forceinline__ void AttendRows(const Params& p, const T* q,
+                                           const T* k, const T* v, T* o, int m0,
+                                           int row_end, SpanWalk<kList> walk) {
   using E = Element<T>;
   constexpr int kMTiles = Tile<kHeadDim>::kMTiles;
   constexpr int kBlockM = Tile<kHeadDim>::kBlockM;
@@ -106,29 +159,11 @@ __global__ void __launch_bounds__(kThreads)
   T* k_tile = q_tile + kBlockM * kStride;
   T* v_tile = k_tile + kBlockN * kStride;
 
-  // Later query tiles see more keys under causal masking: start them first.
-  const int m0 = (gridDim.x - 1 - blockIdx.x) * kBlockM;
-  const int b = blockIdx.y / p.q_heads;
-  const int h = blockIdx.y % p.q_heads;
-  const int kv_h = h / p.group;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int quad_row = lane / 4;  // fragment row within 8
   const int quad_col = lane % 4;  // fragment column pair
-
-  const T* q = static_cast<const T*>(p.q) + b * p.q_batch_stride +
-               static_cast<int64_t>(h) * p.head_dim;
-  const T* k = static_cast<const T*>(p.k) + b * p.k_batch_stride +
-               static_cast<int64_t>(kv_h) * p.head_dim;
-  const T* v = static_cast<const T*>(p.v) + b * p.v_batch_stride +
-               static_cast<int64_t>(kv_h) * p.head_dim;
-  T* o = static_cast<T*>(p.o) + b * p.o_batch_stride +
-         static_cast<int64_t>(h) * p.head_dim;
-
-  // Keys past key_end are invisible to every row of this block.
-  int key_end = p.kv_len;
-  if (p.causal) key_end = min(key_end, max(0, m0 + kBlockM + p.causal_shift));
-  const int key_tiles = (key_end + kBlockN - 1) / kBlockN;
+  const int last_row = min(m0 + kBlockM, row_end) - 1;
 
   // This warp's rows start at warp_row0; in m-tile m, this thread holds rows
   // warp_row0 + 16 m + quad_row and 8 below it (r = 0, 1).
@@ -154,16 +189,19 @@ __global__ void __launch_bounds__(kThreads)
     row_sum[m][0] = row_sum[m][1] = 0.0f;
   }
 
-  if (key_tiles > 0) {
-    LoadTile<T, kHeadDim, kBlockM>(q_tile, q, p.q_seq_stride, m0, p.q_len,
+  // The chunk of keys [n0, n0 + kBlockN) of `span` is the one computed next.
+  Span span;
+  bool more = walk.Seek(p, last_row, span);
+  int n0 = span.begin;
+  if (more) {
+    LoadTile<T, kHeadDim, kBlockM>(q_tile, q, p.q_seq_stride, m0, row_end,
                                    p.head_dim, p.aligned);
-    LoadTile<T, kHeadDim, kBlockN>(k_tile, k, p.k_seq_stride, 0, p.kv_len,
+    LoadTile<T, kHeadDim, kBlockN>(k_tile, k, p.k_seq_stride, n0, p.kv_len,
                                    p.head_dim, p.aligned);
     CommitCopies();
   }
 
-  for (int tile = 0; tile < key_tiles; ++tile) {
-    const int n0 = tile * kBlockN;
+  while (more) {
     LoadTile<T, kHeadDim, kBlockN>(v_tile, v, p.v_seq_stride, n0, p.kv_len,
                                    p.head_dim, p.aligned);
     CommitCopies();
@@ -205,10 +243,15 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
 
-    // Hide keys past the end and, under causal masking, above the diagonal.
-    const bool past_end = n0 + kBlockN > p.kv_len;
+    // Hide keys past the span's end and, under causal masking, above its
+    // diagonal.
+    // (The whole block's mask stays in the kernel's parameters.)
+    const bool causal = kList ? span.causal : p.causal;
+    const int shift = kList ? span.shift : p.causal_shift;
+    const int end = kList ? span.end : p.kv_len;
+    const bool past_end = n0 + kBlockN > end;
     const bool crosses_diagonal =
-        p.causal && n0 + kBlockN - 1 > warp_row0 + p.causal_shift;
+        causal && n0 + kBlockN - 1 > warp_row0 + shift;
     if (past_end || crosses_diagonal) {
 #pragma unroll
       for (int m = 0; m < kMTiles; ++m) {
@@ -218,7 +261,7 @@ __global__ void __launch_bounds__(kThreads)
           for (int e = 0; e < 4; ++e) {
             const int key = n0 + j * 8 + quad_col * 2 + (e & 1);
             const int row = thread_row0 + m * 16 + (e >= 2 ? 8 : 0);
-            if (key >= p.kv_len || (p.causal && key > row + p.causal_shift)) {
+            if (key >= end || (causal && key > row + shift)) {
               s[m][j][e] = -INFINITY;
             }
           }
@@ -265,9 +308,20 @@ __global__ void __launch_bounds__(kThreads)
 
     WaitCopies<0>();  // this V tile has landed
     __syncthreads();  // and every warp is done with the K tile
-    if (tile + 1 < key_tiles) {
-      LoadTile<T, kHeadDim, kBlockN>(k_tile, k, p.k_seq_stride, n0 + kBlockN,
-                                     p.kv_len, p.head_dim, p.aligned);
+    // The next chunk: further into this span, or the start of the next span
+    // that shows a key.
+    n0 += kBlockN;
+    if constexpr (kList) {
+      if (n0 >= span.end) {
+        more = walk.Seek(p, last_row, span);
+        n0 = span.begin;
+      }
+    } else {
+      more = n0 < span.end;  // the whole block is one span
+    }
+    if (more) {
+      LoadTile<T, kHeadDim, kBlockN>(k_tile, k, p.k_seq_stride, n0, p.kv_len,
+                                     p.head_dim, p.aligned);
       CommitCopies();
     }
 
@@ -307,7 +361,7 @@ __global__ void __launch_bounds__(kThreads)
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
       const int row = thread_row0 + m * 16 + r * 8;
-      if (row >= p.q_len) continue;
+      if (row >= (kList ? row_end : p.q_len)) continue;
       const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
       T* out = o + row * p.o_seq_stride;
 #pragma unroll
@@ -325,6 +379,8 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
       if (p.lse != nullptr && quad_col == 0) {
+        const int b = blockIdx.y / p.q_heads;
+        const int h = blockIdx.y % p.q_heads;
         p.lse[(static_cast<int64_t>(b) * p.q_len + row) * p.q_heads + h] =
             sum > 0.0f ? (row_max[m][r] + __log2f(sum)) * kLn2 : -INFINITY;
       }
@@ -332,33 +388,85 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// One block per kBlockM query rows (whole block) or per QueryTile of the work
+// list (kList), of one (batch, head) of blockIdx.y.
+template <typename T, int kHeadDim, bool kList>
+__global__ void __launch_bounds__(kThreads)
+    FlashAttentionKernel(const Params p) {
+  constexpr int kBlockM = Tile<kHeadDim>::kBlockM;
+  const int b = blockIdx.y / p.q_heads;
+  const int h = blockIdx.y % p.q_heads;
+  const int kv_h = h / p.group;
+  const T* q = static_cast<const T*>(p.q) + b * p.q_batch_stride +
+               static_cast<int64_t>(h) * p.head_dim;
+  const T* k = static_cast<const T*>(p.k) + b * p.k_batch_stride +
+               static_cast<int64_t>(kv_h) * p.head_dim;
+  const T* v = static_cast<const T*>(p.v) + b * p.v_batch_stride +
+               static_cast<int64_t>(kv_h) * p.head_dim;
+  T* o = static_cast<T*>(p.o) + b * p.o_batch_stride +
+         static_cast<int64_t>(h) * p.head_dim;
+
+  if constexpr (kList) {
+    // A tile of up to kWorkListTileRows rows, kBlockM at a time (two passes
+    // at head dim 256). Tiles and spans outside the block are clipped.
+    const QueryTile tile = p.tiles[blockIdx.x];
+    const int first = min(max(tile.first_span, 0), p.span_count);
+    const SpanWalk<true> walk{
+        p.spans + first, min(max(tile.span_count, 0), p.span_count - first), 0};
+    const int row_end = min(tile.end, p.q_len);
+    for (int m0 = max(tile.begin, 0); m0 < row_end; m0 += kBlockM) {
+      AttendRows<T, kHeadDim, true>(p, q, k, v, o, m0, row_end, walk);
+    }
+  } else {
+    // Later query tiles see more keys under causal masking: start them first.
+    const int m0 = (gridDim.x - 1 - blockIdx.x) * kBlockM;
+    AttendRows<T, kHeadDim, false>(p, q, k, v, o, m0, p.q_len,
+                                   SpanWalk<false>{nullptr, 1, 0});
+  }
+}
+
 bool Aligned16(const void* pointer) {
   return reinterpret_cast<uintptr_t>(pointer) % 16 == 0;
 }
 
-template <typename T, int kHeadDim>
-cudaError_t Launch(const Params& params, int64_t batch_heads,
+template <typename T, int kHeadDim, bool kList>
+cudaError_t Launch(const Params& params, const dim3& grid,
                    cudaStream_t stream) {
   constexpr int kBytes = Tile<kHeadDim>::kSharedBytes;
-  constexpr int kBlockM = Tile<kHeadDim>::kBlockM;
-  const dim3 grid(static_cast<unsigned>((params.q_len + kBlockM - 1) / kBlockM),
-                  static_cast<unsigned>(batch_heads));
   const cudaError_t error =
-      cudaFuncSetAttribute(FlashAttentionKernel<T, kHeadDim>,
+      cudaFuncSetAttribute(FlashAttentionKernel<T, kHeadDim, kList>,
                            cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   if (error != cudaSuccess) return error;
-  FlashAttentionKernel<T, kHeadDim><<<grid, kThreads, kBytes, stream>>>(params);
+  FlashAttentionKernel<T, kHeadDim, kList>
+      <<<grid, kThreads, kBytes, stream>>>(params);
   return cudaGetLastError();
 }
 
-template <typename T>
-cudaError_t LaunchForHeadDim(const Params& params, int64_t batch_heads,
-                             cudaStream_t stream) {
-  if (params.head_dim <= 64) return Launch<T, 64>(params, batch_heads, stream);
-  if (params.head_dim <= 128) {
-    return Launch<T, 128>(params, batch_heads, stream);
+// One block per kBlockM rows of each (batch, head), or per listed tile.
+template <typename T, int kHeadDim>
+cudaError_t LaunchWithTile(const Params& params, int64_t tile_count,
+                           int64_t batch_heads, cudaStream_t stream) {
+  constexpr int kBlockM = Tile<kHeadDim>::kBlockM;
+  if (params.tiles != nullptr) {
+    const dim3 grid(static_cast<unsigned>(tile_count),
+                    static_cast<unsigned>(batch_heads));
+    return Launch<T, kHeadDim, true>(params, grid, stream);
   }
-  return Launch<T, 256>(params, batch_heads, stream);
+  const dim3 grid(static_cast<unsigned>((params.q_len + kBlockM - 1) / kBlockM),
+                  static_cast<unsigned>(batch_heads));
+  return Launch<T, kHeadDim, false>(params, grid, stream);
+}
+
+template <typename T>
+cudaError_t LaunchForHeadDim(const Params& params, int64_t tile_count,
+                             int64_t batch_heads, cudaStream_t stream) {
+  if (params.head_dim <= 64) {
+    return LaunchWithTile<T, 64>(params, tile_count, batch_heads, stream);
+  }
+  if (params.head_dim <= 128) {
+    return LaunchWithTile<T, 128>(params, tile_count, batch_heads, stream);
+  }
+  return LaunchWithTile<T, 256>(params, tile_count, batch_heads, stream);
 }
 
 }  // namespace
@@ -370,7 +478,8 @@ cudaError_t LaunchFlashAttention(const DeviceAttentionArgs& args,
   constexpr int64_t kMaxGridY = 65535;
   constexpr int64_t kMaxLength = int64_t{1} << 30;
   if (args.batch * args.q_heads > kMaxGridY || args.q_len > kMaxLength ||
-      args.kv_len > kMaxLength) {
+      args.kv_len > kMaxLength || args.work.tile_count > kMaxWorkListTiles ||
+      args.work.span_count > kMaxWorkListSpans) {
     return cudaErrorInvalidValue;
   }
   Params params;
@@ -404,10 +513,16 @@ cudaError_t LaunchFlashAttention(const DeviceAttentionArgs& args,
   params.aligned = strides_aligned && Aligned16(args.q.data) &&
                    Aligned16(args.k.data) && Aligned16(args.v.data) &&
                    Aligned16(args.o.data);
+  const bool listed = args.work.tile_count > 0;
+  params.tiles = listed ? args.work.tiles : nullptr;
+  params.spans = listed ? args.work.spans : nullptr;
+  params.span_count = listed ? static_cast<int>(args.work.span_count) : 0;
+  const int64_t tiles = args.work.tile_count;
   const int64_t batch_heads = args.batch * args.q_heads;
   return args.dtype == DeviceDType::kBFloat16
-             ? LaunchForHeadDim<__nv_bfloat16>(params, batch_heads, stream)
-             : LaunchForHeadDim<__half>(params, batch_heads, stream);
+             ? LaunchForHeadDim<__nv_bfloat16>(params, tiles, batch_heads,
+                                               stream)
+             : LaunchForHeadDim<__half>(params, tiles, batch_heads, stream);
 }
 
 }  // namespace ringattn
