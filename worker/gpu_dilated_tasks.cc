@@ -243,17 +243,7 @@ absl::Status EnqueueDilatedCalls(const AttentionSpec& spec,
       args.causal = call.causal;
       absl::StatusOr<AttentionPath> path = dispatcher.Forward(args, stream);
       if (!path.ok()) return path.status();
-      switch (*path) {
-        case AttentionPath::kCudnn:
-          ++counts.cudnn;
-          break;
-        case AttentionPath::kFlash:
-          ++counts.flash;
-          break;
-        case AttentionPath::kDecode:
-          ++counts.decode;
-          break;
-      }
+      counts.Add(*path);
       const int64_t acc_batch_rows = batched ? call.segment_rows : q_batch_rows;
       AccumulatorRows into;
       into.o = operands.o + q_first;

@@ -128,12 +128,6 @@ struct DilatedOperands {
 };
 
 // How many launches each attention path took.
-struct AttentionPathCounts {
-  int64_t cudnn = 0;
-  int64_t flash = 0;
-  int64_t decode = 0;
-};
-
 // Enqueues `calls` on `stream`, each merged into the accumulators, and counts
 // their paths. CANCELLED if *cancelled (when given) is set before a launch;
 // otherwise the attention paths' errors and INTERNAL for a failing merge.

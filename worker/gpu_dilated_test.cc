@@ -262,12 +262,13 @@ void ExpectMatchesReference(const Case& c, int world_size) {
     const GpuRingStats& s = results[r].stats;
     std::printf(
         "  rank %d: %lld steps, %lld transfers, launches: %lld cuDNN, %lld "
-        "flash, %lld decode; %.3f ms computing\n",
+        "flash, %lld hopper, %lld decode; %.3f ms computing\n",
         r, static_cast<long long>(s.ring.steps),
         static_cast<long long>(s.ring.transfers),
-        static_cast<long long>(s.cudnn_tiles),
-        static_cast<long long>(s.flash_tiles),
-        static_cast<long long>(s.decode_tiles), s.ring.compute_seconds * 1e3);
+        static_cast<long long>(s.tiles.cudnn),
+        static_cast<long long>(s.tiles.flash),
+        static_cast<long long>(s.tiles.hopper),
+        static_cast<long long>(s.tiles.decode), s.ring.compute_seconds * 1e3);
   }
   const double tol = c.dtype == DeviceDType::kBFloat16 ? 2e-2 : 1e-2;
   double worst = 0;

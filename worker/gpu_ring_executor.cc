@@ -740,17 +740,7 @@ absl::Status GpuRingExecutor::EnqueueTile(const AttentionTile& tile,
       EnqueueMerged(tile.q_row, tile.q_len, tile.k_row, tile.kv_len,
                     tile.causal, DeviceWorkList{}, queries, block);
   if (!path.ok()) return path.status();
-  switch (*path) {
-    case AttentionPath::kCudnn:
-      ++stats.cudnn_tiles;
-      break;
-    case AttentionPath::kDecode:
-      ++stats.decode_tiles;
-      break;
-    case AttentionPath::kFlash:
-      ++stats.flash_tiles;
-      break;
-  }
+  stats.tiles.Add(*path);
   return absl::OkStatus();
 }
 
@@ -791,9 +781,7 @@ absl::Status GpuRingExecutor::EnqueueDilatedStep(int64_t step,
   const absl::Status enqueued = EnqueueDilatedCalls(
       spec_, step_dilated_calls_[step], operands, *dispatcher_,
       options.cancelled, stream_.get(), counts);
-  stats.cudnn_tiles += counts.cudnn;
-  stats.flash_tiles += counts.flash;
-  stats.decode_tiles += counts.decode;
+  stats.tiles += counts;
   return enqueued;
 }
 

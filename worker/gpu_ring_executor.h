@@ -156,10 +156,8 @@ struct GpuRingStats {
   // by CUDA events; wait_seconds: step time beyond it (transfers not hidden,
   // launch gaps).
   RingRunStats ring;
-  int64_t cudnn_tiles = 0;    // tiles cuDNN computed
-  int64_t flash_tiles = 0;    // tiles our flash kernel computed
-  int64_t decode_tiles = 0;   // tiles our split-K/V decode kernel computed
-  int64_t list_launches = 0;  // work-list launches of our flash kernel
+  AttentionPathCounts tiles;  // the paths that computed the tiles
+  int64_t list_launches = 0;  // work-list launches of our own kernels
 };
 
 class GpuRingExecutor {

@@ -446,8 +446,9 @@ bool RunCases(int world_size, const std::vector<Case>& cases) {
       pool = std::max(pool, m.stats.ring.peak_bytes / kGiB);
       used = std::max(used, m.used_bytes / kGiB);
       exposed = std::max(exposed, m.stats.ring.wait_seconds);
-      cudnn += m.stats.cudnn_tiles;
-      flash += m.stats.flash_tiles + m.stats.decode_tiles;
+      cudnn += m.stats.tiles.cudnn;
+      flash += m.stats.tiles.flash + m.stats.tiles.hopper +
+               m.stats.tiles.decode + m.stats.list_launches;
       computed += m.stats.ring.flops;
       if (!m.cudnn.empty() && r == 0) {
         std::fprintf(stderr, "cuDNN not used on cuda:%d: %s\n", r,

@@ -6,6 +6,7 @@
 #include "kernels/cuda/decode_attention.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/flash_attention.h"
+#include "kernels/cuda/hopper_attention.h"
 
 namespace ringattn {
 namespace {
@@ -28,6 +29,8 @@ const char* AttentionPathName(AttentionPath path) {
       return "cudnn";
     case AttentionPath::kFlash:
       return "flash";
+    case AttentionPath::kHopper:
+      return "hopper";
     case AttentionPath::kDecode:
       return "decode";
   }
@@ -58,6 +61,23 @@ absl::Status RunFlashAttention(const DeviceAttentionArgs& args,
   }
   return CudaStatus(LaunchFlashAttention(args, stream),
                     "launching the flash attention kernel");
+}
+
+absl::StatusOr<AttentionPath> RunOwnAttention(const DeviceAttentionArgs& args,
+                                              cudaStream_t stream) {
+  if (FindAttentionArgsProblem(args) == nullptr && HopperAttentionTakes(args)) {
+    if (absl::Status status =
+            CudaStatus(LaunchHopperAttention(args, stream),
+                       "launching the Hopper attention kernel");
+        !status.ok()) {
+      return status;
+    }
+    return AttentionPath::kHopper;
+  }
+  if (absl::Status status = RunFlashAttention(args, stream); !status.ok()) {
+    return status;
+  }
+  return AttentionPath::kFlash;
 }
 
 absl::Status RunDecodeAttention(const DeviceAttentionArgs& args,
@@ -97,6 +117,32 @@ absl::Status RunDecodeAttention(const DeviceAttentionArgs& args,
                     "launching the decode attention kernel");
 }
 
+void AttentionPathCounts::Add(AttentionPath path) {
+  switch (path) {
+    case AttentionPath::kCudnn:
+      ++cudnn;
+      break;
+    case AttentionPath::kFlash:
+      ++flash;
+      break;
+    case AttentionPath::kHopper:
+      ++hopper;
+      break;
+    case AttentionPath::kDecode:
+      ++decode;
+      break;
+  }
+}
+
+AttentionPathCounts& AttentionPathCounts::operator+=(
+    const AttentionPathCounts& other) {
+  cudnn += other.cudnn;
+  flash += other.flash;
+  hopper += other.hopper;
+  decode += other.decode;
+  return *this;
+}
+
 bool PrefersDecode(const DeviceAttentionArgs& args) {
   return args.work.tile_count == 0 && args.kv_heads > 0 &&
          args.q_len * (args.q_heads / args.kv_heads) <=
@@ -130,10 +176,7 @@ absl::StatusOr<AttentionPath> AttentionDispatcher::Forward(
     if (status.ok()) return AttentionPath::kCudnn;
     if (!absl::IsUnimplemented(status)) return status;
   }
-  if (absl::Status status = RunFlashAttention(args, stream); !status.ok()) {
-    return status;
-  }
-  return AttentionPath::kFlash;
+  return RunOwnAttention(args, stream);
 }
 
 }  // namespace ringattn

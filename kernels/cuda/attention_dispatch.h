@@ -1,11 +1,13 @@
 #ifndef RINGATTN_KERNELS_CUDA_ATTENTION_DISPATCH_H_
 #define RINGATTN_KERNELS_CUDA_ATTENTION_DISPATCH_H_
 
-// Picks the GPU attention path for each dense block: our decode kernel
+// Picks the GPU attention path for each block: our decode kernel
 // (decode_attention.h) for few query rows, cuDNN's fused kernel where cuDNN
-// takes the shape, our own kernel (flash_attention.h) where it does not, and
-// says which one ran. AttentionDispatcher is thread-compatible (it
-// owns a CudnnAttention); RunFlashAttention is thread-safe.
+// takes the block, our own kernels where it does not (a work list, an odd head
+// dim): the Hopper one (hopper_attention.h) where it takes the block, else the
+// mma.sync one (flash_attention.h); and says which one ran.
+// AttentionDispatcher is thread-compatible (it owns a CudnnAttention);
+// RunFlashAttention and RunOwnAttention are thread-safe.
 
 #include <cuda_runtime.h>
 
@@ -22,13 +24,26 @@ namespace ringattn {
 // The GPU attention paths.
 enum class AttentionPath {
   kCudnn,   // cuDNN's fused SDPA forward
-  kFlash,   // our kernel, kernels/cuda/flash_attention.cu
+  kFlash,   // our mma.sync kernel, kernels/cuda/flash_attention.cu
+  kHopper,  // our wgmma/TMA kernel, kernels/cuda/hopper_attention.cu
   kDecode,  // our split-K/V kernel for few rows,
             // kernels/cuda/decode_attention.cu
 };
 
-// "cudnn", "flash" or "decode".
+// "cudnn", "flash", "hopper" or "decode".
 const char* AttentionPathName(AttentionPath path);
+
+// How many blocks each path computed.
+struct AttentionPathCounts {
+  int64_t cudnn = 0;
+  int64_t flash = 0;
+  int64_t hopper = 0;
+  int64_t decode = 0;
+
+  void Add(AttentionPath path);
+  AttentionPathCounts& operator+=(const AttentionPathCounts& other);
+  int64_t total() const { return cudnn + flash + hopper + decode; }
+};
 
 // Enqueues our kernel on `stream`. OK once enqueued; INVALID_ARGUMENT for
 // malformed args (FindAttentionArgsProblem's sentence), a batch * q_heads
@@ -36,6 +51,12 @@ const char* AttentionPathName(AttentionPath path);
 // launch.
 absl::Status RunFlashAttention(const DeviceAttentionArgs& args,
                                cudaStream_t stream);
+
+// Enqueues our own kernel on `stream`: the Hopper one where
+// HopperAttentionTakes(args), else the mma.sync one (RunFlashAttention), and
+// returns which. Errors as RunFlashAttention's.
+absl::StatusOr<AttentionPath> RunOwnAttention(const DeviceAttentionArgs& args,
+                                              cudaStream_t stream);
 
 // Enqueues our decode kernel on `stream`, first growing `workspace` (after
 // waiting for `stream`) to what the kernel asks for. OK once enqueued;
@@ -68,9 +89,9 @@ class AttentionDispatcher {
   AttentionDispatcher& operator=(const AttentionDispatcher&) = delete;
 
   // Enqueues attention of `args` on `stream` and returns the path that took
-  // it: the decode kernel where PrefersDecode, else cuDNN, or our flash
-  // kernel where cuDNN answered UNIMPLEMENTED for the shape (always for args
-  // with a work list: kFlash).
+  // it: the decode kernel where PrefersDecode, else cuDNN, or our own kernel
+  // (RunOwnAttention) where cuDNN answered UNIMPLEMENTED for the shape (always
+  // for args with a work list).
   // Malformed args (INVALID_ARGUMENT) and failures of a path that accepted the
   // block come back as errors, never masked by a second attempt.
   absl::StatusOr<AttentionPath> Forward(const DeviceAttentionArgs& args,

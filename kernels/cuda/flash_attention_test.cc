@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cuda/attention_dispatch.h"
 #include "kernels/cuda/attention_test_util.h"
+#include "kernels/cuda/hopper_attention.h"
 
 namespace ringattn {
 namespace {
@@ -150,8 +151,35 @@ TEST_P(FlashWorkListTest, DispatcherSendsListsToOurKernel) {
   absl::StatusOr<AttentionPath> path =
       dispatcher.Forward(problem->args(), nullptr);
   ASSERT_TRUE(path.ok()) << path.status();
-  EXPECT_EQ(*path, AttentionPath::kFlash);
+  EXPECT_EQ(*path, HopperAttentionTakes(problem->args())
+                       ? AttentionPath::kHopper
+                       : AttentionPath::kFlash);
   EXPECT_TRUE(problem->OutputsMatchReference()) << "seed " << seed;
+}
+
+// The same lists on the Hopper kernel, where the GPU and the shape allow it.
+TEST_P(FlashWorkListTest,
+       HopperKernelMatchesReferenceOnRandomAndHandWrittenLists) {
+  SkipWithoutGpu();
+  if (IsSkipped()) return;
+  const uint32_t seed = std::random_device()();
+  std::mt19937 rng(seed);
+  for (const HostAttentionWorkList& list :
+       {RandomWorkList(GetParam().q_len, GetParam().kv_len, rng),
+        HandWrittenWorkList(static_cast<int32_t>(GetParam().q_len),
+                            static_cast<int32_t>(GetParam().kv_len))}) {
+    absl::StatusOr<AttentionProblem> problem =
+        AttentionProblem::CreateWithWorkList(GetParam(), seed, list);
+    ASSERT_TRUE(problem.ok()) << problem.status();
+    if (!HopperAttentionTakes(problem->args())) {
+      GTEST_SKIP() << "the Hopper kernel does not take this GPU or shape "
+                      "(it needs compute capability 9.0, head_dim a multiple "
+                      "of 8 up to 128 and 16-byte rows)";
+    }
+    ASSERT_TRUE(problem->PoisonOutputs().ok());
+    ASSERT_EQ(LaunchHopperAttention(problem->args(), nullptr), cudaSuccess);
+    EXPECT_TRUE(problem->OutputsMatchReference()) << "seed " << seed;
+  }
 }
 
 AttentionCase ListCase(std::string name, int64_t batch, int64_t q_len,
