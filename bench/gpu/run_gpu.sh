@@ -15,7 +15,7 @@
 # interpreter that has PyTorch (default /opt/torch/.venv/bin/python);
 # BENCH_LENGTHS, the sequence lengths (default "4096 16384 65536"); HEAD_DIMS,
 # the head dimensions benchmarked (default "128 64"); GPU_TESTS,
-# the test binaries to run (default: the five of //kernels/cuda); PEER=0 skips
+# the test binaries to run (default: the GPU tests of //kernels/cuda); PEER=0 skips
 # the PyTorch peer; SPARSE_LENGTHS, the lengths of the block-sparse benchmark
 # (default "65536 262144"; empty to skip it), SPARSE_FLAGS more of its flags.
 # Prints one line per test binary, the tables (the block-sparse one last), and
@@ -23,7 +23,7 @@
 # anything failed.
 set -uo pipefail
 
-GPU_TEST_TARGETS="flash_attention_test cudnn_attention_test attention_dispatch_test convert_test merge_with_lse_test decode_attention_test"
+GPU_TEST_TARGETS="hopper_attention_test flash_attention_test cudnn_attention_test attention_dispatch_test convert_test merge_with_lse_test decode_attention_test"
 if [ "${1:-}" = bundle ]; then
   dest=${2:-bin/gpu-kernel}
   cd "$(dirname "$0")/../.." || exit 1
@@ -61,7 +61,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-$PWD/gpu-run}
 PYTHON=${PYTHON:-/opt/torch/.venv/bin/python}
 BENCH_LENGTHS=${BENCH_LENGTHS:-4096 16384 65536}
-GPU_TESTS=${GPU_TESTS:-flash_attention_test cudnn_attention_test attention_dispatch_test convert_test merge_with_lse_test}
+GPU_TESTS=${GPU_TESTS:-$GPU_TEST_TARGETS}
 mkdir -p "$OUT"
 
 # Never let NCCL, PyTorch or NVSHMEM use NVLink multicast on these machines.
