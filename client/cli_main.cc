@@ -4,7 +4,9 @@
 
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -14,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "client/cli_request.h"
 #include "client/cli_security.h"
@@ -175,6 +178,13 @@ void PrintSummary(const v1::Summary& summary, absl::Duration wall) {
   }
   if (summary.ring_steps() > 0) {
     absl::StrAppend(&line, ", ", summary.ring_steps(), " ring steps");
+  }
+  if (!summary.kernel_launches().empty()) {
+    // Sorted by name: the proto map has no order.
+    const std::map<std::string, int64_t> launches(
+        summary.kernel_launches().begin(), summary.kernel_launches().end());
+    absl::StrAppend(&line, "; kernel launches: ",
+                    absl::StrJoin(launches, ", ", absl::PairFormatter(" ")));
   }
   if (!summary.request_id().empty()) {
     absl::StrAppend(&line, "; request ", summary.request_id());

@@ -796,6 +796,10 @@ v1::Summary Call::MakeSummary() {
     usage->set_rank(static_cast<int>(w));
     usage->set_peak_bytes(done_[w].peak_bytes());
     usage->set_compute_seconds(done_[w].compute_seconds());
+    *usage->mutable_kernel_launches() = done_[w].kernel_launches();
+    for (const auto& [kernel, launches] : done_[w].kernel_launches()) {
+      (*summary.mutable_kernel_launches())[kernel] += launches;
+    }
     usage->set_tokens(
         strategy_ == v1::BROADCAST_Q
             ? spec_.q_len
@@ -865,6 +869,10 @@ absl::Status Call::RunSteps() {
         "ringattn_partial_merge_requests_total",
         {{"merge", merge_ == v1::MERGE_ON_WORKERS ? "workers" : "coordinator"}},
         1);
+  }
+  for (const auto& [kernel, launches] : response.summary().kernel_launches()) {
+    state_.metrics->Add("ringattn_kernel_launches_total", {{"kernel", kernel}},
+                        static_cast<double>(launches));
   }
   state_.metrics->Add("ringattn_tokens_total", {},
                       static_cast<double>(spec_.batch * spec_.q_len));

@@ -52,6 +52,11 @@ void DeclareCoordinatorMetrics(Metrics& metrics) {
                   "Broadcast-Q requests computed, by where their partials "
                   "merged: coordinator or workers.",
                   Metrics::Kind::kCounter);
+  metrics.Declare("ringattn_kernel_launches_total",
+                  "Attention kernel launches on the workers, by the kernel "
+                  "that ran: cpu_block, cpu_decode, cudnn, flash, hopper or "
+                  "decode (worker.proto, ExecuteDone).",
+                  Metrics::Kind::kCounter);
   metrics.Declare("ringattn_tokens_total", "Query tokens answered.",
                   Metrics::Kind::kCounter);
   metrics.Declare("ringattn_flops_total", "Attention FLOPs computed.",

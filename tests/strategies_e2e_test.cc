@@ -6,9 +6,14 @@
 // ran; strategies that cannot run a request are refused precisely.
 // Broadcast-Q's partials merged at the coordinator and on the workers (a tree
 // over Gloo) agree, in fp32 and bf16 output, and MERGE_AUTO follows the merge
-// cost model (server/merge_choice.h).
+// cost model (server/merge_choice.h). The summary and metrics say which CPU
+// kernel computed each request: DecodeAttention for a few rows,
+// BlockAttention for many.
 
 #include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -62,6 +67,36 @@ void ExpectAgree(const AttendResult& a, const AttendResult& b) {
   }
 }
 
+using KernelLaunches = std::map<std::string, int64_t>;
+
+// The summary's kernel launches: the sum of its workers', all of CPU kernels
+// (worker.proto's names), at least one.
+KernelLaunches ExpectCpuKernelLaunches(const v1::Summary& summary) {
+  const KernelLaunches launches(summary.kernel_launches().begin(),
+                                summary.kernel_launches().end());
+  EXPECT_FALSE(launches.empty());
+  KernelLaunches summed;
+  for (const v1::WorkerUsage& usage : summary.workers()) {
+    for (const auto& [kernel, count] : usage.kernel_launches()) {
+      summed[kernel] += count;
+    }
+  }
+  EXPECT_EQ(summed, launches);
+  for (const auto& [kernel, count] : launches) {
+    EXPECT_TRUE(kernel == "cpu_block" || kernel == "cpu_decode") << kernel;
+    EXPECT_GT(count, 0) << kernel;
+  }
+  return launches;
+}
+
+// The value of the series `series` (name and labels) on a /metrics page; 0
+// if it is not there.
+double SeriesValue(const std::string& metrics, const std::string& series) {
+  const size_t at = metrics.find("\n" + series + " ");
+  if (at == std::string::npos) return 0;
+  return std::strtod(metrics.c_str() + at + series.size() + 2, nullptr);
+}
+
 class Strategies : public testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -109,6 +144,7 @@ TEST_F(Strategies, AttendAllStrategiesAgreeWithReference) {
             Forced(spec, strategy), in.q.view(), in.k.view(), in.v.view());
         ASSERT_TRUE(result.ok()) << result.status();
         EXPECT_EQ(result->summary.strategy(), strategy);
+        ExpectCpuKernelLaunches(result->summary);
         ExpectMatchesReference(spec, in, *result);
         results.push_back(std::move(*result));
       }
@@ -117,6 +153,44 @@ TEST_F(Strategies, AttendAllStrategiesAgreeWithReference) {
         ExpectAgree(results[0], results[i]);
       }
     }
+  }
+}
+
+// Broadcast-Q gives each worker all query rows in one task per key chunk:
+// one row times Hq / Hkv = 4 packed rows runs DecodeAttention, 300 rows (1200
+// packed, over kernels/cpu/run_task.h's 128) BlockAttention.
+TEST_F(Strategies, SummaryAndMetricsSayWhichKernelsRan) {
+  std::unique_ptr<Client> client = cluster_->NewClient();
+  struct Case {
+    int64_t nq;
+    const char* kernel;
+  };
+  for (const Case& c : {Case{1, "cpu_decode"}, Case{300, "cpu_block"}}) {
+    SCOPED_TRACE("Nq=" + std::to_string(c.nq));
+    const AttentionSpec spec = Spec(c.nq, kContextLength, 2);
+    const RandomInputs in =
+        MakeRandomInputs(spec, static_cast<uint32_t>(90 + c.nq));
+    const std::string series =
+        std::string("ringattn_kernel_launches_total{kernel=\"") + c.kernel +
+        "\"}";
+    absl::StatusOr<std::string> before = cluster_->Metrics();
+    ASSERT_TRUE(before.ok()) << before.status();
+    absl::StatusOr<AttendResult> result = client->Attend(
+        Forced(spec, v1::BROADCAST_Q), in.q.view(), in.k.view(), in.v.view());
+    ASSERT_TRUE(result.ok()) << result.status();
+    const KernelLaunches launches = ExpectCpuKernelLaunches(result->summary);
+    ASSERT_EQ(launches.size(), 1u);
+    EXPECT_EQ(launches.begin()->first, c.kernel);
+    // Every one of the three workers computed against its keys.
+    EXPECT_GE(launches.begin()->second, 3);
+    for (const v1::WorkerUsage& usage : result->summary.workers()) {
+      EXPECT_EQ(usage.kernel_launches().size(), 1u) << "rank " << usage.rank();
+    }
+    absl::StatusOr<std::string> after = cluster_->Metrics();
+    ASSERT_TRUE(after.ok()) << after.status();
+    EXPECT_EQ(SeriesValue(*after, series) - SeriesValue(*before, series),
+              static_cast<double>(launches.begin()->second))
+        << *after;
   }
 }
 

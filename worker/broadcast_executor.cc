@@ -98,10 +98,8 @@ absl::StatusOr<RingOutput> BroadcastExecutor::Run(
       return absl::CancelledError(absl::StrCat(
           "rank ", rank_, " was cancelled during broadcast-Q attention"));
     }
-    if (RunAttentionTask(spec_, /*blocks=*/nullptr, task, buffers) ==
-        CpuKernel::kDecode) {
-      ++stats.decode_tasks;
-    }
+    stats.launches.Add(
+        RunAttentionTask(spec_, /*blocks=*/nullptr, task, buffers));
     stats.flops += TaskFlops(spec_, /*blocks=*/nullptr, task);
     ++stats.tasks;
   }

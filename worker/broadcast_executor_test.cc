@@ -68,7 +68,8 @@ void ExpectMergedMatchesReference(const AttentionSpec& spec, int p,
     EXPECT_EQ(part->stats.transfers, 0);
     // Few packed rows run the decode kernel (run_task.h), more the block one.
     const bool decode = spec.q_len * spec.GqaRatio() <= kDecodeMaxPackedRows;
-    EXPECT_EQ(part->stats.decode_tasks, decode ? part->stats.tasks : 0);
+    EXPECT_EQ(part->stats.launches.cpu_decode, decode ? part->stats.tasks : 0);
+    EXPECT_EQ(part->stats.launches.cpu_block, decode ? 0 : part->stats.tasks);
     MergeWithLse(o.view(), lse.view(), part->o.floats(), part->lse.view());
   }
   Tensor<double> o_ref(q_shape);

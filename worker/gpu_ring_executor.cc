@@ -13,6 +13,7 @@
 #include "kernels/cuda/convert.h"
 #include "kernels/cuda/partial_merge.h"
 #include "worker/executor_memory.h"
+#include "worker/kernel_launches.h"
 #include "worker/task_flops.h"
 
 namespace ringattn {
@@ -757,7 +758,7 @@ absl::Status GpuRingExecutor::EnqueueLaunch(const WorkListLaunch& launch,
       EnqueueMerged(launch.q_row, launch.q_len, launch.k_row, launch.kv_len,
                     /*causal=*/false, work, queries, block);
   if (!path.ok()) return path.status();
-  ++stats.list_launches;
+  stats.lists.Add(*path);
   return absl::OkStatus();
 }
 
@@ -855,6 +856,13 @@ absl::StatusOr<GpuRingStats> GpuRingExecutor::Run(
                                    : RunPassKv(communicator, options, stats));
   RINGATTN_RETURN_IF_ERROR(
       EnqueueFinishDilated(spec_, o_, q.NumElements(), stream_.get()));
+  AttentionPathCounts launched = stats.tiles;
+  launched += stats.lists;
+  KernelLaunches& launches = stats.ring.launches;
+  launches.cudnn = launched.cudnn;
+  launches.flash = launched.flash;
+  launches.hopper = launched.hopper;
+  launches.decode = launched.decode;
   return stats;
 }
 

@@ -154,10 +154,10 @@ struct GpuRingStats {
   // peak_bytes: the executor's device pool (cuDNN's workspace and NCCL's
   // buffers come on top); compute_seconds: the compute stream's busy time,
   // by CUDA events; wait_seconds: step time beyond it (transfers not hidden,
-  // launch gaps).
+  // launch gaps); launches: `tiles` and `lists` together.
   RingRunStats ring;
   AttentionPathCounts tiles;  // the paths that computed the tiles
-  int64_t list_launches = 0;  // work-list launches of our own kernels
+  AttentionPathCounts lists;  // the paths of the work-list launches (our own)
 };
 
 class GpuRingExecutor {

@@ -338,14 +338,14 @@ void RunAndAssemble(const Problem& p, const Case& c, int world_size,
         static_cast<long long>(s.ring.transfers),
         static_cast<long long>(s.tiles.cudnn),
         static_cast<long long>(s.tiles.flash + s.tiles.hopper),
-        static_cast<long long>(s.list_launches), s.ring.compute_seconds * 1e3,
+        static_cast<long long>(s.lists.total()), s.ring.compute_seconds * 1e3,
         s.ring.peak_bytes / 1048576.0);
     // A forced route is the only one block-sparse tasks take.
     if (c.block_sparse.has_value() && c.route == BlockSparseRoute::kWorkList) {
       EXPECT_EQ(s.tiles.total(), 0) << "rank " << r;
     }
     if (c.route == BlockSparseRoute::kRectangles) {
-      EXPECT_EQ(s.list_launches, 0) << "rank " << r;
+      EXPECT_EQ(s.lists.total(), 0) << "rank " << r;
     }
   }
 }

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -212,6 +213,15 @@ void ExpectRanksOnGpusMatchTheReference(v1::Strategy strategy) {
       const v1::ExecuteDone& done = results[r].responses.back().done();
       EXPECT_EQ(done.ring_steps(), ranks);
       EXPECT_GT(done.peak_bytes(), 0);
+      // Every rank computed its diagonal, on the GPU paths (worker.proto).
+      EXPECT_FALSE(done.kernel_launches().empty()) << "rank " << r;
+      for (const auto& [kernel, launches] : done.kernel_launches()) {
+        EXPECT_TRUE(
+            std::set<std::string>({"cudnn", "flash", "hopper", "decode"})
+                .count(kernel))
+            << "rank " << r << " ran " << kernel;
+        EXPECT_GT(launches, 0) << kernel;
+      }
       if (strategy == v1::PASS_Q) {
         // The rank sends a query block on at each of p steps, the last one
         // home; nothing travels in a world of one.

@@ -170,7 +170,7 @@ absl::StatusOr<RingOutput> PassQExecutor::Run(RingCommunicator& communicator,
       if (options.cancelled != nullptr && options.cancelled->load()) {
         return Cancel(communicator, in_flight, s);
       }
-      RunAttentionTask(spec_, blocks, task, buffers);
+      stats.launches.Add(RunAttentionTask(spec_, blocks, task, buffers));
       stats.flops += TaskFlops(spec_, blocks, task);
       ++stats.tasks;
     }

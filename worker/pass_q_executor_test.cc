@@ -264,6 +264,11 @@ TEST(PassQExecutor, EveryNonEmptyBlockTravelsTheWholeRing) {
       EXPECT_EQ(stats.steps, p);
       // p hops bring every block home; a world of one sends nothing.
       EXPECT_EQ(stats.transfers, p == 1 ? 0 : p) << "rank " << r;
+      // One CPU kernel launch per task.
+      EXPECT_GT(stats.tasks, 0) << "rank " << r;
+      EXPECT_EQ(stats.launches.cpu_block + stats.launches.cpu_decode,
+                stats.tasks)
+          << "rank " << r;
       flops += stats.flops;
     }
     // Causal N x N: N (N + 1) / 2 visible pairs, 4 D FLOPs per pair and head.

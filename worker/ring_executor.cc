@@ -166,10 +166,7 @@ absl::StatusOr<RingOutput> RingExecutor::Run(RingCommunicator& communicator,
       if (options.cancelled != nullptr && options.cancelled->load()) {
         return Cancel(communicator, in_flight, s);
       }
-      if (RunAttentionTask(spec_, blocks, task, buffers) ==
-          CpuKernel::kDecode) {
-        ++stats.decode_tasks;
-      }
+      stats.launches.Add(RunAttentionTask(spec_, blocks, task, buffers));
       stats.flops += TaskFlops(spec_, blocks, task);
       ++stats.tasks;
     }

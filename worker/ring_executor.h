@@ -26,6 +26,7 @@
 #include "core/tensor.h"
 #include "core/typed_tensor.h"
 #include "worker/communicator.h"
+#include "worker/kernel_launches.h"
 
 namespace ringattn {
 
@@ -46,7 +47,7 @@ struct RingRunStats {
   int64_t transfers = 0;   // blocks this rank sent
   int64_t bytes_sent = 0;
   int64_t tasks = 0;
-  int64_t decode_tasks = 0;    // of `tasks`, those DecodeAttention computed
+  KernelLaunches launches;     // the attention kernels that computed them
   double compute_seconds = 0;  // in attention kernels
   double wait_seconds = 0;     // blocked on transfers after computing a step
   double flops = 0;            // see task_flops.h

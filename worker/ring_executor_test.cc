@@ -267,6 +267,11 @@ TEST(RingExecutor, ReportsTransfersAndFallingMemory) {
       const RingRunStats& stats = runs[r].output.stats;
       EXPECT_EQ(stats.steps, p);
       EXPECT_EQ(stats.transfers, p - 1) << "rank " << r;
+      // One CPU kernel launch per task.
+      EXPECT_GT(stats.tasks, 0) << "rank " << r;
+      EXPECT_EQ(stats.launches.cpu_block + stats.launches.cpu_decode,
+                stats.tasks)
+          << "rank " << r;
       peak = std::max(peak, stats.peak_bytes);
       flops += stats.flops;
     }

@@ -26,6 +26,7 @@
 #include "worker/broadcast_executor.h"
 #include "worker/gpu_partial_reduction.h"
 #include "worker/gpu_ring_executor.h"
+#include "worker/kernel_launches.h"
 #include "worker/partial_reduction.h"
 #include "worker/pass_q_executor.h"
 #include "worker/ring_executor.h"
@@ -670,9 +671,9 @@ class ExecuteReactor final
     const RingRunStats& stats = output_.stats;
     Log(spdlog::level::info,
         absl::StrCat("computed: ", stats.steps, " steps, ", stats.transfers,
-                     " blocks sent, ", stats.tasks, " tasks (",
-                     stats.decode_tasks, " decode), ", stats.compute_seconds,
-                     " s computing (",
+                     " blocks sent, ", stats.tasks,
+                     " tasks (kernels: ", stats.launches.ToString(), "), ",
+                     stats.compute_seconds, " s computing (",
                      stats.compute_seconds > 0
                          ? stats.flops / stats.compute_seconds / 1e9
                          : 0.0,
@@ -747,6 +748,9 @@ class ExecuteReactor final
     done->set_flops(stats.flops);
     done->set_ring_steps(stats.steps);
     done->set_transfers(stats.transfers);
+    for (const auto& [kernel, launches] : stats.launches.Named()) {
+      (*done->mutable_kernel_launches())[kernel] = launches;
+    }
     Log(spdlog::level::info,
         absl::StrCat("output sent in ", messages_, " messages; finished: OK"));
     ticket_ = ExecutionBudget::Ticket();

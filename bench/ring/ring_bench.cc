@@ -448,7 +448,7 @@ bool RunCases(int world_size, const std::vector<Case>& cases) {
       exposed = std::max(exposed, m.stats.ring.wait_seconds);
       cudnn += m.stats.tiles.cudnn;
       flash += m.stats.tiles.flash + m.stats.tiles.hopper +
-               m.stats.tiles.decode + m.stats.list_launches;
+               m.stats.tiles.decode + m.stats.lists.total();
       computed += m.stats.ring.flops;
       if (!m.cudnn.empty() && r == 0) {
         std::fprintf(stderr, "cuDNN not used on cuda:%d: %s\n", r,
