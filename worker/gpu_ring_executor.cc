@@ -11,6 +11,7 @@
 #include "core/status_macros.h"
 #include "core/strategy_support.h"
 #include "kernels/cuda/convert.h"
+#include "kernels/cuda/hopper_attention.h"
 #include "kernels/cuda/partial_merge.h"
 #include "worker/executor_memory.h"
 #include "worker/kernel_launches.h"
@@ -247,17 +248,11 @@ std::vector<AttentionTile> TileTask(const AttentionSpec& spec,
   return tiles;
 }
 
-BlockSparseRoute ChooseBlockSparseRoute(
-    BlockSparseRoute requested, const std::vector<AttentionTile>& rectangles) {
+BlockSparseRoute ChooseBlockSparseRoute(BlockSparseRoute requested,
+                                        bool hopper_available) {
   if (requested != BlockSparseRoute::kAuto) return requested;
-  double pairs = 0;
-  for (const AttentionTile& tile : rectangles) {
-    pairs += static_cast<double>(tile.q_len) * static_cast<double>(tile.kv_len);
-  }
-  return rectangles.empty() || pairs / static_cast<double>(rectangles.size()) <
-                                   kWorkListMostRectanglePairs
-             ? BlockSparseRoute::kWorkList
-             : BlockSparseRoute::kRectangles;
+  return hopper_available ? BlockSparseRoute::kWorkList
+                          : BlockSparseRoute::kRectangles;
 }
 
 int64_t GpuRingExecutor::DeviceBytesNeeded(const AttentionSpec& spec, int rank,
@@ -425,22 +420,16 @@ absl::Status GpuRingExecutor::Initialize() {
 
 absl::Status GpuRingExecutor::PlanSteps(
     const std::vector<std::vector<AttentionTask>>& step_tasks) {
-  // Block-sparse tasks as rectangle tiles, for the route's rule.
   std::vector<std::vector<std::vector<AttentionTile>>> task_tiles;
-  std::vector<AttentionTile> rectangles;
   for (const std::vector<AttentionTask>& tasks : step_tasks) {
     std::vector<std::vector<AttentionTile>>& tiles = task_tiles.emplace_back();
     for (const AttentionTask& task : tasks) {
       tiles.push_back(TileTask(spec_, blocks(), task, config_.tile_q_rows,
                                KeyRowsPerTile()));
-      if (task.kind == TaskKind::kBlockSparse) {
-        rectangles.insert(rectangles.end(), tiles.back().begin(),
-                          tiles.back().end());
-      }
     }
   }
-  block_sparse_route_ =
-      ChooseBlockSparseRoute(config_.block_sparse_route, rectangles);
+  block_sparse_route_ = ChooseBlockSparseRoute(
+      config_.block_sparse_route, HopperAttentionAvailable(spec_.head_dim));
   const bool lists =
       blocks_.has_value() && block_sparse_route_ == BlockSparseRoute::kWorkList;
   WorkList work;

@@ -306,20 +306,15 @@ TEST(KeyRowsPerTileTest, ManyQueryRowsTakeRegularTiles) {
             config.tile_kv_rows);
 }
 
-TEST(ChooseBlockSparseRouteTest, ListsForSmallRectanglesUnlessForced) {
-  const std::vector<AttentionTile> small = {{0, 1024, 0, 2048, false},
-                                            {1024, 1024, 0, 1024, true}};
-  const std::vector<AttentionTile> large = {{0, 8192, 0, 8192, false},
-                                            {8192, 1024, 0, 1024, false}};
-  EXPECT_EQ(ChooseBlockSparseRoute(BlockSparseRoute::kAuto, small),
+TEST(ChooseBlockSparseRouteTest,
+     ListsWhereTheHopperKernelRunsThemUnlessForced) {
+  EXPECT_EQ(ChooseBlockSparseRoute(BlockSparseRoute::kAuto, true),
             BlockSparseRoute::kWorkList);
-  EXPECT_EQ(ChooseBlockSparseRoute(BlockSparseRoute::kAuto, large),
+  EXPECT_EQ(ChooseBlockSparseRoute(BlockSparseRoute::kAuto, false),
             BlockSparseRoute::kRectangles);
-  EXPECT_EQ(ChooseBlockSparseRoute(BlockSparseRoute::kAuto, {}),
-            BlockSparseRoute::kWorkList);
-  EXPECT_EQ(ChooseBlockSparseRoute(BlockSparseRoute::kRectangles, small),
+  EXPECT_EQ(ChooseBlockSparseRoute(BlockSparseRoute::kRectangles, true),
             BlockSparseRoute::kRectangles);
-  EXPECT_EQ(ChooseBlockSparseRoute(BlockSparseRoute::kWorkList, large),
+  EXPECT_EQ(ChooseBlockSparseRoute(BlockSparseRoute::kWorkList, false),
             BlockSparseRoute::kWorkList);
 }
 

@@ -542,19 +542,23 @@ cudaError_t LaunchForHeadDim(const Params& params, const CUtensorMap& q_map,
 
 }  // namespace
 
+bool HopperAttentionAvailable(int64_t head_dim) {
+  return head_dim > 0 && head_dim % 8 == 0 && head_dim <= 128 && OnHopper() &&
+         EncodeTiled() != nullptr;
+}
+
 bool HopperAttentionTakes(const DeviceAttentionArgs& args) {
   const bool strides_aligned =
       args.q.batch_stride % 8 == 0 && args.q.seq_stride % 8 == 0 &&
       args.k.batch_stride % 8 == 0 && args.k.seq_stride % 8 == 0 &&
       args.v.batch_stride % 8 == 0 && args.v.seq_stride % 8 == 0 &&
       args.o.batch_stride % 8 == 0 && args.o.seq_stride % 8 == 0;
-  return args.head_dim % 8 == 0 && args.head_dim <= 128 && strides_aligned &&
-         Aligned16(args.q.data) && Aligned16(args.k.data) &&
+  return strides_aligned && Aligned16(args.q.data) && Aligned16(args.k.data) &&
          Aligned16(args.v.data) && Aligned16(args.o.data) &&
          args.batch * args.q_heads <= kMaxBatchHeads &&
          args.q_len < kMaxLength && args.kv_len < kMaxLength &&
-         args.work.tile_count <= kMaxLength && OnHopper() &&
-         EncodeTiled() != nullptr;
+         args.work.tile_count <= kMaxLength &&
+         HopperAttentionAvailable(args.head_dim);
 }
 
 cudaError_t LaunchHopperAttention(const DeviceAttentionArgs& args,

@@ -18,6 +18,11 @@
 
 namespace ringattn {
 
+// Whether the current device runs the Hopper kernel (compute capability 9.0,
+// a driver with TMA tensor maps) for blocks of `head_dim`: a multiple of 8 up
+// to 128.
+bool HopperAttentionAvailable(int64_t head_dim);
+
 // Whether LaunchHopperAttention takes `args` on the current device: a Hopper
 // GPU, 16-byte aligned rows and pointers, head_dim a multiple of 8 up to 128,
 // batch * q_heads <= 65535 and lengths below 2^30. `args` must be well formed
