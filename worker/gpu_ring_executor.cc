@@ -248,11 +248,19 @@ std::vector<AttentionTile> TileTask(const AttentionSpec& spec,
   return tiles;
 }
 
-BlockSparseRoute ChooseBlockSparseRoute(BlockSparseRoute requested,
-                                        bool hopper_available) {
+BlockSparseRoute ChooseBlockSparseRoute(
+    BlockSparseRoute requested, bool hopper_available,
+    const std::vector<AttentionTile>& rectangles) {
   if (requested != BlockSparseRoute::kAuto) return requested;
-  return hopper_available ? BlockSparseRoute::kWorkList
-                          : BlockSparseRoute::kRectangles;
+  double pairs = 0;
+  for (const AttentionTile& tile : rectangles) {
+    pairs += static_cast<double>(tile.q_len) * static_cast<double>(tile.kv_len);
+  }
+  const bool small =
+      rectangles.empty() || pairs / static_cast<double>(rectangles.size()) <=
+                                kWorkListMostRectanglePairs;
+  return hopper_available && small ? BlockSparseRoute::kWorkList
+                                   : BlockSparseRoute::kRectangles;
 }
 
 int64_t GpuRingExecutor::DeviceBytesNeeded(const AttentionSpec& spec, int rank,
@@ -420,16 +428,23 @@ absl::Status GpuRingExecutor::Initialize() {
 
 absl::Status GpuRingExecutor::PlanSteps(
     const std::vector<std::vector<AttentionTask>>& step_tasks) {
+  // Block-sparse tasks as rectangle tiles, for the route's rule.
   std::vector<std::vector<std::vector<AttentionTile>>> task_tiles;
+  std::vector<AttentionTile> rectangles;
   for (const std::vector<AttentionTask>& tasks : step_tasks) {
     std::vector<std::vector<AttentionTile>>& tiles = task_tiles.emplace_back();
     for (const AttentionTask& task : tasks) {
       tiles.push_back(TileTask(spec_, blocks(), task, config_.tile_q_rows,
                                KeyRowsPerTile()));
+      if (task.kind == TaskKind::kBlockSparse) {
+        rectangles.insert(rectangles.end(), tiles.back().begin(),
+                          tiles.back().end());
+      }
     }
   }
   block_sparse_route_ = ChooseBlockSparseRoute(
-      config_.block_sparse_route, HopperAttentionAvailable(spec_.head_dim));
+      config_.block_sparse_route, HopperAttentionAvailable(spec_.head_dim),
+      rectangles);
   const bool lists =
       blocks_.has_value() && block_sparse_route_ == BlockSparseRoute::kWorkList;
   WorkList work;

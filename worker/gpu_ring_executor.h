@@ -137,15 +137,22 @@ std::vector<AttentionTile> TileTask(const AttentionSpec& spec,
                                     const AttentionTask& task,
                                     int64_t tile_q_rows, int64_t tile_kv_rows);
 
-// The route `requested` resolves to: kAuto becomes kWorkList where our Hopper
-// kernel runs the lists (`hopper_available`, HopperAttentionAvailable), else
-// kRectangles; the others stay. Measured on one H100 (bench/gpu/sparse_bench,
-// N = 64K and 256K, blocks of 1024, 3-50% of the pairs, two patterns, causal
-// or not): one Hopper launch per pattern took 0.51-0.82x the time of cuDNN per
-// rectangle with its merges, every case; the same list on the mma.sync kernel
-// took 1.0-1.6x of it.
-BlockSparseRoute ChooseBlockSparseRoute(BlockSparseRoute requested,
-                                        bool hopper_available);
+// Above this many (query x key) pairs per rectangle tile on average, the
+// rectangles are cuDNN's best shapes (16K x 16K tiles of large mask blocks run
+// at 580-600 TFLOP/s on one H200, our Hopper kernel at about 550).
+inline constexpr double kWorkListMostRectanglePairs = 4096.0 * 4096.0;
+
+// The route `requested` resolves to for block-sparse tasks whose rectangle
+// tiles are `rectangles`: kAuto becomes kWorkList where our Hopper kernel runs
+// the lists (`hopper_available`, HopperAttentionAvailable) and the rectangles
+// average at most kWorkListMostRectanglePairs, else kRectangles; the others
+// stay. Measured on one H100 (bench/gpu/sparse_bench, N = 64K and 256K, blocks
+// of 1024, 3-50% of the pairs, two patterns, causal or not): one Hopper launch
+// per pattern took 0.51-0.82x the time of cuDNN per rectangle with its merges,
+// every case; the same list on the mma.sync kernel took 1.0-1.6x of it.
+BlockSparseRoute ChooseBlockSparseRoute(
+    BlockSparseRoute requested, bool hopper_available,
+    const std::vector<AttentionTile>& rectangles);
 
 struct GpuRingStats {
   // peak_bytes: the executor's device pool (cuDNN's workspace and NCCL's

@@ -307,14 +307,22 @@ TEST(KeyRowsPerTileTest, ManyQueryRowsTakeRegularTiles) {
 }
 
 TEST(ChooseBlockSparseRouteTest,
-     ListsWhereTheHopperKernelRunsThemUnlessForced) {
-  EXPECT_EQ(ChooseBlockSparseRoute(BlockSparseRoute::kAuto, true),
+     ListsForSmallRectanglesWhereTheHopperKernelRunsThemUnlessForced) {
+  const std::vector<AttentionTile> small = {{0, 1024, 0, 2048, false},
+                                            {1024, 1024, 0, 1024, true}};
+  const std::vector<AttentionTile> large = {{0, 16384, 0, 16384, false},
+                                            {16384, 1024, 0, 1024, false}};
+  EXPECT_EQ(ChooseBlockSparseRoute(BlockSparseRoute::kAuto, true, small),
             BlockSparseRoute::kWorkList);
-  EXPECT_EQ(ChooseBlockSparseRoute(BlockSparseRoute::kAuto, false),
+  EXPECT_EQ(ChooseBlockSparseRoute(BlockSparseRoute::kAuto, true, {}),
+            BlockSparseRoute::kWorkList);
+  EXPECT_EQ(ChooseBlockSparseRoute(BlockSparseRoute::kAuto, true, large),
             BlockSparseRoute::kRectangles);
-  EXPECT_EQ(ChooseBlockSparseRoute(BlockSparseRoute::kRectangles, true),
+  EXPECT_EQ(ChooseBlockSparseRoute(BlockSparseRoute::kAuto, false, small),
             BlockSparseRoute::kRectangles);
-  EXPECT_EQ(ChooseBlockSparseRoute(BlockSparseRoute::kWorkList, false),
+  EXPECT_EQ(ChooseBlockSparseRoute(BlockSparseRoute::kRectangles, true, small),
+            BlockSparseRoute::kRectangles);
+  EXPECT_EQ(ChooseBlockSparseRoute(BlockSparseRoute::kWorkList, false, large),
             BlockSparseRoute::kWorkList);
 }
 
