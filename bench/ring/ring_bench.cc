@@ -59,6 +59,8 @@ ABSL_FLAG(int32_t, heads, 32, "query heads = key/value heads");
 ABSL_FLAG(int32_t, head_dim, 128, "head dimension");
 ABSL_FLAG(int64_t, tile_q, 16384, "query rows per tile");
 ABSL_FLAG(int64_t, tile_kv, 16384, "key rows per tile");
+ABSL_FLAG(int64_t, sparse_block, 0,
+          "block size of the sparse mask in tokens (0: --tile_q)");
 ABSL_FLAG(bool, skip_transfers, false,
           "also run every multi-GPU case without its transfers");
 ABSL_FLAG(std::vector<std::string>, long_lengths, {},
@@ -145,8 +147,9 @@ class Barrier {
 struct Case {
   int64_t n = 0;
   bool causal = false;
-  // Causal and block-sparse: blocks of one tile, each query block seeing
-  // itself, kSparseLocalBlocks before it and the first block.
+  // Causal and block-sparse: blocks of one tile (or --sparse_block), each
+  // query block seeing itself, kSparseLocalBlocks before it and the first
+  // block.
   bool sparse = false;
   // Causal and dilated (LongNet): kDilatedBranches, merged by LSE.
   bool dilated = false;
@@ -226,7 +229,9 @@ AttentionSpec SpecOf(const Case& c) {
   spec.causal = c.causal;
   if (c.sparse) {
     BlockSparseRules rules;
-    rules.block_size = absl::GetFlag(FLAGS_tile_q);
+    rules.block_size = absl::GetFlag(FLAGS_sparse_block) > 0
+                           ? absl::GetFlag(FLAGS_sparse_block)
+                           : absl::GetFlag(FLAGS_tile_q);
     rules.local = kSparseLocalBlocks;
     rules.global = 1;
     spec.block_sparse = rules;
