@@ -267,6 +267,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   float row_sum[2] = {0.0f, 0.0f};
   // P of the previous step, as A fragments of O += P V.
   uint32_t pa[kBlockN / 16][4];
+  // Issues O += P V against the V tile of `stage`.
+  const auto add_values = [&](int stage) {
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      MmaRegisters<T, kHeadDim>(
+          o_acc, pa[kk],
+          SwizzledDescriptor(v_tiles + stage * L::kKvElements + kk * 16 * 64,
+                             kBlockN * 64 * 2));
+    }
+  };
 
   // The consumers take turns at the tensor cores: each issues its products
   // (S of this step, P V of the one before) while the other runs its
@@ -308,16 +318,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       MmaShared<T, kBlockN>(s, a, bk, kk > 0 ? 1 : 0);
     }
     // O += P V of the step before.
-    if (step > 0) {
-#pragma unroll
-      for (int kk = 0; kk < kBlockN / 16; ++kk) {
-        MmaRegisters<T, kHeadDim>(
-            o_acc, pa[kk],
-            SwizzledDescriptor(
-                v_tiles + last_stage * L::kKvElements + kk * 16 * 64,
-                kBlockN * 64 * 2));
-      }
-    }
+    if (step > 0) add_values(last_stage);
     WarpgroupCommit();
     ArriveNamedBarrier(other_turn, 256);
     WarpgroupWait<0>();
@@ -397,14 +398,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     SyncNamedBarrier(own_turn, 256);
     PinRegisters(o_acc);
     WarpgroupFence();
-#pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      MmaRegisters<T, kHeadDim>(
-          o_acc, pa[kk],
-          SwizzledDescriptor(
-              v_tiles + last_stage * L::kKvElements + kk * 16 * 64,
-              kBlockN * 64 * 2));
-    }
+    add_values(last_stage);
     WarpgroupCommit();
     if (consumer == 0) ArriveNamedBarrier(other_turn, 256);
     WarpgroupWait<0>();
