@@ -32,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bench/gpu/random_inputs.h"
 #include "core/attention_spec.h"
 #include "core/block_mask.h"
 #include "core/dtype.h"
@@ -63,30 +64,6 @@ constexpr int kTimedCalls = 3;
 constexpr int64_t kSampleRows = 64;  // compared at each end of the sequence
 // The rectangle route's tiles (GpuRingConfig's defaults).
 constexpr int64_t kTileRows = 16384;
-
-// `count` bf16 values drawn uniformly from [-2, 2) by a xorshift generator.
-absl::StatusOr<DeviceBuffer> RandomBFloat16(int64_t count, uint64_t seed) {
-  std::vector<uint16_t> host(static_cast<size_t>(count));
-  uint64_t state = seed * 0x9e3779b97f4a7c15ull + 1;
-  for (uint16_t& x : host) {
-    state ^= state << 13;
-    state ^= state >> 7;
-    state ^= state << 17;
-    x = FloatToBFloat16(4.0f * static_cast<float>(state >> 40) * 0x1p-24f -
-                        2.0f);
-  }
-  absl::StatusOr<DeviceBuffer> buffer =
-      DeviceBuffer::Allocate(host.size() * sizeof(uint16_t));
-  if (!buffer.ok()) return buffer;
-  if (absl::Status s = CudaStatus(
-          cudaMemcpy(buffer->as<void>(), host.data(),
-                     host.size() * sizeof(uint16_t), cudaMemcpyHostToDevice),
-          "uploading inputs");
-      !s.ok()) {
-    return s;
-  }
-  return buffer;
-}
 
 // Median milliseconds of `run` on `stream` over kTimedCalls calls after one
 // warm-up.
