@@ -30,6 +30,7 @@
 #include "core/tensor.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/reference_attention.h"
+#include "kernels/cuda/hopper_attention.h"
 #include "worker/device.h"
 #include "worker/gpu_ring_executor.h"
 #include "worker/gpu_test_skip.h"
@@ -68,6 +69,9 @@ struct Case {
   int64_t tile_kv = 16384;
   // Rows of the reference to check; 0: all of them.
   int64_t sampled_rows = 0;
+  // GpuRingConfig::prefer_own_kernel: the calls cuDNN would take run on our
+  // Hopper kernel where the GPU is one.
+  bool own_kernel = false;
 };
 
 std::string Describe(const Case& c) {
@@ -178,6 +182,7 @@ RankResult RunRank(const Problem& p, const Case& c, int rank, int world_size,
   config.dtype = c.dtype;
   config.tile_q_rows = c.tile_q;
   config.tile_kv_rows = c.tile_kv;
+  config.prefer_own_kernel = c.own_kernel;
   absl::StatusOr<std::unique_ptr<GpuRingExecutor>> executor =
       GpuRingExecutor::Create(p.spec, rank, world_size, config);
   if (!executor.ok()) {
@@ -269,6 +274,10 @@ void ExpectMatchesReference(const Case& c, int world_size) {
         static_cast<long long>(s.tiles.flash),
         static_cast<long long>(s.tiles.hopper),
         static_cast<long long>(s.tiles.decode), s.ring.compute_seconds * 1e3);
+    if (c.own_kernel && HopperAttentionAvailable(c.head_dim)) {
+      EXPECT_EQ(s.tiles.cudnn, 0) << "rank " << r;
+      EXPECT_GT(s.tiles.hopper, 0) << "rank " << r;
+    }
   }
   const double tol = c.dtype == DeviceDType::kBFloat16 ? 2e-2 : 1e-2;
   double worst = 0;
@@ -387,6 +396,12 @@ TEST(GpuDilatedTest, OneGpuMatchesReference) {
   longnet.branches = {{2048, 1}, {4096, 2}, {8192, 4}};
   longnet.sampled_rows = 64;
   cases.push_back(longnet);
+  // The same strided, segment-batched calls on our Hopper kernel.
+  for (Case c : {gqa, d80, tiled, longnet}) {
+    c.name += "_own_kernel";
+    c.own_kernel = true;
+    cases.push_back(c);
+  }
   ExpectAllMatch(cases, 1);
 }
 

@@ -398,6 +398,7 @@ absl::Status GpuRingExecutor::Initialize() {
   if (!end.ok()) return end.status();
   compute_end_ = *std::move(end);
   dispatcher_ = DispatcherPool::Shared().Take(config_.device);
+  dispatcher_->PreferOwnKernel(config_.prefer_own_kernel);
 
   // Per step, the tasks it computes: the rank's queries against the block it
   // holds (pass-KV), or the visiting queries against the rank's own K/V.

@@ -89,6 +89,9 @@ enum class BlockSparseRoute {
 
 struct GpuRingConfig {
   int device = 0;  // the CUDA device index
+  // Run the tiles cuDNN would take on our Hopper kernel where it takes them
+  // (AttentionDispatcher::PreferOwnKernel).
+  bool prefer_own_kernel = false;
   DeviceDType dtype = DeviceDType::kBFloat16;
   // Tasks are cut into tiles of at most this many query rows by this many
   // key rows (split evenly), each merged into the accumulators, except where

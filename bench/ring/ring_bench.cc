@@ -61,6 +61,9 @@ ABSL_FLAG(int64_t, tile_q, 16384, "query rows per tile");
 ABSL_FLAG(int64_t, tile_kv, 16384, "key rows per tile");
 ABSL_FLAG(int64_t, sparse_block, 0,
           "block size of the sparse mask in tokens (0: --tile_q)");
+ABSL_FLAG(bool, own_kernel, false,
+          "run the tiles cuDNN would take on our Hopper kernel where it "
+          "takes them");
 ABSL_FLAG(bool, skip_transfers, false,
           "also run every multi-GPU case without its transfers");
 ABSL_FLAG(std::vector<std::string>, long_lengths, {},
@@ -355,6 +358,7 @@ void RunRank(int rank, int world_size, const ncclUniqueId& id,
     config.device = rank;
     config.tile_q_rows = absl::GetFlag(FLAGS_tile_q);
     config.tile_kv_rows = absl::GetFlag(FLAGS_tile_kv);
+    config.prefer_own_kernel = absl::GetFlag(FLAGS_own_kernel);
     absl::StatusOr<std::unique_ptr<GpuRingExecutor>> executor =
         GpuRingExecutor::Create(SpecOf(c), rank, world_size, config);
     if (!AllOk(shared, rank, executor.ok())) {

@@ -171,6 +171,10 @@ absl::StatusOr<AttentionPath> AttentionDispatcher::Forward(
     }
     return AttentionPath::kDecode;
   }
+  if (prefer_own_kernel_ && FindAttentionArgsProblem(args) == nullptr &&
+      HopperAttentionTakes(args)) {
+    return RunOwnAttention(args, stream);
+  }
   if (cudnn_ != nullptr) {
     const absl::Status status = cudnn_->Forward(args, stream);
     if (status.ok()) return AttentionPath::kCudnn;

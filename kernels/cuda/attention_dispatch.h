@@ -100,9 +100,16 @@ class AttentionDispatcher {
   // OK when cuDNN is in use; otherwise why it is not.
   const absl::Status& cudnn_status() const { return cudnn_status_; }
 
+  // With `prefer`, blocks cuDNN would take go to our Hopper kernel wherever it
+  // takes them (the decode kernel keeps its blocks): for measuring one path
+  // against the other on the same work, and for the shapes where ours is
+  // faster. Off by default.
+  void PreferOwnKernel(bool prefer) { prefer_own_kernel_ = prefer; }
+
  private:
   std::unique_ptr<CudnnAttention> cudnn_;
   absl::Status cudnn_status_;
+  bool prefer_own_kernel_ = false;
   DeviceBuffer decode_workspace_;  // the decode kernel's split results
 };
 

@@ -9,6 +9,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cuda/attention_test_util.h"
+#include "kernels/cuda/hopper_attention.h"
 
 namespace ringattn {
 namespace {
@@ -16,6 +17,7 @@ namespace {
 TEST(AttentionPathTest, NamesReadAsWords) {
   EXPECT_EQ(std::string(AttentionPathName(AttentionPath::kCudnn)), "cudnn");
   EXPECT_EQ(std::string(AttentionPathName(AttentionPath::kFlash)), "flash");
+  EXPECT_EQ(std::string(AttentionPathName(AttentionPath::kHopper)), "hopper");
   EXPECT_EQ(std::string(AttentionPathName(AttentionPath::kDecode)), "decode");
 }
 
@@ -55,6 +57,24 @@ TEST_P(AttentionDispatchTest, MatchesFloat64ReferenceOnWhicheverPathRuns) {
     EXPECT_EQ(ran.path, AttentionPath::kCudnn)
         << "cuDNN refused a shape it takes on Hopper with cuDNN 9.19";
   }
+}
+
+// Preferring our kernel moves every block cuDNN would take, and that the
+// Hopper kernel takes, to it; results stay right.
+TEST_P(AttentionDispatchTest, PreferringOwnKernelRunsTheHopperKernel) {
+  SkipWithoutGpu();
+  if (IsSkipped()) return;
+  AttentionDispatcher dispatcher;
+  dispatcher.PreferOwnKernel(true);
+  const uint32_t seed = std::random_device()();
+  absl::StatusOr<AttentionProblem> problem =
+      AttentionProblem::Create(GetParam(), seed);
+  ASSERT_TRUE(problem.ok()) << problem.status();
+  const bool hopper =
+      !PrefersDecode(problem->args()) && HopperAttentionTakes(problem->args());
+  const Ran ran = RunAndCheck(dispatcher, GetParam());
+  if (hopper) EXPECT_EQ(ran.path, AttentionPath::kHopper);
+  if (ran.decode_expected) EXPECT_EQ(ran.path, AttentionPath::kDecode);
 }
 
 INSTANTIATE_TEST_SUITE_P(Standard, AttentionDispatchTest,
