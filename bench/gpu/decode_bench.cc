@@ -7,7 +7,8 @@
 // once); FLOPs are 4 * Nq * Nk * Hq * D.
 //
 //   gpu_decode_bench [--kv_lengths=1048576,4194304] [--q_lengths=1,16,256,4096]
-//                    [--paths=decode,cudnn,flash] [--seconds=1] [--csv=FILE]
+//                    [--paths=decode,cudnn,flash,hopper] [--seconds=1]
+//                    [--csv=FILE]
 
 #include <cuda_runtime.h>
 
@@ -32,6 +33,7 @@
 #include "kernels/cuda/cudnn_attention.h"
 #include "kernels/cuda/decode_attention.h"
 #include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/hopper_attention.h"
 
 ABSL_FLAG(std::vector<std::string>, kv_lengths,
           (std::vector<std::string>{"1048576", "4194304"}), "key counts Nk");
@@ -39,8 +41,9 @@ ABSL_FLAG(std::vector<std::string>, q_lengths,
           (std::vector<std::string>{"1", "16", "256", "4096"}),
           "query row counts Nq");
 ABSL_FLAG(std::vector<std::string>, paths,
-          (std::vector<std::string>{"decode", "cudnn", "flash"}),
-          "which of decode, cudnn, flash to time");
+          (std::vector<std::string>{"decode", "cudnn", "flash", "hopper"}),
+          "which of decode, cudnn, flash, hopper (our Hopper kernel, keys "
+          "split as HopperKeySplits says) to time");
 ABSL_FLAG(double, seconds, 1.0,
           "timed calls per case: about this many seconds' worth, 3 to 20");
 ABSL_FLAG(std::string, csv, "",
@@ -107,19 +110,19 @@ absl::StatusOr<DeviceBuffer> RandomBFloat16(int64_t count, uint64_t seed) {
       DeviceBuffer::Allocate(count * sizeof(uint16_t));
   if (!buffer.ok()) return buffer;
   uint16_t* data = buffer->as<uint16_t>();
-  if (absl::Status s = CudaStatus(
-          cudaMemcpy(data, host.data(), drawn * sizeof(uint16_t),
-                     cudaMemcpyHostToDevice),
-          "uploading inputs");
+  if (absl::Status s =
+          CudaStatus(cudaMemcpy(data, host.data(), drawn * sizeof(uint16_t),
+                                cudaMemcpyHostToDevice),
+                     "uploading inputs");
       !s.ok()) {
     return s;
   }
   for (int64_t filled = drawn; filled < count;) {
     const int64_t n = std::min(filled, count - filled);
-    if (absl::Status s = CudaStatus(
-            cudaMemcpy(data + filled, data, n * sizeof(uint16_t),
-                       cudaMemcpyDeviceToDevice),
-            "tiling inputs");
+    if (absl::Status s =
+            CudaStatus(cudaMemcpy(data + filled, data, n * sizeof(uint16_t),
+                                  cudaMemcpyDeviceToDevice),
+                       "tiling inputs");
         !s.ok()) {
       return s;
     }
@@ -203,7 +206,8 @@ int Main(int argc, char** argv) {
   if (!stream.created()) return fail(absl::InternalError("no stream"));
   absl::StatusOr<std::unique_ptr<CudnnAttention>> cudnn =
       CudnnAttention::Create();
-  if (!cudnn.ok()) std::fprintf(stderr, "%s\n", cudnn.status().ToString().c_str());
+  if (!cudnn.ok())
+    std::fprintf(stderr, "%s\n", cudnn.status().ToString().c_str());
 
   const int64_t max_q = *std::max_element(q_lengths.begin(), q_lengths.end());
   const int64_t q_row = kQHeads * kHeadDim;
@@ -260,6 +264,21 @@ int Main(int argc, char** argv) {
       if (wants("flash")) {
         runs.push_back(
             {"flash", [&] { return RunFlashAttention(args, stream.get()); }});
+      }
+      DeviceBuffer split_workspace;
+      const int splits = HopperAttentionTakes(args) ? HopperKeySplits(args) : 0;
+      if (wants("hopper") && splits > 0) {
+        absl::StatusOr<DeviceBuffer> buffer = DeviceBuffer::Allocate(
+            std::max<size_t>(1, HopperSplitWorkspaceBytes(args, splits)));
+        if (!buffer.ok()) return fail(buffer.status());
+        split_workspace = *std::move(buffer);
+        runs.push_back({"hopper", [&] {
+                          return CudaStatus(
+                              LaunchHopperAttentionSplit(
+                                  args, splits, split_workspace.as<void>(),
+                                  split_workspace.bytes(), stream.get()),
+                              "Hopper kernel");
+                        }});
       }
       for (const auto& [path, run] : runs) {
         absl::StatusOr<double> ms =

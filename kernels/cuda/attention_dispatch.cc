@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "kernels/cuda/decode_attention.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/flash_attention.h"
@@ -80,6 +81,26 @@ absl::StatusOr<AttentionPath> RunOwnAttention(const DeviceAttentionArgs& args,
   return AttentionPath::kFlash;
 }
 
+namespace {
+
+// Grows `workspace` to `needed` bytes, first waiting for `stream` (work
+// queued there may still read the old one).
+absl::Status GrowWorkspace(size_t needed, DeviceBuffer& workspace,
+                           cudaStream_t stream) {
+  if (needed <= workspace.bytes()) return absl::OkStatus();
+  if (absl::Status s = CudaStatus(cudaStreamSynchronize(stream),
+                                  "waiting to grow a kernel workspace");
+      !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<DeviceBuffer> grown = DeviceBuffer::Allocate(needed);
+  if (!grown.ok()) return grown.status();
+  workspace = *std::move(grown);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status RunDecodeAttention(const DeviceAttentionArgs& args,
                                 DeviceBuffer& workspace, cudaStream_t stream) {
   if (const char* problem = FindAttentionArgsProblem(args)) {
@@ -100,18 +121,8 @@ absl::Status RunDecodeAttention(const DeviceAttentionArgs& args,
         absl::StrCat("q_len ", args.q_len, " or kv_len ", args.kv_len,
                      " is above the decode kernel's limits"));
   }
-  const size_t needed = DecodeAttentionWorkspaceBytes(args);
-  if (needed > workspace.bytes()) {
-    // The old workspace may still be read by work queued on `stream`.
-    if (absl::Status s = CudaStatus(cudaStreamSynchronize(stream),
-                                    "waiting to grow the decode workspace");
-        !s.ok()) {
-      return s;
-    }
-    absl::StatusOr<DeviceBuffer> grown = DeviceBuffer::Allocate(needed);
-    if (!grown.ok()) return grown.status();
-    workspace = *std::move(grown);
-  }
+  RINGATTN_RETURN_IF_ERROR(
+      GrowWorkspace(DecodeAttentionWorkspaceBytes(args), workspace, stream));
   return CudaStatus(LaunchDecodeAttention(args, workspace.as<void>(),
                                           workspace.bytes(), stream),
                     "launching the decode attention kernel");
@@ -143,6 +154,28 @@ AttentionPathCounts& AttentionPathCounts::operator+=(
   return *this;
 }
 
+bool PrefersHopperSplit(const DeviceAttentionArgs& args) {
+  return args.work.tile_count == 0 && args.kv_heads > 0 &&
+         args.q_len * (args.q_heads / args.kv_heads) >
+             kHopperOverDecodePackedRows &&
+         FindAttentionArgsProblem(args) == nullptr &&
+         HopperAttentionTakes(args) && HopperKeySplits(args) > 1;
+}
+
+absl::Status RunHopperSplit(const DeviceAttentionArgs& args,
+                            DeviceBuffer& workspace, cudaStream_t stream) {
+  if (const char* problem = FindAttentionArgsProblem(args)) {
+    return absl::InvalidArgumentError(problem);
+  }
+  const int splits = HopperKeySplits(args);
+  RINGATTN_RETURN_IF_ERROR(GrowWorkspace(
+      HopperSplitWorkspaceBytes(args, splits), workspace, stream));
+  return CudaStatus(
+      LaunchHopperAttentionSplit(args, splits, workspace.as<void>(),
+                                 workspace.bytes(), stream),
+      "launching the Hopper attention kernel with split keys");
+}
+
 bool PrefersDecode(const DeviceAttentionArgs& args) {
   return args.work.tile_count == 0 && args.kv_heads > 0 &&
          args.q_len * (args.q_heads / args.kv_heads) <=
@@ -163,6 +196,10 @@ AttentionDispatcher::AttentionDispatcher() {
 
 absl::StatusOr<AttentionPath> AttentionDispatcher::Forward(
     const DeviceAttentionArgs& args, cudaStream_t stream) {
+  if (PrefersHopperSplit(args)) {
+    RINGATTN_RETURN_IF_ERROR(RunHopperSplit(args, split_workspace_, stream));
+    return AttentionPath::kHopper;
+  }
   if (PrefersDecode(args)) {
     if (absl::Status status =
             RunDecodeAttention(args, decode_workspace_, stream);

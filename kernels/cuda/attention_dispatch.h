@@ -66,6 +66,25 @@ absl::StatusOr<AttentionPath> RunOwnAttention(const DeviceAttentionArgs& args,
 absl::Status RunDecodeAttention(const DeviceAttentionArgs& args,
                                 DeviceBuffer& workspace, cudaStream_t stream);
 
+// Whether AttentionDispatcher runs `args` on our Hopper kernel with its keys
+// split (HopperKeySplits > 1): a whole block the Hopper kernel takes, more
+// than kHopperOverDecodePackedRows packed rows, too few query tiles to fill
+// the GPU. Measured on one H100 (README, "Decode kernel"): at 1M keys, Hq=32,
+// Hkv=8, 128 rows took 4.8 ms split against 7.8 on the decode kernel and 11.9
+// on cuDNN, 256 rows 9.1 against 11.7 on cuDNN; 64 rows 4.6 against 3.9 on
+// the decode kernel.
+bool PrefersHopperSplit(const DeviceAttentionArgs& args);
+
+// Packed rows (q_len * q_heads / kv_heads) up to which the decode kernel
+// keeps few-row blocks from the split Hopper kernel.
+inline constexpr int64_t kHopperOverDecodePackedRows = 256;
+
+// Enqueues our Hopper kernel with its keys split, first growing `workspace`
+// (after waiting for `stream`) to what it asks for. Errors as
+// RunDecodeAttention's.
+absl::Status RunHopperSplit(const DeviceAttentionArgs& args,
+                            DeviceBuffer& workspace, cudaStream_t stream);
+
 // The most packed rows per K/V head PrefersDecode sends to the decode kernel
 // (the CPU kernels have their own limit, kDecodeMaxPackedRows).
 inline constexpr int64_t kGpuDecodeMaxPackedRows = 512;
@@ -89,7 +108,8 @@ class AttentionDispatcher {
   AttentionDispatcher& operator=(const AttentionDispatcher&) = delete;
 
   // Enqueues attention of `args` on `stream` and returns the path that took
-  // it: the decode kernel where PrefersDecode, else cuDNN, or our own kernel
+  // it: the split Hopper kernel where PrefersHopperSplit, else the decode
+  // kernel where PrefersDecode, else cuDNN, or our own kernel
   // (RunOwnAttention) where cuDNN answered UNIMPLEMENTED for the shape (always
   // for args with a work list).
   // Malformed args (INVALID_ARGUMENT) and failures of a path that accepted the
@@ -111,6 +131,7 @@ class AttentionDispatcher {
   absl::Status cudnn_status_;
   bool prefer_own_kernel_ = false;
   DeviceBuffer decode_workspace_;  // the decode kernel's split results
+  DeviceBuffer split_workspace_;   // the split Hopper kernel's partials
 };
 
 }  // namespace ringattn

@@ -1,5 +1,6 @@
 // The dispatcher: right results on every shape, cuDNN where it takes the
-// shape, our kernel where it does not. Needs a CUDA device; skips with the
+// shape, our kernels where it does not or where they are faster (the decode
+// kernel, the split Hopper kernel). Needs a CUDA device; skips with the
 // reason where there is none.
 
 #include "kernels/cuda/attention_dispatch.h"
@@ -22,9 +23,10 @@ TEST(AttentionPathTest, NamesReadAsWords) {
 }
 
 // Runs `c` through a dispatcher; returns the path taken and whether the
-// decode kernel should have taken it.
+// split Hopper kernel or the decode kernel should have taken it.
 struct Ran {
   AttentionPath path = AttentionPath::kFlash;
+  bool split_expected = false;
   bool decode_expected = false;
 };
 
@@ -40,7 +42,8 @@ Ran RunAndCheck(AttentionDispatcher& dispatcher, const AttentionCase& c) {
   if (!path.ok()) return {};
   EXPECT_TRUE(problem->OutputsMatchReference())
       << "path " << AttentionPathName(*path) << ", seed " << seed;
-  return {*path, PrefersDecode(problem->args())};
+  return {*path, PrefersHopperSplit(problem->args()),
+          PrefersDecode(problem->args())};
 }
 
 class AttentionDispatchTest : public ::testing::TestWithParam<AttentionCase> {};
@@ -51,7 +54,9 @@ TEST_P(AttentionDispatchTest, MatchesFloat64ReferenceOnWhicheverPathRuns) {
   AttentionDispatcher dispatcher;
   const Ran ran = RunAndCheck(dispatcher, GetParam());
   RecordProperty("path", AttentionPathName(ran.path));
-  if (ran.decode_expected) {
+  if (ran.split_expected) {
+    EXPECT_EQ(ran.path, AttentionPath::kHopper);
+  } else if (ran.decode_expected) {
     EXPECT_EQ(ran.path, AttentionPath::kDecode);
   } else if (dispatcher.cudnn_status().ok()) {
     EXPECT_EQ(ran.path, AttentionPath::kCudnn)
@@ -80,6 +85,29 @@ TEST_P(AttentionDispatchTest, PreferringOwnKernelRunsTheHopperKernel) {
 INSTANTIATE_TEST_SUITE_P(Standard, AttentionDispatchTest,
                          ::testing::ValuesIn(StandardAttentionCases()),
                          AttentionCaseName);
+
+// A few hundred rows against many keys: too few query tiles to fill the GPU,
+// so the Hopper kernel runs with its keys split (where the GPU is a Hopper).
+TEST(AttentionSplitTest, SendsHundredsOfRowsAgainstManyKeysToTheSplitKernel) {
+  SkipWithoutGpu();
+  if (IsSkipped()) return;
+  for (const bool causal : {false, true}) {
+    AttentionCase c;
+    c.name = "HundredsOfRowsGqa";
+    c.q_len = 150;
+    c.kv_len = 12007;
+    c.q_heads = 4;
+    c.kv_heads = 2;
+    c.head_dim = 128;
+    c.causal = causal;
+    AttentionDispatcher dispatcher;
+    const Ran ran = RunAndCheck(dispatcher, c);
+    if (!ran.split_expected) {
+      GTEST_SKIP() << "the Hopper kernel does not run on this GPU";
+    }
+    EXPECT_EQ(ran.path, AttentionPath::kHopper);
+  }
+}
 
 TEST(AttentionDecodeTest, SendsFewRowsAgainstManyKeysToTheDecodeKernel) {
   SkipWithoutGpu();

@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <tuple>
 
@@ -45,6 +46,9 @@ constexpr int kBlockN = 128;              // keys per step
 constexpr int kProducerRegisters = 40;
 constexpr int kConsumerRegisters = 232;
 constexpr int kMaxBatchHeads = 65535;
+// Key splits: at least this many keys each, at most this many splits.
+constexpr int64_t kMinKeysPerSplit = 4096;
+constexpr int kMostKeySplits = 32;
 constexpr int64_t kMaxLength = int64_t{1} << 30;
 
 constexpr float kLog2e = 1.4426950408889634f;
@@ -84,6 +88,12 @@ struct Params {
   bool causal;
   const QueryTile* tiles;
   const KeySpan* spans;
+  // Key splits (whole block only): thread blocks of grid z take keys [z *
+  // key_chunk, (z + 1) * key_chunk) and write O and LSE o_split_stride and
+  // lse_split_stride elements further per z. key_chunk 0: no split.
+  int key_chunk;
+  int64_t o_split_stride;
+  int64_t lse_split_stride;
 };
 
 // Where a thread block is in its walk over keys: the span and the first key
@@ -106,8 +116,9 @@ class TileSpans {
     } else {
       first_ = 0;
       count_ = 1;
-      whole_.begin = 0;
-      whole_.end = p.kv_len;
+      whole_.begin = p.key_chunk > 0 ? blockIdx.z * p.key_chunk : 0;
+      whole_.end = p.key_chunk > 0 ? min(p.kv_len, whole_.begin + p.key_chunk)
+                                   : p.kv_len;
       whole_.causal = p.causal;
       whole_.shift = p.kv_len - p.q_len;
     }
@@ -406,8 +417,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   // Normalize and store. A row that saw no key has sum 0: O = 0, LSE = -inf.
-  T* o = static_cast<T*>(p.o) + b * p.o_batch_stride +
-         static_cast<int64_t>(h) * p.head_dim;
+  T* o = static_cast<T*>(p.o) + blockIdx.z * p.o_split_stride +
+         b * p.o_batch_stride + static_cast<int64_t>(h) * p.head_dim;
+  float* const lse =
+      p.lse == nullptr ? nullptr : p.lse + blockIdx.z * p.lse_split_stride;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float sum = row_sum[r];
@@ -425,14 +438,67 @@ __global__ void __launch_bounds__(kThreads, 1)
             o_acc[4 * j + 2 * r] * inverse, o_acc[4 * j + 2 * r + 1] * inverse);
       }
     }
-    if (p.lse != nullptr && lane % 4 == 0) {
-      p.lse[(static_cast<int64_t>(b) * p.q_len + row) * p.q_heads + h] =
+    if (lse != nullptr && lane % 4 == 0) {
+      lse[(static_cast<int64_t>(b) * p.q_len + row) * p.q_heads + h] =
           sum > 0.0f ? (row_max[r] + __log2f(sum)) * kLn2 : -INFINITY;
     }
   }
 #else
   __trap();  // built for sm_90a only; HopperAttentionTakes keeps others away
 #endif
+}
+
+__device__ __forceinline__ float ToFloat(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+__device__ __forceinline__ float ToFloat(__half x) { return __half2float(x); }
+
+// Folds the key splits' partial results into the block's O and LSE, one warp
+// per (batch, row, head): weights exp(lse_z - max), O = sum w_z O_z / sum w_z.
+//   part_o:   [splits][batch * q_len * heads][head_dim] contiguous
+//   part_lse: [splits][batch * q_len * heads]
+template <typename T>
+__global__ void MergeKeySplitsKernel(const T* part_o, const float* part_lse,
+                                     int splits, int64_t rows, int q_len,
+                                     int heads, int head_dim, T* o,
+                                     int64_t o_batch_stride,
+                                     int64_t o_seq_stride, float* lse) {
+  const int64_t r =
+      static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (r >= rows) return;
+  const int lane = threadIdx.x % 32;
+  float top = -INFINITY;
+  for (int z = 0; z < splits; ++z) top = fmaxf(top, part_lse[z * rows + r]);
+  constexpr int kPerLane = 128 / 32;
+  float acc[kPerLane] = {};
+  float total = 0.0f;
+  if (top != -INFINITY) {
+    for (int z = 0; z < splits; ++z) {
+      const float weight = __expf(part_lse[z * rows + r] - top);
+      total += weight;
+      const T* row = part_o + (z * rows + r) * head_dim;
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        const int d = lane + 32 * i;
+        if (d < head_dim) acc[i] += weight * ToFloat(row[d]);
+      }
+    }
+  }
+  const int h = static_cast<int>(r % heads);
+  const int64_t t = r / heads % q_len;
+  const int64_t b = r / heads / q_len;
+  T* out = o + b * o_batch_stride + t * o_seq_stride +
+           static_cast<int64_t>(h) * head_dim;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int d = lane + 32 * i;
+    if (d < head_dim) {
+      out[d] = Element<T>::From(total > 0.0f ? acc[i] / total : 0.0f);
+    }
+  }
+  if (lse != nullptr && lane == 0) {
+    lse[r] = total > 0.0f ? top + __logf(total) : -INFINITY;
+  }
 }
 
 bool Aligned16(const void* pointer) {
@@ -511,27 +577,91 @@ cudaError_t EncodeOperand(CUtensorMap& map, DeviceDType dtype,
 template <typename T, int kHeadDim>
 cudaError_t Launch(const Params& params, const CUtensorMap& q_map,
                    const CUtensorMap& k_map, const CUtensorMap& v_map,
-                   unsigned tiles, unsigned batch_heads, cudaStream_t stream) {
+                   dim3 grid, cudaStream_t stream) {
   constexpr int kBytes = Layout<kHeadDim>::kSharedBytes;
   const cudaError_t error =
       cudaFuncSetAttribute(HopperAttentionKernel<T, kHeadDim>,
                            cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   if (error != cudaSuccess) return error;
   HopperAttentionKernel<T, kHeadDim>
-      <<<dim3(tiles, batch_heads), kThreads, kBytes, stream>>>(params, q_map,
-                                                               k_map, v_map);
+      <<<grid, kThreads, kBytes, stream>>>(params, q_map, k_map, v_map);
   return cudaGetLastError();
 }
 
 template <typename T>
 cudaError_t LaunchForHeadDim(const Params& params, const CUtensorMap& q_map,
                              const CUtensorMap& k_map, const CUtensorMap& v_map,
-                             unsigned tiles, unsigned batch_heads,
-                             cudaStream_t stream) {
-  return params.head_dim <= 64 ? Launch<T, 64>(params, q_map, k_map, v_map,
-                                               tiles, batch_heads, stream)
-                               : Launch<T, 128>(params, q_map, k_map, v_map,
-                                                tiles, batch_heads, stream);
+                             dim3 grid, cudaStream_t stream) {
+  return params.head_dim <= 64
+             ? Launch<T, 64>(params, q_map, k_map, v_map, grid, stream)
+             : Launch<T, 128>(params, q_map, k_map, v_map, grid, stream);
+}
+
+// The kernel's launch for `args`, writing O and LSE where the args say; the
+// caller may redirect them (key splits).
+struct Prepared {
+  Params params;
+  CUtensorMap q_map;
+  CUtensorMap k_map;
+  CUtensorMap v_map;
+  dim3 grid;
+};
+
+cudaError_t Prepare(const DeviceAttentionArgs& args, Prepared& prepared) {
+  if (FindAttentionArgsProblem(args) != nullptr) return cudaErrorInvalidValue;
+  if (!HopperAttentionTakes(args)) return cudaErrorInvalidValue;
+  const bool listed = args.work.tile_count > 0;
+  if (listed && (args.work.tiles == nullptr || args.work.spans == nullptr)) {
+    return cudaErrorInvalidValue;
+  }
+  for (const auto& [map, tensor, seq, heads, rows] :
+       {std::tuple{&prepared.q_map, &args.q, args.q_len, args.q_heads, kBlockM},
+        std::tuple{&prepared.k_map, &args.k, args.kv_len, args.kv_heads,
+                   kBlockN},
+        std::tuple{&prepared.v_map, &args.v, args.kv_len, args.kv_heads,
+                   kBlockN}}) {
+    const cudaError_t error = EncodeOperand(
+        *map, args.dtype, *tensor, args.batch, seq, heads, args.head_dim, rows);
+    if (error != cudaSuccess) return error;
+  }
+  Params& params = prepared.params;
+  params.o = args.o.data;
+  params.lse = args.lse;
+  params.o_batch_stride = args.o.batch_stride;
+  params.o_seq_stride = args.o.seq_stride;
+  params.q_len = static_cast<int>(args.q_len);
+  params.kv_len = static_cast<int>(args.kv_len);
+  params.q_heads = static_cast<int>(args.q_heads);
+  params.group = static_cast<int>(args.q_heads / args.kv_heads);
+  params.head_dim = static_cast<int>(args.head_dim);
+  params.scale_log2 = args.scale * kLog2e;
+  params.causal = args.causal;
+  params.tiles = listed ? args.work.tiles : nullptr;
+  params.spans = listed ? args.work.spans : nullptr;
+  params.key_chunk = 0;
+  params.o_split_stride = 0;
+  params.lse_split_stride = 0;
+  prepared.grid =
+      dim3(static_cast<unsigned>(listed ? args.work.tile_count
+                                        : (args.q_len + kBlockM - 1) / kBlockM),
+           static_cast<unsigned>(args.batch * args.q_heads), 1);
+  return cudaSuccess;
+}
+
+cudaError_t LaunchPrepared(const DeviceAttentionArgs& args,
+                           const Prepared& prepared, cudaStream_t stream) {
+  return args.dtype == DeviceDType::kBFloat16
+             ? LaunchForHeadDim<__nv_bfloat16>(prepared.params, prepared.q_map,
+                                               prepared.k_map, prepared.v_map,
+                                               prepared.grid, stream)
+             : LaunchForHeadDim<__half>(prepared.params, prepared.q_map,
+                                        prepared.k_map, prepared.v_map,
+                                        prepared.grid, stream);
+}
+
+// Rows of the key splits' partial results: (batch, query row, head).
+int64_t SplitRows(const DeviceAttentionArgs& args) {
+  return args.batch * args.q_len * args.q_heads;
 }
 
 }  // namespace
@@ -559,44 +689,91 @@ cudaError_t LaunchHopperAttention(const DeviceAttentionArgs& args,
                                   cudaStream_t stream) {
   if (FindAttentionArgsProblem(args) != nullptr) return cudaErrorInvalidValue;
   if (args.batch == 0 || args.q_len == 0) return cudaSuccess;
-  if (!HopperAttentionTakes(args)) return cudaErrorInvalidValue;
-  const bool listed = args.work.tile_count > 0;
-  if (listed && (args.work.tiles == nullptr || args.work.spans == nullptr)) {
+  Prepared prepared;
+  const cudaError_t error = Prepare(args, prepared);
+  if (error != cudaSuccess) return error;
+  return LaunchPrepared(args, prepared, stream);
+}
+
+int HopperKeySplits(const DeviceAttentionArgs& args) {
+  int device = 0;
+  int sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) !=
+          cudaSuccess) {
+    cudaGetLastError();
+    return 1;
+  }
+  const int64_t blocks =
+      (args.q_len + kBlockM - 1) / kBlockM * args.batch * args.q_heads;
+  if (args.work.tile_count > 0 || blocks == 0 || 2 * blocks > sms) return 1;
+  const int64_t to_fill = (2 * sms + blocks - 1) / blocks;
+  return static_cast<int>(
+      std::max<int64_t>(1, std::min({to_fill, args.kv_len / kMinKeysPerSplit,
+                                     int64_t{kMostKeySplits}})));
+}
+
+size_t HopperSplitWorkspaceBytes(const DeviceAttentionArgs& args, int splits) {
+  return static_cast<size_t>(splits) * SplitRows(args) *
+         (args.head_dim * 2 + sizeof(float));
+}
+
+cudaError_t LaunchHopperAttentionSplit(const DeviceAttentionArgs& args,
+                                       int splits, void* workspace,
+                                       size_t workspace_bytes,
+                                       cudaStream_t stream) {
+  if (FindAttentionArgsProblem(args) != nullptr) return cudaErrorInvalidValue;
+  if (splits < 1 || splits > kMostKeySplits || args.work.tile_count > 0) {
     return cudaErrorInvalidValue;
   }
-  CUtensorMap q_map;
-  CUtensorMap k_map;
-  CUtensorMap v_map;
-  for (const auto& [map, tensor, seq, heads, rows] :
-       {std::tuple{&q_map, &args.q, args.q_len, args.q_heads, kBlockM},
-        std::tuple{&k_map, &args.k, args.kv_len, args.kv_heads, kBlockN},
-        std::tuple{&v_map, &args.v, args.kv_len, args.kv_heads, kBlockN}}) {
-    const cudaError_t error = EncodeOperand(
-        *map, args.dtype, *tensor, args.batch, seq, heads, args.head_dim, rows);
-    if (error != cudaSuccess) return error;
+  if (args.batch == 0 || args.q_len == 0) return cudaSuccess;
+  if (splits == 1) return LaunchHopperAttention(args, stream);
+  if (workspace == nullptr ||
+      workspace_bytes < HopperSplitWorkspaceBytes(args, splits)) {
+    return cudaErrorInvalidValue;
   }
-  Params params;
-  params.o = args.o.data;
-  params.lse = args.lse;
-  params.o_batch_stride = args.o.batch_stride;
-  params.o_seq_stride = args.o.seq_stride;
-  params.q_len = static_cast<int>(args.q_len);
-  params.kv_len = static_cast<int>(args.kv_len);
-  params.q_heads = static_cast<int>(args.q_heads);
-  params.group = static_cast<int>(args.q_heads / args.kv_heads);
-  params.head_dim = static_cast<int>(args.head_dim);
-  params.scale_log2 = args.scale * kLog2e;
-  params.causal = args.causal;
-  params.tiles = listed ? args.work.tiles : nullptr;
-  params.spans = listed ? args.work.spans : nullptr;
-  const unsigned tiles = static_cast<unsigned>(
-      listed ? args.work.tile_count : (args.q_len + kBlockM - 1) / kBlockM);
-  const unsigned batch_heads = static_cast<unsigned>(args.batch * args.q_heads);
-  return args.dtype == DeviceDType::kBFloat16
-             ? LaunchForHeadDim<__nv_bfloat16>(params, q_map, k_map, v_map,
-                                               tiles, batch_heads, stream)
-             : LaunchForHeadDim<__half>(params, q_map, k_map, v_map, tiles,
-                                        batch_heads, stream);
+  Prepared prepared;
+  cudaError_t error = Prepare(args, prepared);
+  if (error != cudaSuccess) return error;
+  const int64_t rows = SplitRows(args);
+  char* const part_o = static_cast<char*>(workspace);
+  float* const part_lse =
+      reinterpret_cast<float*>(part_o + splits * rows * args.head_dim * 2);
+  Params& params = prepared.params;
+  params.o = part_o;
+  params.o_batch_stride = args.q_len * args.q_heads * args.head_dim;
+  params.o_seq_stride = args.q_heads * args.head_dim;
+  params.lse = part_lse;
+  params.o_split_stride = rows * args.head_dim;
+  params.lse_split_stride = rows;
+  // Whole key steps per split.
+  const int64_t chunk = (args.kv_len + splits - 1) / splits;
+  params.key_chunk =
+      static_cast<int>((chunk + kBlockN - 1) / kBlockN * kBlockN);
+  prepared.grid.z = static_cast<unsigned>((args.kv_len + params.key_chunk - 1) /
+                                          params.key_chunk);
+  error = LaunchPrepared(args, prepared, stream);
+  if (error != cudaSuccess) return error;
+  constexpr int kWarpsPerBlock = 8;
+  const unsigned blocks =
+      static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  const int used_splits = static_cast<int>(prepared.grid.z);
+  if (args.dtype == DeviceDType::kBFloat16) {
+    MergeKeySplitsKernel<__nv_bfloat16>
+        <<<blocks, kWarpsPerBlock * 32, 0, stream>>>(
+            reinterpret_cast<const __nv_bfloat16*>(part_o), part_lse,
+            used_splits, rows, static_cast<int>(args.q_len),
+            static_cast<int>(args.q_heads), static_cast<int>(args.head_dim),
+            static_cast<__nv_bfloat16*>(args.o.data), args.o.batch_stride,
+            args.o.seq_stride, args.lse);
+  } else {
+    MergeKeySplitsKernel<__half><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(
+        reinterpret_cast<const __half*>(part_o), part_lse, used_splits, rows,
+        static_cast<int>(args.q_len), static_cast<int>(args.q_heads),
+        static_cast<int>(args.head_dim), static_cast<__half*>(args.o.data),
+        args.o.batch_stride, args.o.seq_stride, args.lse);
+  }
+  return cudaGetLastError();
 }
 
 }  // namespace ringattn

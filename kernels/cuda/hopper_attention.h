@@ -14,6 +14,9 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
+#include <cstdint>
+
 #include "kernels/cuda/attention_args.h"
 
 namespace ringattn {
@@ -35,6 +38,27 @@ bool HopperAttentionTakes(const DeviceAttentionArgs& args);
 // == 0 or q_len == 0.
 cudaError_t LaunchHopperAttention(const DeviceAttentionArgs& args,
                                   cudaStream_t stream);
+
+// How many key splits fill the GPU for `args` (1: no split): where the
+// block's query tiles give at most one thread block per two SMs (a few
+// hundred query rows against many keys), enough splits for two thread blocks
+// per SM, each of at least 4096 keys, at most 32. 1 for work lists. (On one
+// H100 at 1M keys, Hq=32, Hkv=8: 128 and 256 rows ran 1.6x and 1.3x faster
+// split than cuDNN; 512 rows, 128 thread blocks, 0.90x of it split in 3.)
+int HopperKeySplits(const DeviceAttentionArgs& args);
+
+// Device scratch LaunchHopperAttentionSplit needs for `splits` splits.
+size_t HopperSplitWorkspaceBytes(const DeviceAttentionArgs& args, int splits);
+
+// LaunchHopperAttention with the keys cut into `splits` (1-32) ranges that
+// run side by side, each writing a partial O and LSE into `workspace`, then
+// folded into args.o and args.lse by log-sum-exp (a second, small kernel).
+// For a whole block (no work list). cudaErrorInvalidValue for bad args or a
+// workspace below HopperSplitWorkspaceBytes.
+cudaError_t LaunchHopperAttentionSplit(const DeviceAttentionArgs& args,
+                                       int splits, void* workspace,
+                                       size_t workspace_bytes,
+                                       cudaStream_t stream);
 
 }  // namespace ringattn
 

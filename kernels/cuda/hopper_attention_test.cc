@@ -174,5 +174,98 @@ TEST_P(HopperAttentionTest, WorkListCuttingTheBlockMatchesTheWholeBlock) {
   EXPECT_TRUE(problem->OutputsMatchReference()) << "seed " << seed;
 }
 
+// Few query rows against many keys, the blocks HopperKeySplits splits.
+std::vector<AttentionCase> SplitCases() {
+  std::vector<AttentionCase> cases;
+  const auto add = [&](const char* name, int64_t batch, int64_t q_len,
+                       int64_t kv_len, int64_t q_heads, int64_t kv_heads,
+                       int64_t head_dim, bool causal, DeviceDType dtype) {
+    AttentionCase c;
+    c.name = name;
+    c.batch = batch;
+    c.q_len = q_len;
+    c.kv_len = kv_len;
+    c.q_heads = q_heads;
+    c.kv_heads = kv_heads;
+    c.head_dim = head_dim;
+    c.causal = causal;
+    c.dtype = dtype;
+    cases.push_back(c);
+  };
+  add("GroupedCausal", 1, 150, 12007, 4, 2, 128, true, DeviceDType::kBFloat16);
+  add("GroupedDense", 1, 150, 12007, 4, 2, 128, false, DeviceDType::kFloat16);
+  add("OneRowHeadDim64", 1, 1, 9001, 2, 1, 64, true, DeviceDType::kBFloat16);
+  add("Batch2HeadDim80", 2, 131, 5003, 2, 2, 80, true, DeviceDType::kFloat16);
+  add("MoreQueriesThanSomeSplitsSee", 1, 300, 4099, 2, 1, 64, true,
+      DeviceDType::kBFloat16);
+  return cases;
+}
+
+class HopperKeySplitTest : public ::testing::TestWithParam<AttentionCase> {};
+
+TEST_P(HopperKeySplitTest, SplitKeysMatchFloat64Reference) {
+  SkipWithoutHopper();
+  if (IsSkipped()) return;
+  for (const int splits : {2, 3, 7}) {
+    const uint32_t seed = std::random_device()();
+    absl::StatusOr<AttentionProblem> problem =
+        AttentionProblem::Create(GetParam(), seed);
+    ASSERT_TRUE(problem.ok()) << problem.status();
+    const size_t bytes = HopperSplitWorkspaceBytes(problem->args(), splits);
+    absl::StatusOr<DeviceBuffer> workspace = DeviceBuffer::Allocate(bytes);
+    ASSERT_TRUE(workspace.ok()) << workspace.status();
+    ASSERT_TRUE(problem->PoisonOutputs().ok());
+    ASSERT_EQ(LaunchHopperAttentionSplit(problem->args(), splits,
+                                         workspace->as<void>(), bytes, nullptr),
+              cudaSuccess);
+    EXPECT_TRUE(problem->OutputsMatchReference())
+        << splits << " splits, seed " << seed;
+  }
+}
+
+TEST_P(HopperKeySplitTest, SplitsFillTheGpuOnlyWhereTheTilesDoNot) {
+  SkipWithoutHopper();
+  if (IsSkipped()) return;
+  absl::StatusOr<AttentionProblem> problem =
+      AttentionProblem::Create(GetParam(), 1);
+  ASSERT_TRUE(problem.ok()) << problem.status();
+  const int splits = HopperKeySplits(problem->args());
+  EXPECT_GE(splits, 1);
+  EXPECT_LE(splits, 32);
+  EXPECT_LE(splits, std::max<int64_t>(1, GetParam().kv_len / 4096));
+  DeviceAttentionArgs wide = problem->args();
+  wide.q_heads = 4096;  // thousands of thread blocks without splitting
+  wide.kv_heads = 4096;
+  EXPECT_EQ(HopperKeySplits(wide), 1);
+}
+
+TEST(HopperKeySplitArgsTest, RejectsBadSplitsAndShortWorkspaces) {
+  SkipWithoutHopper();
+  if (IsSkipped()) return;
+  AttentionCase c;
+  c.name = "small";
+  c.q_len = 7;
+  c.kv_len = 300;
+  c.q_heads = c.kv_heads = 2;
+  c.head_dim = 64;
+  absl::StatusOr<AttentionProblem> problem = AttentionProblem::Create(c, 1);
+  ASSERT_TRUE(problem.ok()) << problem.status();
+  const size_t bytes = HopperSplitWorkspaceBytes(problem->args(), 2);
+  absl::StatusOr<DeviceBuffer> workspace = DeviceBuffer::Allocate(bytes);
+  ASSERT_TRUE(workspace.ok());
+  EXPECT_EQ(LaunchHopperAttentionSplit(problem->args(), 0,
+                                       workspace->as<void>(), bytes, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(LaunchHopperAttentionSplit(problem->args(), 33,
+                                       workspace->as<void>(), bytes, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(LaunchHopperAttentionSplit(
+                problem->args(), 2, workspace->as<void>(), bytes - 4, nullptr),
+            cudaErrorInvalidValue);
+}
+
+INSTANTIATE_TEST_SUITE_P(FewRowsManyKeys, HopperKeySplitTest,
+                         ::testing::ValuesIn(SplitCases()), AttentionCaseName);
+
 }  // namespace
 }  // namespace ringattn
