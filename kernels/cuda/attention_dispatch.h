@@ -1,11 +1,12 @@
 #ifndef RINGATTN_KERNELS_CUDA_ATTENTION_DISPATCH_H_
 #define RINGATTN_KERNELS_CUDA_ATTENTION_DISPATCH_H_
 
-// Picks the GPU attention path for each block: our decode kernel
-// (decode_attention.h) for few query rows, cuDNN's fused kernel where cuDNN
-// takes the block, our own kernels where it does not (a work list, an odd head
-// dim): the Hopper one (hopper_attention.h) where it takes the block, else the
-// mma.sync one (flash_attention.h); and says which one ran.
+// Picks the GPU attention path for each block: our Hopper kernel with split
+// keys for a few hundred query rows against many keys, our decode kernel
+// (decode_attention.h) for fewer, cuDNN's fused kernel where cuDNN takes the
+// block, our own kernels where it does not (a work list, an odd head dim): the
+// Hopper one (hopper_attention.h) where it takes the block, else the mma.sync
+// one (flash_attention.h); and says which one ran.
 // AttentionDispatcher is thread-compatible (it owns a CudnnAttention);
 // RunFlashAttention and RunOwnAttention are thread-safe.
 
