@@ -39,6 +39,22 @@ void SkipWithoutHopper() {
   }
 }
 
+AttentionCase Case(const char* name, int64_t batch, int64_t q_len,
+                   int64_t kv_len, int64_t q_heads, int64_t kv_heads,
+                   int64_t head_dim, bool causal, DeviceDType dtype) {
+  AttentionCase c;
+  c.name = name;
+  c.batch = batch;
+  c.q_len = q_len;
+  c.kv_len = kv_len;
+  c.q_heads = q_heads;
+  c.kv_heads = kv_heads;
+  c.head_dim = head_dim;
+  c.causal = causal;
+  c.dtype = dtype;
+  return c;
+}
+
 // The standard shapes whose head dims the kernel takes, and longer ones.
 std::vector<AttentionCase> HopperCases() {
   std::vector<AttentionCase> cases;
@@ -49,16 +65,8 @@ std::vector<AttentionCase> HopperCases() {
                        int64_t q_heads, int64_t kv_heads, int64_t head_dim,
                        bool causal) {
     for (DeviceDType dtype : {DeviceDType::kBFloat16, DeviceDType::kFloat16}) {
-      AttentionCase c;
-      c.name = name;
-      c.q_len = q_len;
-      c.kv_len = kv_len;
-      c.q_heads = q_heads;
-      c.kv_heads = kv_heads;
-      c.head_dim = head_dim;
-      c.causal = causal;
-      c.dtype = dtype;
-      cases.push_back(c);
+      cases.push_back(Case(name, 1, q_len, kv_len, q_heads, kv_heads, head_dim,
+                           causal, dtype));
     }
   };
   add("LongCausalPrimeLength", 2053, 2053, 4, 2, 128, true);
@@ -176,29 +184,18 @@ TEST_P(HopperAttentionTest, WorkListCuttingTheBlockMatchesTheWholeBlock) {
 
 // Few query rows against many keys, the blocks HopperKeySplits splits.
 std::vector<AttentionCase> SplitCases() {
-  std::vector<AttentionCase> cases;
-  const auto add = [&](const char* name, int64_t batch, int64_t q_len,
-                       int64_t kv_len, int64_t q_heads, int64_t kv_heads,
-                       int64_t head_dim, bool causal, DeviceDType dtype) {
-    AttentionCase c;
-    c.name = name;
-    c.batch = batch;
-    c.q_len = q_len;
-    c.kv_len = kv_len;
-    c.q_heads = q_heads;
-    c.kv_heads = kv_heads;
-    c.head_dim = head_dim;
-    c.causal = causal;
-    c.dtype = dtype;
-    cases.push_back(c);
+  return {
+      Case("GroupedCausal", 1, 150, 12007, 4, 2, 128, true,
+           DeviceDType::kBFloat16),
+      Case("GroupedDense", 1, 150, 12007, 4, 2, 128, false,
+           DeviceDType::kFloat16),
+      Case("OneRowHeadDim64", 1, 1, 9001, 2, 1, 64, true,
+           DeviceDType::kBFloat16),
+      Case("Batch2HeadDim80", 2, 131, 5003, 2, 2, 80, true,
+           DeviceDType::kFloat16),
+      Case("MoreQueriesThanSomeSplitsSee", 1, 300, 4099, 2, 1, 64, true,
+           DeviceDType::kBFloat16),
   };
-  add("GroupedCausal", 1, 150, 12007, 4, 2, 128, true, DeviceDType::kBFloat16);
-  add("GroupedDense", 1, 150, 12007, 4, 2, 128, false, DeviceDType::kFloat16);
-  add("OneRowHeadDim64", 1, 1, 9001, 2, 1, 64, true, DeviceDType::kBFloat16);
-  add("Batch2HeadDim80", 2, 131, 5003, 2, 2, 80, true, DeviceDType::kFloat16);
-  add("MoreQueriesThanSomeSplitsSee", 1, 300, 4099, 2, 1, 64, true,
-      DeviceDType::kBFloat16);
-  return cases;
 }
 
 class HopperKeySplitTest : public ::testing::TestWithParam<AttentionCase> {};
@@ -242,13 +239,8 @@ TEST_P(HopperKeySplitTest, SplitsFillTheGpuOnlyWhereTheTilesDoNot) {
 TEST(HopperKeySplitArgsTest, RejectsBadSplitsAndShortWorkspaces) {
   SkipWithoutHopper();
   if (IsSkipped()) return;
-  AttentionCase c;
-  c.name = "small";
-  c.q_len = 7;
-  c.kv_len = 300;
-  c.q_heads = c.kv_heads = 2;
-  c.head_dim = 64;
-  absl::StatusOr<AttentionProblem> problem = AttentionProblem::Create(c, 1);
+  absl::StatusOr<AttentionProblem> problem = AttentionProblem::Create(
+      Case("Small", 1, 7, 300, 2, 2, 64, false, DeviceDType::kBFloat16), 1);
   ASSERT_TRUE(problem.ok()) << problem.status();
   const size_t bytes = HopperSplitWorkspaceBytes(problem->args(), 2);
   absl::StatusOr<DeviceBuffer> workspace = DeviceBuffer::Allocate(bytes);
