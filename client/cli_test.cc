@@ -120,6 +120,10 @@ TEST_F(CliTest, LocalClusterServesTheOtherCommands) {
               "--chunk_bytes", "30"});
   EXPECT_EQ(attend.exit_code, 0) << attend.output;
   EXPECT_TRUE(Contains(attend.output, "GFLOP/s")) << attend.output;
+  // The summary's kernel launches, sorted by kernel name.
+  EXPECT_TRUE(
+      Contains(attend.output, "; kernel launches: cpu_block 2, cpu_decode 3"))
+      << attend.output;
   absl::StatusOr<NpyArray> o = ReadNpy(dir + "o.npy");
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(o->shape, (std::vector<int64_t>{5, 2, 3}));

@@ -271,6 +271,8 @@ grpc::Status FakeAttention::Answer(
     v1::AttendResponse response;
     response.mutable_summary()->set_request_id("fake-1");
     response.mutable_summary()->set_flops(rows_sent);
+    (*response.mutable_summary()->mutable_kernel_launches())["cpu_decode"] = 3;
+    (*response.mutable_summary()->mutable_kernel_launches())["cpu_block"] = 2;
     stream->Write(response);
   }
   return grpc::Status::OK;
