@@ -92,16 +92,10 @@ TEST(AttentionSplitTest, SendsHundredsOfRowsAgainstManyKeysToTheSplitKernel) {
   SkipWithoutGpu();
   if (IsSkipped()) return;
   for (const bool causal : {false, true}) {
-    AttentionCase c;
-    c.name = "HundredsOfRowsGqa";
-    c.q_len = 150;
-    c.kv_len = 12007;
-    c.q_heads = 4;
-    c.kv_heads = 2;
-    c.head_dim = 128;
-    c.causal = causal;
     AttentionDispatcher dispatcher;
-    const Ran ran = RunAndCheck(dispatcher, c);
+    const Ran ran =
+        RunAndCheck(dispatcher, MakeAttentionCase("HundredsOfRowsGqa", 1, 150,
+                                                  12007, 4, 2, 128, causal));
     if (!ran.split_expected) {
       GTEST_SKIP() << "the Hopper kernel does not run on this GPU";
     }
@@ -112,16 +106,10 @@ TEST(AttentionSplitTest, SendsHundredsOfRowsAgainstManyKeysToTheSplitKernel) {
 TEST(AttentionDecodeTest, SendsFewRowsAgainstManyKeysToTheDecodeKernel) {
   SkipWithoutGpu();
   if (IsSkipped()) return;
-  AttentionCase c;
-  c.name = "ThreeRowsGqa";
-  c.q_len = 3;
-  c.kv_len = 4099;
-  c.q_heads = 8;
-  c.kv_heads = 2;
-  c.head_dim = 128;
-  c.causal = true;
   AttentionDispatcher dispatcher;
-  const Ran ran = RunAndCheck(dispatcher, c);
+  const Ran ran = RunAndCheck(
+      dispatcher,
+      MakeAttentionCase("ThreeRowsGqa", 1, 3, 4099, 8, 2, 128, true));
   EXPECT_TRUE(ran.decode_expected);
   EXPECT_EQ(ran.path, AttentionPath::kDecode);
 }

@@ -85,33 +85,6 @@ DeviceTensor<T> MakeDeviceTensor(const DeviceBuffer& buffer,
   return tensor;
 }
 
-AttentionCase Case(std::string name, int64_t batch, int64_t q_len,
-                   int64_t kv_len, int64_t q_heads, int64_t kv_heads,
-                   int64_t head_dim, bool causal) {
-  AttentionCase c;
-  c.name = std::move(name);
-  c.batch = batch;
-  c.q_len = q_len;
-  c.kv_len = kv_len;
-  c.q_heads = q_heads;
-  c.kv_heads = kv_heads;
-  c.head_dim = head_dim;
-  c.causal = causal;
-  return c;
-}
-
-// Each case once per 16-bit dtype.
-std::vector<AttentionCase> InBothDTypes(const std::vector<AttentionCase>& in) {
-  std::vector<AttentionCase> out;
-  for (DeviceDType dtype : {DeviceDType::kBFloat16, DeviceDType::kFloat16}) {
-    for (AttentionCase c : in) {
-      c.dtype = dtype;
-      out.push_back(std::move(c));
-    }
-  }
-  return out;
-}
-
 // Float64 attention of the pairs `list` shows, from the definitions in
 // attention_work_list.h: writes the rows of its tiles into o and lse ([B, Nq,
 // Hq, D] and [B, Nq, Hq]) and marks them touched in `untouched`.
@@ -185,24 +158,55 @@ void SkipWithoutGpu() {
   }
 }
 
+AttentionCase MakeAttentionCase(std::string name, int64_t batch, int64_t q_len,
+                                int64_t kv_len, int64_t q_heads,
+                                int64_t kv_heads, int64_t head_dim,
+                                bool causal) {
+  AttentionCase c;
+  c.name = std::move(name);
+  c.batch = batch;
+  c.q_len = q_len;
+  c.kv_len = kv_len;
+  c.q_heads = q_heads;
+  c.kv_heads = kv_heads;
+  c.head_dim = head_dim;
+  c.causal = causal;
+  return c;
+}
+
+std::vector<AttentionCase> InBothDTypes(const std::vector<AttentionCase>& in) {
+  std::vector<AttentionCase> out;
+  for (DeviceDType dtype : {DeviceDType::kBFloat16, DeviceDType::kFloat16}) {
+    for (AttentionCase c : in) {
+      c.dtype = dtype;
+      out.push_back(std::move(c));
+    }
+  }
+  return out;
+}
+
 std::vector<AttentionCase> StandardAttentionCases() {
   std::vector<AttentionCase> cases = {
-      Case("DenseSquare", 2, 257, 257, 4, 4, 64, false),
-      Case("CausalSquare", 2, 257, 257, 4, 4, 128, true),
-      Case("CausalFewerQueriesThanKeys", 2, 7, 1000, 8, 2, 128, true),
-      Case("CausalMoreQueriesThanKeys", 2, 1000, 257, 4, 4, 64, true),
-      Case("CausalOneKeySevenQueries", 1, 7, 1, 2, 2, 64, true),
-      Case("OneQueryOneKey", 1, 1, 1, 2, 1, 64, false),
-      Case("CausalOneQueryManyKeys", 2, 1, 1000, 8, 2, 128, true),
-      Case("NoKeys", 2, 7, 0, 2, 2, 64, false),
-      Case("GroupedQueryDense", 2, 257, 1000, 8, 2, 128, false),
-      Case("MultiQueryCausalMoreQueries", 2, 1000, 257, 8, 1, 64, true),
-      Case("HeadDim80Causal", 2, 257, 257, 4, 2, 80, true),
-      Case("HeadDim256Dense", 1, 257, 1000, 4, 1, 256, false),
-      Case("HeadDim256CausalMoreQueries", 1, 1000, 257, 2, 2, 256, true),
-      Case("LongCausal", 1, 1000, 1000, 2, 2, 128, true),
-      Case("SharpScoresUnitScale", 2, 257, 257, 2, 2, 64, true),
-      Case("StridedSlices", 2, 257, 1000, 4, 2, 64, true),
+      MakeAttentionCase("DenseSquare", 2, 257, 257, 4, 4, 64, false),
+      MakeAttentionCase("CausalSquare", 2, 257, 257, 4, 4, 128, true),
+      MakeAttentionCase("CausalFewerQueriesThanKeys", 2, 7, 1000, 8, 2, 128,
+                        true),
+      MakeAttentionCase("CausalMoreQueriesThanKeys", 2, 1000, 257, 4, 4, 64,
+                        true),
+      MakeAttentionCase("CausalOneKeySevenQueries", 1, 7, 1, 2, 2, 64, true),
+      MakeAttentionCase("OneQueryOneKey", 1, 1, 1, 2, 1, 64, false),
+      MakeAttentionCase("CausalOneQueryManyKeys", 2, 1, 1000, 8, 2, 128, true),
+      MakeAttentionCase("NoKeys", 2, 7, 0, 2, 2, 64, false),
+      MakeAttentionCase("GroupedQueryDense", 2, 257, 1000, 8, 2, 128, false),
+      MakeAttentionCase("MultiQueryCausalMoreQueries", 2, 1000, 257, 8, 1, 64,
+                        true),
+      MakeAttentionCase("HeadDim80Causal", 2, 257, 257, 4, 2, 80, true),
+      MakeAttentionCase("HeadDim256Dense", 1, 257, 1000, 4, 1, 256, false),
+      MakeAttentionCase("HeadDim256CausalMoreQueries", 1, 1000, 257, 2, 2, 256,
+                        true),
+      MakeAttentionCase("LongCausal", 1, 1000, 1000, 2, 2, 128, true),
+      MakeAttentionCase("SharpScoresUnitScale", 2, 257, 257, 2, 2, 64, true),
+      MakeAttentionCase("StridedSlices", 2, 257, 1000, 4, 2, 64, true),
   };
   for (AttentionCase& c : cases) {
     if (c.name == "SharpScoresUnitScale") c.scale = 1.0f;
@@ -213,10 +217,10 @@ std::vector<AttentionCase> StandardAttentionCases() {
 
 std::vector<AttentionCase> UnalignedAttentionCases() {
   std::vector<AttentionCase> cases = {
-      Case("HeadDim100Causal", 2, 257, 257, 4, 2, 100, true),
-      Case("HeadDim36Dense", 1, 257, 1000, 2, 1, 36, false),
-      Case("HeadDim1Causal", 1, 7, 7, 1, 1, 1, true),
-      Case("RowsThreeElementsApart", 2, 257, 257, 2, 1, 64, true),
+      MakeAttentionCase("HeadDim100Causal", 2, 257, 257, 4, 2, 100, true),
+      MakeAttentionCase("HeadDim36Dense", 1, 257, 1000, 2, 1, 36, false),
+      MakeAttentionCase("HeadDim1Causal", 1, 7, 7, 1, 1, 1, true),
+      MakeAttentionCase("RowsThreeElementsApart", 2, 257, 257, 2, 1, 64, true),
   };
   cases.back().row_padding = 3;
   return InBothDTypes(cases);

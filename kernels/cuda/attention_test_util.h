@@ -40,6 +40,16 @@ struct AttentionCase {
   int64_t row_padding = 0;
 };
 
+// A case of the given shape in bf16, no scale override, no row padding.
+AttentionCase MakeAttentionCase(std::string name, int64_t batch, int64_t q_len,
+                                int64_t kv_len, int64_t q_heads,
+                                int64_t kv_heads, int64_t head_dim,
+                                bool causal);
+
+// Every case of `cases` in bf16, then every one in fp16.
+std::vector<AttentionCase> InBothDTypes(
+    const std::vector<AttentionCase>& cases);
+
 // The shapes every path is held to (dense and causal; q_len below, equal to
 // and above kv_len; GQA and MQA; head dims 64, 80, 128 and 256; lengths 1, 7,
 // 257 and 1000; batch 2; strided slices), each in bf16 and fp16.

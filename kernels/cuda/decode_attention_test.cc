@@ -19,46 +19,24 @@
 namespace ringattn {
 namespace {
 
-AttentionCase Decode(const char* name, int64_t batch, int64_t q_len,
-                     int64_t kv_len, int64_t q_heads, int64_t kv_heads,
-                     int64_t head_dim, bool causal) {
-  AttentionCase c;
-  c.name = name;
-  c.batch = batch;
-  c.q_len = q_len;
-  c.kv_len = kv_len;
-  c.q_heads = q_heads;
-  c.kv_heads = kv_heads;
-  c.head_dim = head_dim;
-  c.causal = causal;
-  return c;
-}
-
 std::vector<AttentionCase> DecodeCases() {
   std::vector<AttentionCase> cases = {
-      Decode("OneRowGqa", 1, 1, 4099, 32, 8, 128, true),
-      Decode("OneRowMqaDense", 2, 1, 1009, 8, 1, 64, false),
-      Decode("ThreeRowsCausal", 1, 3, 4099, 8, 2, 128, true),
-      Decode("SeventeenRowsDim80", 2, 17, 2003, 6, 2, 80, true),
-      Decode("SeventeenRowsMqa", 1, 17, 4099, 4, 1, 64, false),
-      Decode("SixteenRowsGqa", 1, 16, 8191, 32, 8, 128, false),
-      Decode("SeventeenRowsDim256", 1, 17, 1009, 4, 2, 256, true),
-      Decode("ThreeRowsDim81", 1, 3, 1009, 4, 2, 81, true),
-      Decode("HundredRowsCausal", 1, 100, 2003, 8, 2, 128, true),
-      Decode("ThreeRowsNoGroup", 1, 3, 1009, 2, 2, 128, false),
-      Decode("StridedSeventeenRows", 2, 17, 1009, 8, 2, 128, true),
+      MakeAttentionCase("OneRowGqa", 1, 1, 4099, 32, 8, 128, true),
+      MakeAttentionCase("OneRowMqaDense", 2, 1, 1009, 8, 1, 64, false),
+      MakeAttentionCase("ThreeRowsCausal", 1, 3, 4099, 8, 2, 128, true),
+      MakeAttentionCase("SeventeenRowsDim80", 2, 17, 2003, 6, 2, 80, true),
+      MakeAttentionCase("SeventeenRowsMqa", 1, 17, 4099, 4, 1, 64, false),
+      MakeAttentionCase("SixteenRowsGqa", 1, 16, 8191, 32, 8, 128, false),
+      MakeAttentionCase("SeventeenRowsDim256", 1, 17, 1009, 4, 2, 256, true),
+      MakeAttentionCase("ThreeRowsDim81", 1, 3, 1009, 4, 2, 81, true),
+      MakeAttentionCase("HundredRowsCausal", 1, 100, 2003, 8, 2, 128, true),
+      MakeAttentionCase("ThreeRowsNoGroup", 1, 3, 1009, 2, 2, 128, false),
+      MakeAttentionCase("StridedSeventeenRows", 2, 17, 1009, 8, 2, 128, true),
   };
   for (AttentionCase& c : cases) {
     if (c.name == "StridedSeventeenRows") c.row_padding = 24;
   }
-  std::vector<AttentionCase> out;
-  for (DeviceDType dtype : {DeviceDType::kBFloat16, DeviceDType::kFloat16}) {
-    for (AttentionCase c : cases) {
-      c.dtype = dtype;
-      out.push_back(c);
-    }
-  }
-  return out;
+  return InBothDTypes(cases);
 }
 
 // Runs one case with the workspace the kernel asks for (or none) and checks it.
@@ -97,8 +75,7 @@ TEST_P(DecodeAttentionTest, MatchesFloat64ReferenceInOneSplit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Decode, DecodeAttentionTest,
-                         ::testing::ValuesIn(DecodeCases()),
-                         AttentionCaseName);
+                         ::testing::ValuesIn(DecodeCases()), AttentionCaseName);
 INSTANTIATE_TEST_SUITE_P(Standard, DecodeAttentionTest,
                          ::testing::ValuesIn(StandardAttentionCases()),
                          AttentionCaseName);

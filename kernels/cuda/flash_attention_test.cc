@@ -186,14 +186,8 @@ AttentionCase ListCase(std::string name, int64_t batch, int64_t q_len,
                        int64_t kv_len, int64_t q_heads, int64_t kv_heads,
                        int64_t head_dim, DeviceDType dtype,
                        int64_t row_padding = 0) {
-  AttentionCase c;
-  c.name = std::move(name);
-  c.batch = batch;
-  c.q_len = q_len;
-  c.kv_len = kv_len;
-  c.q_heads = q_heads;
-  c.kv_heads = kv_heads;
-  c.head_dim = head_dim;
+  AttentionCase c = MakeAttentionCase(std::move(name), batch, q_len, kv_len,
+                                      q_heads, kv_heads, head_dim, false);
   c.dtype = dtype;
   c.row_padding = row_padding;
   return c;

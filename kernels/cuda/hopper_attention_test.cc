@@ -42,15 +42,8 @@ void SkipWithoutHopper() {
 AttentionCase Case(const char* name, int64_t batch, int64_t q_len,
                    int64_t kv_len, int64_t q_heads, int64_t kv_heads,
                    int64_t head_dim, bool causal, DeviceDType dtype) {
-  AttentionCase c;
-  c.name = name;
-  c.batch = batch;
-  c.q_len = q_len;
-  c.kv_len = kv_len;
-  c.q_heads = q_heads;
-  c.kv_heads = kv_heads;
-  c.head_dim = head_dim;
-  c.causal = causal;
+  AttentionCase c = MakeAttentionCase(name, batch, q_len, kv_len, q_heads,
+                                      kv_heads, head_dim, causal);
   c.dtype = dtype;
   return c;
 }
