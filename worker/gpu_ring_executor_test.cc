@@ -678,9 +678,8 @@ TEST(GpuRingExecutorTest, PeerThatLeavesFailsTheOtherRankInTime) {
   EXPECT_LT(rank0.elapsed, absl::Seconds(3 + 10));
 }
 
-TEST(GpuRingExecutorTest, CancelledRunStops) {
-  SKIP_WITHOUT_GPUS(1);
-  Case c = Make("causal", 2048, 2048, true);
+// A run whose cancel flag is already set stops with CANCELLED.
+void ExpectCancelledRunStops(Case c) {
   c.tile_q = c.tile_kv = 256;
   const Problem p = MakeProblem(c);
   std::atomic<bool> cancelled{true};
@@ -690,6 +689,11 @@ TEST(GpuRingExecutorTest, CancelledRunStops) {
   const RankResult result = RunRank(p, c, 0, 1, no_peers, options);
   EXPECT_EQ(result.status.code(), absl::StatusCode::kCancelled)
       << result.status;
+}
+
+TEST(GpuRingExecutorTest, CancelledRunStops) {
+  SKIP_WITHOUT_GPUS(1);
+  ExpectCancelledRunStops(Make("causal", 2048, 2048, true));
 }
 
 // --- Pass-Q (CreatePassQ) ---
@@ -887,16 +891,7 @@ TEST(GpuPassQTest, GpuPassQAgreesWithPassKvAndBroadcastQ) {
 
 TEST(GpuPassQTest, GpuPassQCancelledRunStops) {
   SKIP_WITHOUT_GPUS(1);
-  Case c = PassQ(Make("causal", 2048, 2048, true));
-  c.tile_q = c.tile_kv = 256;
-  const Problem p = MakeProblem(c);
-  std::atomic<bool> cancelled{true};
-  RingOptions options = TestOptions();
-  options.cancelled = &cancelled;
-  NoPeers no_peers;
-  const RankResult result = RunRank(p, c, 0, 1, no_peers, options);
-  EXPECT_EQ(result.status.code(), absl::StatusCode::kCancelled)
-      << result.status;
+  ExpectCancelledRunStops(PassQ(Make("causal", 2048, 2048, true)));
 }
 
 TEST(GpuPassQTest, PassQPoolHoldsTwoQueryBlocksAndOnlyTheOwnKv) {

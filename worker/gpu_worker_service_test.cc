@@ -147,6 +147,15 @@ std::vector<v1::ExecuteRequest> StreamOf(
   return requests;
 }
 
+// A tensor of normal values rounded to bf16 (what the GPU computes on).
+Tensor<float> Bf16Normal(std::mt19937& rng, int64_t len, int64_t heads,
+                         int64_t dim) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  Tensor<float> t({1, len, heads, dim});
+  for (float& x : t.values()) x = BFloat16ToFloat(FloatToBFloat16(normal(rng)));
+  return t;
+}
+
 // One causal GQA request of `strategy` (PASS_KV or PASS_Q: the same shards)
 // in every wire dtype on min(2, GPUs) workers, against the reference.
 void ExpectRanksOnGpusMatchTheReference(v1::Strategy strategy) {
@@ -286,19 +295,12 @@ TEST(GpuWorkerServiceTest, BroadcastQPartialsMergeToTheReference) {
   spec.head_dim = 80;
   spec.causal = true;
   std::mt19937 rng(11);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  auto make = [&](int64_t len, int64_t heads) {
-    Tensor<float> t({1, len, heads, spec.head_dim});
-    for (float& x : t.values()) {
-      const float value = normal(rng);
-      uint16_t bits = FloatToBFloat16(value);
-      x = BFloat16ToFloat(bits);
-    }
-    return t;
-  };
-  const Tensor<float> q = make(spec.q_len, spec.q_heads);
-  const Tensor<float> k = make(spec.kv_len, spec.kv_heads);
-  const Tensor<float> v = make(spec.kv_len, spec.kv_heads);
+  const Tensor<float> q =
+      Bf16Normal(rng, spec.q_len, spec.q_heads, spec.head_dim);
+  const Tensor<float> k =
+      Bf16Normal(rng, spec.kv_len, spec.kv_heads, spec.head_dim);
+  const Tensor<float> v =
+      Bf16Normal(rng, spec.kv_len, spec.kv_heads, spec.head_dim);
   Tensor<double> o_ref(q.shape());
   Tensor<double> lse_ref({1, spec.q_len, spec.q_heads, 1});
   ReferenceAttention(spec, q.view(), k.view(), v.view(), o_ref.view(),
@@ -371,17 +373,12 @@ TEST(GpuWorkerServiceTest,
   spec.head_dim = 128;
   spec.causal = true;
   std::mt19937 rng(12);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  auto make = [&](int64_t len, int64_t heads) {
-    Tensor<float> t({1, len, heads, spec.head_dim});
-    for (float& x : t.values()) {
-      x = BFloat16ToFloat(FloatToBFloat16(normal(rng)));
-    }
-    return t;
-  };
-  const Tensor<float> q = make(spec.q_len, spec.q_heads);
-  const Tensor<float> k = make(spec.kv_len, spec.kv_heads);
-  const Tensor<float> v = make(spec.kv_len, spec.kv_heads);
+  const Tensor<float> q =
+      Bf16Normal(rng, spec.q_len, spec.q_heads, spec.head_dim);
+  const Tensor<float> k =
+      Bf16Normal(rng, spec.kv_len, spec.kv_heads, spec.head_dim);
+  const Tensor<float> v =
+      Bf16Normal(rng, spec.kv_len, spec.kv_heads, spec.head_dim);
   Tensor<double> o_ref(q.shape());
   Tensor<double> lse_ref({1, spec.q_len, spec.q_heads, 1});
   ReferenceAttention(spec, q.view(), k.view(), v.view(), o_ref.view(),
@@ -528,15 +525,6 @@ std::vector<v1::ExecuteRequest> ContextQueryOf(
   run.set_run(true);
   requests.push_back(run);
   return requests;
-}
-
-// A tensor of normal values rounded to bf16 (what the GPU computes on).
-Tensor<float> Bf16Normal(std::mt19937& rng, int64_t len, int64_t heads,
-                         int64_t dim) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  Tensor<float> t({1, len, heads, dim});
-  for (float& x : t.values()) x = BFloat16ToFloat(FloatToBFloat16(normal(rng)));
-  return t;
 }
 
 // A context stored on the GPUs in three uneven appends (so each rank holds
@@ -707,20 +695,6 @@ absl::Status CheckAgainstReference(const AttentionSpec& spec,
   return absl::OkStatus();
 }
 
-// Random bf16-exact values of `heads` heads for `spec`.
-Tensor<float> RandomBf16(const AttentionSpec& spec, int64_t heads,
-                         std::mt19937& rng) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  Tensor<float> t({spec.batch, spec.q_len, heads, spec.head_dim});
-  for (float& x : t.values()) {
-    const float value = normal(rng);
-    uint16_t bits = 0;
-    ConvertFromFloat(DType::kBFloat16, &value, &bits, 1);
-    ConvertToFloat(DType::kBFloat16, &bits, &x, 1);
-  }
-  return t;
-}
-
 // Runs one pass-KV request over `key` on ranks [0, ranks) of `workers` at
 // once (fewer than all: the others never join), with ring timeout `timeout`.
 std::vector<ExecuteResult> RunKeyed(
@@ -760,9 +734,12 @@ TEST(GpuWorkerServiceTest, SecondRequestOfAKeyReusesTheNcclCommunicator) {
   std::mt19937 rng(11);
   for (int request = 0; request < 2; ++request) {
     SCOPED_TRACE(absl::StrCat("request ", request));
-    const Tensor<float> q = RandomBf16(spec, spec.q_heads, rng);
-    const Tensor<float> k = RandomBf16(spec, spec.kv_heads, rng);
-    const Tensor<float> v = RandomBf16(spec, spec.kv_heads, rng);
+    const Tensor<float> q =
+        Bf16Normal(rng, spec.q_len, spec.q_heads, spec.head_dim);
+    const Tensor<float> k =
+        Bf16Normal(rng, spec.q_len, spec.kv_heads, spec.head_dim);
+    const Tensor<float> v =
+        Bf16Normal(rng, spec.q_len, spec.kv_heads, spec.head_dim);
     const absl::Time start = absl::Now();
     const std::vector<ExecuteResult> results = RunKeyed(
         workers, 2, spec, absl::StrCat("reuse-", request), key, 60, q, k, v);
@@ -790,9 +767,12 @@ TEST(GpuWorkerServiceTest, RequestAfterAnAbortedKeyedRunStillWorks) {
     workers.push_back(std::make_unique<GpuTestWorker>(store, r));
   }
   std::mt19937 rng(13);
-  const Tensor<float> q = RandomBf16(spec, spec.q_heads, rng);
-  const Tensor<float> k = RandomBf16(spec, spec.kv_heads, rng);
-  const Tensor<float> v = RandomBf16(spec, spec.kv_heads, rng);
+  const Tensor<float> q =
+      Bf16Normal(rng, spec.q_len, spec.q_heads, spec.head_dim);
+  const Tensor<float> k =
+      Bf16Normal(rng, spec.q_len, spec.kv_heads, spec.head_dim);
+  const Tensor<float> v =
+      Bf16Normal(rng, spec.q_len, spec.kv_heads, spec.head_dim);
   const std::string key = "communicator/c/epoch-1/generation-1";
   const absl::Status first = CheckAgainstReference(
       spec, q, k, v, RunKeyed(workers, 2, spec, "abort-1", key, 60, q, k, v));
