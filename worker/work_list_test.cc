@@ -199,20 +199,28 @@ TEST(WorkListTest, EveryVisiblePairInExactlyOneSpanOfOneTile) {
   }
 }
 
-TEST(WorkListTest, TilesOfOneQueryBlockSplitEvenlyAndShareSpans) {
+// The list of one task over all n rows of a mask in which each block of
+// `block` rows sees only itself, launched n query rows at a time.
+WorkList DiagonalBlocksList(int64_t n, int64_t block, bool causal) {
   AttentionSpec spec;
-  spec.q_len = spec.kv_len = 1000;
+  spec.q_len = spec.kv_len = n;
   spec.q_heads = spec.kv_heads = 1;
   spec.head_dim = 8;
-  spec.block_sparse = Rules(500);
+  spec.causal = causal;
+  spec.block_sparse = Rules(block);
   spec.block_sparse->local = 0;
-  const BlockMask blocks = BlockMask::FromRules(*spec.block_sparse, 1000);
+  const BlockMask blocks = BlockMask::FromRules(*spec.block_sparse, n);
   AttentionTask task;
-  task.q = Range{0, 1000};
-  task.k = Range{0, 1000};
+  task.q = Range{0, n};
+  task.k = Range{0, n};
   task.kind = TaskKind::kBlockSparse;
   WorkList list;
-  AddBlockSparseLaunches(spec, blocks, task, 1000, list);
+  AddBlockSparseLaunches(spec, blocks, task, n, list);
+  return list;
+}
+
+TEST(WorkListTest, TilesOfOneQueryBlockSplitEvenlyAndShareSpans) {
+  const WorkList list = DiagonalBlocksList(1000, 500, /*causal=*/false);
   ASSERT_EQ(list.launches.size(), 1u);
   ASSERT_EQ(list.tiles.size(), 8u);  // 500 rows: 4 tiles of 125 per block
   for (const QueryTile& tile : list.tiles) {
@@ -226,20 +234,7 @@ TEST(WorkListTest, TilesOfOneQueryBlockSplitEvenlyAndShareSpans) {
 }
 
 TEST(WorkListTest, CausalSpansAreMaskedOnlyWhereTheDiagonalCrossesThem) {
-  AttentionSpec spec;
-  spec.q_len = spec.kv_len = 256;
-  spec.q_heads = spec.kv_heads = 1;
-  spec.head_dim = 8;
-  spec.causal = true;
-  spec.block_sparse = Rules(256);
-  spec.block_sparse->local = 0;
-  const BlockMask blocks = BlockMask::FromRules(*spec.block_sparse, 256);
-  AttentionTask task;
-  task.q = Range{0, 256};
-  task.k = Range{0, 256};
-  task.kind = TaskKind::kBlockSparse;
-  WorkList list;
-  AddBlockSparseLaunches(spec, blocks, task, 256, list);
+  const WorkList list = DiagonalBlocksList(256, 256, /*causal=*/true);
   ASSERT_EQ(list.tiles.size(), 2u);
   // Rows [0, 128) see keys [0, 128) under the diagonal; rows [128, 256) see
   // keys [0, 256), the same diagonal.
