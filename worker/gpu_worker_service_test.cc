@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <set>
@@ -282,6 +283,26 @@ TEST(GpuWorkerServiceTest, PassQForcedOnGpuWorkersMatchesTheReference) {
   ExpectRanksOnGpusMatchTheReference(v1::PASS_Q);
 }
 
+// Runs rank r's request stream, `stream_of(r)`, on one fresh GPU test worker
+// per rank, all ranks at once; returns what each answered.
+std::vector<ExecuteResult> ExecuteOnRanks(
+    int ranks,
+    const std::function<std::vector<v1::ExecuteRequest>(int)>& stream_of) {
+  gloo::rendezvous::HashStore store;
+  std::vector<std::unique_ptr<GpuTestWorker>> workers;
+  for (int r = 0; r < ranks; ++r) {
+    workers.push_back(std::make_unique<GpuTestWorker>(store, r));
+  }
+  std::vector<ExecuteResult> results(ranks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back(
+        [&, r] { results[r] = Execute(workers[r]->stub(), stream_of(r)); });
+  }
+  for (std::thread& t : threads) t.join();
+  return results;
+}
+
 TEST(GpuWorkerServiceTest, BroadcastQPartialsMergeToTheReference) {
   const int gpus = CudaDeviceCount();
   if (gpus == 0) GTEST_SKIP() << "no CUDA device here; runs on a GPU machine";
@@ -305,22 +326,10 @@ TEST(GpuWorkerServiceTest, BroadcastQPartialsMergeToTheReference) {
   Tensor<double> lse_ref({1, spec.q_len, spec.q_heads, 1});
   ReferenceAttention(spec, q.view(), k.view(), v.view(), o_ref.view(),
                      lse_ref.view());
-
-  gloo::rendezvous::HashStore store;
-  std::vector<std::unique_ptr<GpuTestWorker>> workers;
-  for (int r = 0; r < ranks; ++r) {
-    workers.push_back(std::make_unique<GpuTestWorker>(store, r));
-  }
-  std::vector<ExecuteResult> results(ranks);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < ranks; ++r) {
-    threads.emplace_back([&, r] {
-      results[r] = Execute(workers[r]->stub(),
-                           StreamOf(spec, DType::kBFloat16, r, ranks,
-                                    "gpu-broadcast", q, k, v, v1::BROADCAST_Q));
-    });
-  }
-  for (std::thread& t : threads) t.join();
+  const std::vector<ExecuteResult> results = ExecuteOnRanks(ranks, [&](int r) {
+    return StreamOf(spec, DType::kBFloat16, r, ranks, "gpu-broadcast", q, k, v,
+                    v1::BROADCAST_Q);
+  });
 
   // Every rank returns a partial (O, LSE) for every row; merge them by LSE.
   Tensor<float> o(q.shape());
@@ -383,26 +392,15 @@ TEST(GpuWorkerServiceTest,
   Tensor<double> lse_ref({1, spec.q_len, spec.q_heads, 1});
   ReferenceAttention(spec, q.view(), k.view(), v.view(), o_ref.view(),
                      lse_ref.view());
-
-  gloo::rendezvous::HashStore store;
-  std::vector<std::unique_ptr<GpuTestWorker>> workers;
-  for (int r = 0; r < ranks; ++r) {
-    workers.push_back(std::make_unique<GpuTestWorker>(store, r));
-  }
-  std::vector<ExecuteResult> results(ranks);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < ranks; ++r) {
-    threads.emplace_back([&, r] {
-      std::vector<v1::ExecuteRequest> stream =
-          StreamOf(spec, DType::kBFloat16, r, ranks, "gpu-broadcast-tree", q, k,
-                   v, v1::BROADCAST_Q);
-      v1::AttentionSpec* sent = stream[0].mutable_header()->mutable_spec();
-      sent->set_partial_merge(v1::MERGE_ON_WORKERS);
-      sent->set_output_dtype(v1::BF16);
-      results[r] = Execute(workers[r]->stub(), stream);
-    });
-  }
-  for (std::thread& t : threads) t.join();
+  const std::vector<ExecuteResult> results = ExecuteOnRanks(ranks, [&](int r) {
+    std::vector<v1::ExecuteRequest> stream =
+        StreamOf(spec, DType::kBFloat16, r, ranks, "gpu-broadcast-tree", q, k,
+                 v, v1::BROADCAST_Q);
+    v1::AttentionSpec* sent = stream[0].mutable_header()->mutable_spec();
+    sent->set_partial_merge(v1::MERGE_ON_WORKERS);
+    sent->set_output_dtype(v1::BF16);
+    return stream;
+  });
   for (int r = 0; r < ranks; ++r) {
     ASSERT_TRUE(results[r].status.ok())
         << "rank " << r << ": " << results[r].status.error_message();
