@@ -45,8 +45,8 @@ const std::set<std::string>& SpecSwitchNames();
 // Sets the options of `spec` that `flags` give: --causal, --scale,
 // --wire_dtype, --dilated, --dilated_combine, --block_size with its rules
 // (--local_blocks, --global_blocks, --dilated_blocks, --random_blocks,
-// --seed), --hilbert, --strategy and --merge. INVALID_ARGUMENT naming the flag for a
-// bad value, for block rules without --block_size, or for --seed without
+// --seed), --hilbert, --strategy and --merge. INVALID_ARGUMENT naming the flag
+// for a bad value, for block rules without --block_size, or for --seed without
 // --random_blocks.
 absl::Status ApplySpecFlags(const Flags& flags, v1::AttentionSpec* spec);
 
