@@ -58,16 +58,17 @@ static_assert(kBlockM == kWorkListTileRows,
               "a work list's query tile is one thread block's rows");
 
 // Shared memory for one head dim: the Q tile, kStages K tiles, kStages V
-// tiles (K/V tiles in flight: three where they fit, measured on one H100 as
-// about as fast as two at D=128 and two faster at D=64), each a run of swizzled
-// [rows x 64] blocks (wgmma.cuh), then the barriers, plus room to align the
-// start to 1024 bytes.
+// tiles, each a run of swizzled [rows x 64] blocks (wgmma.cuh), then the
+// barriers, plus room to align the start to 1024 bytes. Three stages: a V
+// tile is released two steps after it arrives (its P V runs during the next
+// step), and with two stages its successor would arrive late (measured on one
+// H100: D=64 3% slower).
 template <int kHeadDim>
 struct Layout {
   static constexpr int kQElements = kBlockM * kHeadDim;
   static constexpr int kKvElements = kBlockN * kHeadDim;
-  static constexpr int kStages = kHeadDim <= 64 ? 2 : 3;
-  static constexpr int kBarrierBytes = (1 + 3 * kStages) * 8;
+  static constexpr int kStages = 3;
+  static constexpr int kBarrierBytes = (1 + 4 * kStages) * 8;
   static constexpr int kSharedBytes =
       (kQElements + 2 * kStages * kKvElements) * 2 + kBarrierBytes + 1024;
 };
@@ -162,24 +163,17 @@ class TileSpans {
   KeySpan whole_;
 };
 
-// Issues the copies of one step's K and V tiles (all column blocks) into
-// `stage`, each announced to its barrier.
+// Issues the copies of one step's K or V tile (all column blocks) into
+// `tile`, announced to `full`.
 template <int kHeadDim>
-__device__ __forceinline__ void LoadKeyStep(const CUtensorMap& k_map,
-                                            const CUtensorMap& v_map,
-                                            void* k_tile, void* v_tile,
-                                            uint64_t* k_full, uint64_t* v_full,
-                                            int kv_h, int key, int b) {
+__device__ __forceinline__ void LoadKeyTile(const CUtensorMap& map, void* tile,
+                                            uint64_t* full, int kv_h, int key,
+                                            int b) {
   constexpr int kBlockBytes = kBlockN * 64 * 2;
-  ArriveExpectingBytes(k_full, kHeadDim / 64 * kBlockBytes);
+  ArriveExpectingBytes(full, kHeadDim / 64 * kBlockBytes);
   for (int c = 0; c < kHeadDim / 64; ++c) {
-    CopyBox4d(static_cast<char*>(k_tile) + c * kBlockBytes, k_map, c * 64, kv_h,
-              key, b, k_full);
-  }
-  ArriveExpectingBytes(v_full, kHeadDim / 64 * kBlockBytes);
-  for (int c = 0; c < kHeadDim / 64; ++c) {
-    CopyBox4d(static_cast<char*>(v_tile) + c * kBlockBytes, v_map, c * 64, kv_h,
-              key, b, v_full);
+    CopyBox4d(static_cast<char*>(tile) + c * kBlockBytes, map, c * 64, kv_h,
+              key, b, full);
   }
 }
 
@@ -203,9 +197,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   T* const v_tiles = k_tiles + L::kStages * L::kKvElements;
   uint64_t* const q_full =
       reinterpret_cast<uint64_t*>(v_tiles + L::kStages * L::kKvElements);
-  uint64_t* const k_full = q_full + 1;             // [L::kStages]
-  uint64_t* const v_full = k_full + L::kStages;    // [L::kStages]
-  uint64_t* const released = v_full + L::kStages;  // [L::kStages]
+  uint64_t* const k_full = q_full + 1;                   // [L::kStages]
+  uint64_t* const v_full = k_full + L::kStages;          // [L::kStages]
+  uint64_t* const k_released = v_full + L::kStages;      // [L::kStages]
+  uint64_t* const v_released = k_released + L::kStages;  // [L::kStages]
 
   int m0;
   int m_end;
@@ -230,15 +225,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int s = 0; s < L::kStages; ++s) {
       InitBarrier(&k_full[s], 1);
       InitBarrier(&v_full[s], 1);
-      InitBarrier(&released[s], kConsumers * 4);  // one per consumer warp
+      InitBarrier(&k_released[s], kConsumers * 4);  // one per consumer warp
+      InitBarrier(&v_released[s], kConsumers * 4);
     }
     FenceBarrierInit();
   }
   __syncthreads();
 
   if (threadIdx.x < 128) {
-    // The producer warpgroup: one thread issues every copy, each step's into
-    // the stage the consumers released L::kStages steps before.
+    // The producer warpgroup: one thread issues every copy, each step's K
+    // (V) tile into the stage whose K (V) the consumers released L::kStages
+    // steps before.
     LowerRegisters<kProducerRegisters>();
     if (threadIdx.x != 0 || !any_keys) return;
     constexpr int kQBlockBytes = kBlockM * 64 * 2;
@@ -251,11 +248,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (KeyCursor cursor = first; cursor.span < spans.count();
          cursor = spans.Next(cursor), ++step) {
       const int stage = step % L::kStages;
-      if (step >= L::kStages) {
-        WaitBarrier(&released[stage], ((step / L::kStages) & 1) ^ 1);
-      }
-      LoadKeyStep<kHeadDim>(k_map, v_map, k_tiles + stage * L::kKvElements,
-                            v_tiles + stage * L::kKvElements, &k_full[stage],
+      const uint32_t released_parity = ((step / L::kStages) & 1) ^ 1;
+      if (step >= L::kStages) WaitBarrier(&k_released[stage], released_parity);
+      LoadKeyTile<kHeadDim>(k_map, k_tiles + stage * L::kKvElements,
+                            &k_full[stage], kv_h, cursor.key, b);
+      if (step >= L::kStages) WaitBarrier(&v_released[stage], released_parity);
+      LoadKeyTile<kHeadDim>(v_map, v_tiles + stage * L::kKvElements,
                             &v_full[stage], kv_h, cursor.key, b);
     }
     return;
@@ -289,32 +287,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   };
 
-  // The consumers take turns at the tensor cores: each issues its products
-  // (S of this step, P V of the one before) while the other runs its
-  // softmax. Named barrier 1 + c opens consumer c's turn; consumer 0 goes
-  // first.
-  const int own_turn = 1 + consumer;
-  const int other_turn = 1 + (1 - consumer);
-  if (any_keys) {
-    WaitBarrier(q_full, 0);
-    if (consumer == 1) ArriveNamedBarrier(other_turn, 256);
-  }
-  int step = 0;
-  int last_stage = 0;
-  for (KeyCursor cursor = first; cursor.span < spans.count();
-       cursor = spans.Next(cursor), ++step) {
-    const int stage = step % L::kStages;
-    const uint32_t parity = (step / L::kStages) & 1;
-    WaitBarrier(&k_full[stage], parity);
-    if (step > 0) {
-      WaitBarrier(&v_full[last_stage], ((step - 1) / L::kStages) & 1);
-    }
-
-    float s[kScoreRegs];
-    SyncNamedBarrier(own_turn, 256);
-    PinRegisters(o_acc);
-    WarpgroupFence();
-    // S = Q K^T for this warpgroup's 64 rows.
+  // Issues S = Q K^T of the keys in `stage` for this warpgroup's 64 rows.
+  const auto add_scores = [&](float(&s)[kScoreRegs], int stage) {
 #pragma unroll
     for (int kk = 0; kk < kHeadDim / 16; ++kk) {
       const int column_block = kk / 4;
@@ -328,19 +302,12 @@ __global__ void __launch_bounds__(kThreads, 1)
                              0);
       MmaShared<T, kBlockN>(s, a, bk, kk > 0 ? 1 : 0);
     }
-    // O += P V of the step before.
-    if (step > 0) add_values(last_stage);
-    WarpgroupCommit();
-    ArriveNamedBarrier(other_turn, 256);
-    WarpgroupWait<0>();
-    PinRegisters(s);
-    PinRegisters(o_acc);
-    if (step > 0) {
-      __syncwarp();
-      if (lane == 0) Arrive(&released[last_stage]);
-    }
-
-    // Hide keys past the span and, under its causal mask, above the diagonal.
+  };
+  // Hides the keys of `s` past the span and, under its causal mask, above the
+  // diagonal; then the online softmax: new running maxima, P = 2^(S - max)
+  // in place of S, the factors that rescale O in `rescale`.
+  const auto take_softmax = [&](float(&s)[kScoreRegs], KeyCursor cursor,
+                                float(&rescale)[2]) {
     const KeySpan span = spans.Span(cursor.span);
     const int span_end = min(span.end, p.kv_len);
     const int n0 = cursor.key;
@@ -357,42 +324,46 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
-
-    // Online softmax: new running max, rescale what came before (O has P V
-    // of every earlier step now), P = 2^(S - max) in place of S.
+    float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float tile_max = -INFINITY;
+    for (int j = 0; j < kBlockN / 8; ++j) {
 #pragma unroll
-      for (int j = 0; j < kBlockN / 8; ++j) {
-        tile_max =
-            fmaxf(tile_max, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
-      }
-      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-      const float new_max = fmaxf(row_max[r], tile_max * p.scale_log2);
-      // A row that has seen only hidden keys keeps max -inf; subtracting 0
-      // then leaves every exp2 at 0 instead of NaN.
-      const float offset = new_max == -INFINITY ? 0.0f : new_max;
-      const float rescale = Exp2(row_max[r] - offset);
-      row_max[r] = new_max;
-      float sum = 0.0f;
-#pragma unroll
-      for (int j = 0; j < kBlockN / 8; ++j) {
-#pragma unroll
-        for (int c = 2 * r; c < 2 * r + 2; ++c) {
-          s[4 * j + c] = Exp2(fmaf(s[4 * j + c], p.scale_log2, -offset));
-          sum += s[4 * j + c];
-        }
-      }
-      row_sum[r] = row_sum[r] * rescale + sum;
-#pragma unroll
-      for (int j = 0; j < kHeadDim / 8; ++j) {
-        o_acc[4 * j + 2 * r] *= rescale;
-        o_acc[4 * j + 2 * r + 1] *= rescale;
+      for (int r = 0; r < 2; ++r) {
+        tile_max[r] =
+            fmaxf(tile_max[r], fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
       }
     }
-    // The S accumulator layout is the A fragment layout.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tile_max[r] =
+          fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tile_max[r] =
+          fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+    }
+    float offset[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float new_max = fmaxf(row_max[r], tile_max[r] * p.scale_log2);
+      offset[r] = new_max == -INFINITY ? 0.0f : new_max;
+      rescale[r] = Exp2(row_max[r] - offset[r]);
+      row_max[r] = new_max;
+    }
+    float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int i = 0; i < kScoreRegs; ++i) {
+      const int r = i % 4 >= 2 ? 1 : 0;
+      s[i] = Exp2(fmaf(s[i], p.scale_log2, -offset[r]));
+      sum[r] += s[i];
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) row_sum[r] = row_sum[r] * rescale[r] + sum[r];
+  };
+  // P as the A fragments of O += P V (the S accumulator layout is the A
+  // fragment layout).
+  const auto keep_probabilities = [&](const float(&s)[kScoreRegs]) {
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
       pa[kk][0] = E::Pack(s[8 * kk + 0], s[8 * kk + 1]);
@@ -400,12 +371,89 @@ __global__ void __launch_bounds__(kThreads, 1)
       pa[kk][2] = E::Pack(s[8 * kk + 4], s[8 * kk + 5]);
       pa[kk][3] = E::Pack(s[8 * kk + 6], s[8 * kk + 7]);
     }
+  };
+
+  // Tells the producer that this warp is done with a K or V tile.
+  const auto release = [&](uint64_t* barrier) {
+    __syncwarp();
+    if (lane == 0) Arrive(barrier);
+  };
+  // Scales O by `rescale` once the P V in flight has landed, and takes the
+  // probabilities of `s` for the next one.
+  const auto fold_in = [&](const float(&s)[kScoreRegs],
+                           const float(&rescale)[2]) {
+    WarpgroupWait<0>();
+    PinRegisters(o_acc);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+#pragma unroll
+      for (int j = 0; j < kHeadDim / 8; ++j) {
+        o_acc[4 * j + 2 * r] *= rescale[r];
+        o_acc[4 * j + 2 * r + 1] *= rescale[r];
+      }
+    }
+    keep_probabilities(s);
+  };
+
+  // The consumers take turns at the tensor cores: each issues its products
+  // (S of this step, P V of the one before) while the other runs its
+  // softmax. Named barrier 1 + c opens consumer c's turn; consumer 0 goes
+  // first.
+  const int own_turn = 1 + consumer;
+  const int other_turn = 1 + (1 - consumer);
+  if (any_keys) {
+    WaitBarrier(q_full, 0);
+    if (consumer == 1) ArriveNamedBarrier(other_turn, 256);
+  }
+  // Each step issues S = Q K^T of its keys and, as a second group, O += P V
+  // of the step before, then runs the softmax of S while that P V is still
+  // on the tensor cores; O is rescaled at the start of the next step, once
+  // it has landed. (Rescaling in the same step lets the compiler hoist the
+  // wait above the softmax, and the first step is peeled so that no wgmma
+  // sits in a branch: either one serializes the products.)
+  int step = 0;
+  int last_stage = 0;
+  float s[kScoreRegs];
+  float rescale[2];
+  if (any_keys) {
+    WaitBarrier(&k_full[0], 0);
+    SyncNamedBarrier(own_turn, 256);
+    WarpgroupFence();
+    add_scores(s, 0);
+    WarpgroupCommit();
+    ArriveNamedBarrier(other_turn, 256);
+    WarpgroupWait<0>();
+    PinRegisters(s);
+    release(&k_released[0]);
+    take_softmax(s, first, rescale);
+    step = 1;
+  }
+  for (KeyCursor cursor = any_keys ? spans.Next(first) : first;
+       cursor.span < spans.count(); cursor = spans.Next(cursor), ++step) {
+    const int stage = step % L::kStages;
+    WaitBarrier(&k_full[stage], (step / L::kStages) & 1);
+    WaitBarrier(&v_full[last_stage], ((step - 1) / L::kStages) & 1);
+    fold_in(s, rescale);
+    if (step > 1) release(&v_released[(step - 2) % L::kStages]);
+    SyncNamedBarrier(own_turn, 256);
+    PinRegisters(o_acc);
+    WarpgroupFence();
+    add_scores(s, stage);
+    WarpgroupCommit();
+    add_values(last_stage);
+    WarpgroupCommit();
+    ArriveNamedBarrier(other_turn, 256);
+    WarpgroupWait<1>();
+    PinRegisters(s);
+    release(&k_released[stage]);
+    take_softmax(s, cursor, rescale);
     last_stage = stage;
   }
   if (step > 0) {
     // O += P V of the last step, in a last turn (consumer 1 opens no further
     // one: nobody would take it).
     WaitBarrier(&v_full[last_stage], ((step - 1) / L::kStages) & 1);
+    fold_in(s, rescale);
     SyncNamedBarrier(own_turn, 256);
     PinRegisters(o_acc);
     WarpgroupFence();
