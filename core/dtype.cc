@@ -52,6 +52,22 @@ uint32_t ShiftRightRoundingToEven(uint32_t value, int shift) {
   return kept + (round_up ? 1 : 0);
 }
 
+// The bf16 bits nearest to the fp32 `bits`, ties to even (a NaN stays a quiet
+// NaN). Branch-free, so that loops over it vectorize: the integer rounding
+// cannot overflow for non-NaN values, whose largest pattern is -infinity.
+inline uint16_t BFloat16FromFloatBits(uint32_t bits) {
+  const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+  const uint32_t quiet_nan = (bits >> 16) | kBFloat16QuietBit;
+  return static_cast<uint16_t>((bits & ~kFloatSign) > kFloatInf ? quiet_nan
+                                                                : rounded);
+}
+
+// The fp32 bits of the bf16 `bfloat16` (a NaN comes back quiet).
+inline uint32_t FloatBitsFromBFloat16(uint16_t bfloat16) {
+  const uint32_t bits = static_cast<uint32_t>(bfloat16) << 16;
+  return (bits & ~kFloatSign) > kFloatInf ? bits | kFloatQuietBit : bits;
+}
+
 }  // namespace
 
 int64_t DTypeSize(DType dtype) {
@@ -139,22 +155,16 @@ float HalfToFloat(uint16_t half) {
                        ((mantissa & kHalfMantissaMask) << kMantissaShift));
 }
 
+// bf16 is fp32 with the low 16 bits dropped, so rounding the bit pattern as
+// an integer rounds the value; a carry out of the mantissa bumps the exponent
+// (up to infinity) just as it should, and fp32 subnormals round like any other
+// value. A NaN keeps its sign and the top of its payload.
 uint16_t FloatToBFloat16(float value) {
-  const uint32_t bits = FloatBits(value);
-  if ((bits & ~kFloatSign) > kFloatInf) {  // NaN: keep sign and payload top.
-    return static_cast<uint16_t>(bits >> 16) | kBFloat16QuietBit;
-  }
-  // bf16 is fp32 with the low 16 bits dropped, so rounding the bit pattern as
-  // an integer rounds the value; a carry out of the mantissa bumps the exponent
-  // (up to infinity) just as it should, and fp32 subnormals round like any
-  // other value.
-  return static_cast<uint16_t>(ShiftRightRoundingToEven(bits, 16));
+  return BFloat16FromFloatBits(FloatBits(value));
 }
 
 float BFloat16ToFloat(uint16_t bfloat16) {
-  uint32_t bits = static_cast<uint32_t>(bfloat16) << 16;
-  if ((bits & ~kFloatSign) > kFloatInf) bits |= kFloatQuietBit;
-  return FloatFromBits(bits);
+  return FloatFromBits(FloatBitsFromBFloat16(bfloat16));
 }
 
 void ConvertToFloat(DType dtype, const void* src, float* dst, int64_t count) {
@@ -170,8 +180,9 @@ void ConvertToFloat(DType dtype, const void* src, float* dst, int64_t count) {
     }
     case DType::kBFloat16: {
       const uint16_t* bfloat16s = static_cast<const uint16_t*>(src);
-      for (int64_t i = 0; i < count; ++i)
-        dst[i] = BFloat16ToFloat(bfloat16s[i]);
+      for (int64_t i = 0; i < count; ++i) {
+        dst[i] = FloatFromBits(FloatBitsFromBFloat16(bfloat16s[i]));
+      }
       return;
     }
   }
@@ -190,8 +201,9 @@ void ConvertFromFloat(DType dtype, const float* src, void* dst, int64_t count) {
     }
     case DType::kBFloat16: {
       uint16_t* bfloat16s = static_cast<uint16_t*>(dst);
-      for (int64_t i = 0; i < count; ++i)
-        bfloat16s[i] = FloatToBFloat16(src[i]);
+      for (int64_t i = 0; i < count; ++i) {
+        bfloat16s[i] = BFloat16FromFloatBits(FloatBits(src[i]));
+      }
       return;
     }
   }

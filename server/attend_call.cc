@@ -111,7 +111,9 @@ class Call {
   absl::Status Compute();
   // The dtype of a worker's output chunk, once its sizes are checked.
   absl::StatusOr<DType> CheckOutputSize(const v1::ShardOutput& output) const;
-  absl::Status TakeOutput(const v1::ShardOutput& output);
+  // Queues the rows of `output` until their turn (its data may be moved
+  // away).
+  absl::Status TakeOutput(v1::ShardOutput& output);
   absl::Status MergePartial(const v1::ShardOutput& output);
   absl::Status EmitMerged();
   absl::Status EmitReady(bool flush);
@@ -505,11 +507,13 @@ absl::Status Call::RouteChunk(v1::TensorChunk& chunk, int64_t index) {
     rows->set_batch(chunk.batch());
     rows->set_first_position(begin);
     rows->set_count(count);
-    rows->set_data(chunk.data());
-    for (size_t w = 0; w < workers_.size(); ++w) {
-      RINGATTN_RETURN_IF_ERROR(SendToWorker(static_cast<int64_t>(w), request));
+    rows->set_data(std::move(*chunk.mutable_data()));
+    // The last worker takes the request itself; the others, copies.
+    const int64_t last = static_cast<int64_t>(workers_.size()) - 1;
+    for (int64_t w = 0; w < last; ++w) {
+      RINGATTN_RETURN_IF_ERROR(SendToWorker(w, request));
     }
-    return absl::OkStatus();
+    return SendToWorker(last, std::move(request));
   }
   for (const RequestLayout::Piece& piece : layout_->Route(keys, begin, count)) {
     v1::ExecuteRequest request;
@@ -604,7 +608,7 @@ absl::Status Call::Compute() {
               " sent output rows, but broadcast-Q merged on the workers "
               "returns them from rank 0 alone"));
         }
-        RINGATTN_RETURN_IF_ERROR(TakeOutput(event.response->output()));
+        RINGATTN_RETURN_IF_ERROR(TakeOutput(*event.response->mutable_output()));
         RINGATTN_RETURN_IF_ERROR(EmitReady(/*flush=*/true));
       }
     }
@@ -638,36 +642,39 @@ absl::StatusOr<DType> Call::CheckOutputSize(
   return dtype;
 }
 
-absl::Status Call::TakeOutput(const v1::ShardOutput& output) {
+absl::Status Call::TakeOutput(v1::ShardOutput& output) {
   absl::StatusOr<DType> dtype = CheckOutputSize(output);
   if (!dtype.ok()) return dtype.status();
   const int64_t row_values = spec_.q_heads * spec_.head_dim;
   const int64_t in_row_bytes = row_values * DTypeSize(*dtype);
   const int64_t out_row_bytes = row_values * DTypeSize(output_dtype_);
   const int64_t count = output.count();
-  const char* o = output.data().data();
   const float* lse = reinterpret_cast<const float*>(output.lse().data());
-  // Split into runs of consecutive caller tokens.
-  OutputRun* run = nullptr;
-  int64_t run_end = -1;
-  for (int64_t i = 0; i < count; ++i) {
+  auto key_of = [&](int64_t i) {
     const int64_t position = output.positions_size() > 0
                                  ? output.positions(i)
                                  : output.first_position() + i;
-    const int64_t key =
-        output.batch() * spec_.q_len + layout_->TokenAt(position);
-    if (run == nullptr || key != run_end) {
-      run = &pending_[key];
-      run_end = key;
+    return output.batch() * spec_.q_len + layout_->TokenAt(position);
+  };
+  // Split into runs of consecutive caller tokens, each converted at once; an
+  // output that is one new run already in the output dtype is taken whole.
+  for (int64_t begin = 0, end; begin < count; begin = end) {
+    const int64_t key = key_of(begin);
+    end = begin + 1;
+    while (end < count && key_of(end) == key + (end - begin)) ++end;
+    OutputRun& run = pending_[key];
+    const int64_t rows = end - begin;
+    if (run.count == 0 && rows == count && *dtype == output_dtype_) {
+      run.o = std::move(*output.mutable_data());
+    } else {
+      const size_t at = run.o.size();
+      run.o.resize(at + static_cast<size_t>(rows * out_row_bytes));
+      ConvertDType(*dtype, output.data().data() + begin * in_row_bytes,
+                   output_dtype_, &run.o[at], rows * row_values);
     }
-    const size_t at = run->o.size();
-    run->o.resize(at + static_cast<size_t>(out_row_bytes));
-    ConvertDType(*dtype, o + i * in_row_bytes, output_dtype_, &run->o[at],
-                 row_values);
-    run->lse.insert(run->lse.end(), lse + i * spec_.q_heads,
-                    lse + (i + 1) * spec_.q_heads);
-    ++run->count;
-    ++run_end;
+    run.lse.insert(run.lse.end(), lse + begin * spec_.q_heads,
+                   lse + end * spec_.q_heads);
+    run.count += rows;
   }
   return absl::OkStatus();
 }
@@ -752,6 +759,18 @@ absl::Status Call::EmitReady(bool flush) {
   while (!pending_.empty() && pending_.begin()->first == next_row_) {
     OutputRun run = std::move(pending_.begin()->second);
     pending_.erase(pending_.begin());
+    if (chunk_.token_count() == 0 && run.count <= rows_per_chunk &&
+        next_row_ / spec_.q_len == (next_row_ + run.count - 1) / spec_.q_len) {
+      // A run that fits one chunk of one batch entry becomes that chunk as
+      // it is.
+      chunk_.set_batch(next_row_ / spec_.q_len);
+      chunk_.set_token_offset(next_row_ % spec_.q_len);
+      chunk_.set_token_count(run.count);
+      *chunk_.mutable_data() = std::move(run.o);
+      lse_rows = std::move(run.lse);
+      next_row_ += run.count;
+      continue;
+    }
     for (int64_t i = 0; i < run.count; ++i, ++next_row_) {
       const int64_t batch = next_row_ / spec_.q_len;
       const int64_t token = next_row_ % spec_.q_len;

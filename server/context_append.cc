@@ -105,7 +105,7 @@ absl::StatusOr<std::unique_ptr<ContextAppend>> ContextAppend::Start(
   return append;
 }
 
-absl::Status ContextAppend::Route(const v1::TensorChunk& chunk, int64_t index) {
+absl::Status ContextAppend::Route(v1::TensorChunk& chunk, int64_t index) {
   if (chunk.tensor() != v1::K && chunk.tensor() != v1::V) {
     return absl::InvalidArgumentError(absl::StrCat(
         "chunk ", index,
@@ -156,8 +156,12 @@ absl::Status ContextAppend::Route(const v1::TensorChunk& chunk, int64_t index) {
     rows->set_batch(chunk.batch());
     rows->set_first_position(part.begin);
     rows->set_count(part.size());
-    rows->set_data(chunk.data().substr(
-        (part.begin - positions.begin) * row_bytes, part.size() * row_bytes));
+    if (part.size() == count) {
+      rows->set_data(std::move(*chunk.mutable_data()));
+    } else {
+      rows->set_data(chunk.data().substr(
+          (part.begin - positions.begin) * row_bytes, part.size() * row_bytes));
+    }
     if (!link->writer->Write(request)) {
       return WorkerError(*link, link->writer->Finish());
     }

@@ -43,10 +43,11 @@ class ContextAppend {
   ContextAppend(const ContextAppend&) = delete;
   ContextAppend& operator=(const ContextAppend&) = delete;
 
-  // Routes one K or V chunk; its offsets count from the first new token.
+  // Routes one K or V chunk; its offsets count from the first new token. Its
+  // data may be moved away (to the one worker that takes all of it).
   // INVALID_ARGUMENT naming the problem; a worker's failure as WorkerError
   // says.
-  absl::Status Route(const v1::TensorChunk& chunk, int64_t index);
+  absl::Status Route(v1::TensorChunk& chunk, int64_t index);
   // INVALID_ARGUMENT naming the first missing rows, if any.
   absl::Status CheckComplete() const;
   // Tells the workers every row was sent; they store their parts meanwhile.

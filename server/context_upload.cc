@@ -125,7 +125,7 @@ absl::StatusOr<v1::ContextInfo> Upload::Run() {
   v1::ContextUpload message;
   for (int64_t index = 1; status.ok() && reader_->Read(&message); ++index) {
     status = message.has_chunk()
-                 ? append_->Route(message.chunk(), index)
+                 ? append_->Route(*message.mutable_chunk(), index)
                  : absl::InvalidArgumentError(absl::StrCat(
                        "message ", index,
                        " is not a tensor chunk (send the header once, first)"));

@@ -507,11 +507,9 @@ class ExecuteReactor final
         if (absl::Status reduced = ReduceOnWorkers(partials, output->stats);
             !reduced.ok()) {
           output = reduced;
-        } else if (rank_ == 0 && output_dtype_ != DType::kFloat32) {
-          // Narrowed once merged, so that the coordinator takes 2-byte rows.
-          TypedTensor narrowed(output_dtype_, output->o.shape());
-          CopyTyped(output->o.view(), narrowed.view());
-          output->o = std::move(narrowed);
+        } else if (rank_ == 0) {
+          // Narrowed once merged.
+          NarrowOutput(*output);
         }
       }
       if (!output.ok()) {
@@ -547,7 +545,19 @@ class ExecuteReactor final
       FinishWith(output.status());
       return;
     }
+    // Broadcast-Q partials stay fp32: the coordinator merges them.
+    if (!broadcast_) NarrowOutput(*output);
     StartOutput(std::move(*output));
+  }
+
+  // Converts O to the request's output dtype, so that the coordinator takes
+  // rows of that width (half the bytes of fp32 for 16-bit outputs) and
+  // forwards them as they are.
+  void NarrowOutput(RingOutput& output) const {
+    if (output.o.dtype() == output_dtype_) return;
+    TypedTensor narrowed(output_dtype_, output.o.shape());
+    CopyTyped(output.o.view(), narrowed.view());
+    output.o = std::move(narrowed);
   }
 
   // This request's ring: a world of one on a GPU running alone (broadcast-Q

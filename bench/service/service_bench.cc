@@ -12,6 +12,7 @@
 //   service_bench --target=127.0.0.1:50051 --lengths=262144,1048576 --causal
 //   service_bench --lengths=1048576 --kv_heads=8 --decode_steps=100 \
 //       --query_rows=1,16,256
+//   service_bench --lengths=65536 --upload_only
 
 #include <algorithm>
 #include <atomic>
@@ -58,6 +59,9 @@ ABSL_FLAG(std::string, query_rows, "",
           "with --decode_steps: also time queries of these many rows "
           "(comma-separated, no rows appended) against each context");
 ABSL_FLAG(int, query_repeats, 10, "how often each --query_rows query runs");
+ABSL_FLAG(bool, upload_only, false,
+          "upload each length as a resident context, print the upload rate "
+          "and delete it again (no decode steps, no queries)");
 ABSL_FLAG(int, wait_ready_seconds, 0,
           "how long to wait for the cluster to become ready");
 
@@ -322,7 +326,8 @@ std::string TimeQueries(Client& client, const RowPool& pool, const Shapes& s,
 // against it (each: query row 0 of the pool and the next K/V row, appended
 // and attended in one call), and checks the last step against float64. Prints
 // one table row; false if anything failed. Then times queries of each of
-// `query_rows` rows, adding a line to `query_lines` for each.
+// `query_rows` rows, adding a line to `query_lines` for each. With no steps
+// it only uploads: the row says how fast, and the context is deleted.
 bool RunDecodeSteps(Client& client, const RowPool& pool, Shapes s, int steps,
                     int64_t chunk_bytes, int threads,
                     const std::vector<int64_t>& query_rows,
@@ -345,6 +350,14 @@ bool RunDecodeSteps(Client& client, const RowPool& pool, Shapes s, int steps,
     std::printf("| %lld | failed: %s |\n", static_cast<long long>(s.n),
                 info.status().ToString().c_str());
     return false;
+  }
+  if (steps == 0) {
+    client.DeleteContext(name).IgnoreError();
+    std::printf("| %lld | %.2f | %.2f | 0 | | | | | | |\n",
+                static_cast<long long>(s.n), info->bytes() / 1e9,
+                info->bytes() / 1e9 / upload);
+    std::fflush(stdout);
+    return true;
   }
   v1::AttentionSpec spec;
   spec.set_batch(1);
@@ -427,7 +440,8 @@ int Run() {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
-  if (const int steps = absl::GetFlag(FLAGS_decode_steps); steps > 0) {
+  if (const int steps = absl::GetFlag(FLAGS_decode_steps);
+      steps > 0 || absl::GetFlag(FLAGS_upload_only)) {
     std::printf(
         "| context tokens | context GB | upload GB/s | decode steps | strategy "
         "| p50 ms | p99 ms | max ms | max err / RMS (last step) | check |\n"
@@ -452,8 +466,9 @@ int Run() {
         std::fprintf(stderr, "bad length '%s'\n", std::string(text).c_str());
         return 2;
       }
-      ok &= RunDecodeSteps(**client, pool, s, steps, options.chunk_bytes,
-                           threads, query_rows, query_lines);
+      ok &= RunDecodeSteps(
+          **client, pool, s, absl::GetFlag(FLAGS_upload_only) ? 0 : steps,
+          options.chunk_bytes, threads, query_rows, query_lines);
     }
     if (!query_lines.empty()) {
       std::printf(
