@@ -59,6 +59,9 @@ ABSL_FLAG(std::string, query_rows, "",
           "with --decode_steps: also time queries of these many rows "
           "(comma-separated, no rows appended) against each context");
 ABSL_FLAG(int, query_repeats, 10, "how often each --query_rows query runs");
+ABSL_FLAG(std::string, query_strategies, "STRATEGY_AUTO",
+          "with --query_rows: the strategies each query size runs with "
+          "(comma-separated: STRATEGY_AUTO, PASS_KV, PASS_Q, BROADCAST_Q)");
 ABSL_FLAG(bool, upload_only, false,
           "upload each length as a resident context, print the upload rate "
           "and delete it again (no decode steps, no queries)");
@@ -281,7 +284,7 @@ double RowZeroError(const RowPool& pool, Shapes s, int64_t n, int64_t nq,
 // the slowest worker's compute, p50), or the failure.
 std::string TimeQueries(Client& client, const RowPool& pool, const Shapes& s,
                         const std::string& name, int64_t n, int64_t nq,
-                        int repeats, int threads) {
+                        v1::Strategy strategy, int repeats, int threads) {
   Tensor<float> q(Shape{1, nq, s.hq, s.d});
   for (int64_t i = 0; i < nq; ++i) {
     std::memcpy(q.view().Row(0, i, 0), pool.Floats(0, i, s.RowValues(0)),
@@ -295,6 +298,7 @@ std::string TimeQueries(Client& client, const RowPool& pool, const Shapes& s,
   spec.set_head_dim(s.d);
   spec.set_causal(true);
   spec.set_wire_dtype(v1::BF16);
+  spec.set_strategy(strategy);
   std::vector<double> latencies, computes;
   absl::StatusOr<AttendResult> result;
   for (int i = 0; i < repeats; ++i) {
@@ -326,11 +330,13 @@ std::string TimeQueries(Client& client, const RowPool& pool, const Shapes& s,
 // against it (each: query row 0 of the pool and the next K/V row, appended
 // and attended in one call), and checks the last step against float64. Prints
 // one table row; false if anything failed. Then times queries of each of
-// `query_rows` rows, adding a line to `query_lines` for each. With no steps
-// it only uploads: the row says how fast, and the context is deleted.
+// `query_rows` rows with each of `strategies`, adding a line to `query_lines`
+// for each. With no steps it only uploads: the row says how fast, and the
+// context is deleted.
 bool RunDecodeSteps(Client& client, const RowPool& pool, Shapes s, int steps,
                     int64_t chunk_bytes, int threads,
                     const std::vector<int64_t>& query_rows,
+                    const std::vector<v1::Strategy>& strategies,
                     std::vector<std::string>& query_lines) {
   const std::string name = absl::StrCat("service-bench-", s.n);
   client.DeleteContext(name).IgnoreError();
@@ -382,9 +388,11 @@ bool RunDecodeSteps(Client& client, const RowPool& pool, Shapes s, int steps,
   }
   if (result.ok()) {
     for (int64_t nq : query_rows) {
-      query_lines.push_back(TimeQueries(client, pool, s, name, s.n + steps, nq,
-                                        absl::GetFlag(FLAGS_query_repeats),
-                                        threads));
+      for (v1::Strategy strategy : strategies) {
+        query_lines.push_back(
+            TimeQueries(client, pool, s, name, s.n + steps, nq, strategy,
+                        absl::GetFlag(FLAGS_query_repeats), threads));
+      }
     }
   }
   client.DeleteContext(name).IgnoreError();
@@ -457,6 +465,17 @@ int Run() {
       }
       query_rows.push_back(rows);
     }
+    std::vector<v1::Strategy> strategies;
+    for (absl::string_view text : absl::StrSplit(
+             absl::GetFlag(FLAGS_query_strategies), ',', absl::SkipEmpty())) {
+      v1::Strategy strategy;
+      if (!v1::Strategy_Parse(std::string(text), &strategy)) {
+        std::fprintf(stderr, "bad query strategy '%s'\n",
+                     std::string(text).c_str());
+        return 2;
+      }
+      strategies.push_back(strategy);
+    }
     bool ok = true;
     std::vector<std::string> query_lines;
     for (absl::string_view text :
@@ -468,7 +487,7 @@ int Run() {
       }
       ok &= RunDecodeSteps(
           **client, pool, s, absl::GetFlag(FLAGS_upload_only) ? 0 : steps,
-          options.chunk_bytes, threads, query_rows, query_lines);
+          options.chunk_bytes, threads, query_rows, strategies, query_lines);
     }
     if (!query_lines.empty()) {
       std::printf(
