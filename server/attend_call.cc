@@ -52,15 +52,21 @@ struct WorkerLink {
   Cluster::Member member;
   grpc::ClientContext context;
   std::unique_ptr<ExecuteStream> stream;
-  std::unique_ptr<WorkerWriter> writer;  // destroyed first; null: direct
+  // A large upload: its messages are written on a thread of their own.
+  std::unique_ptr<WorkerWriter> writer;  // destroyed before the stream
+  // A small upload: the header, collecting the worker's rows, sent whole
+  // with 'run' as the stream's only message.
+  std::optional<v1::ExecuteRequest> whole;
 };
 
 // Rows waiting to be written to one worker, at most.
 constexpr int64_t kMaxQueuedBytesPerWorker = int64_t{64} << 20;
-// Requests that upload at most this much are written to the workers from the
-// call's own thread: a writer thread per worker pays off only for uploads
-// long enough to overlap with reading the client.
-constexpr int64_t kMostDirectUploadBytes = int64_t{1} << 20;
+// Requests that upload at most this much reach each worker as one message
+// (header, rows and 'run'; worker.proto), written once the client's upload
+// is read: every message on a stream costs a write and a wake-up on both
+// sides, and a writer thread per worker pays off only for uploads long
+// enough to overlap with reading the client.
+constexpr int64_t kMostWholeUploadBytes = int64_t{1} << 20;
 
 // What a worker's reader thread hands to the call.
 struct WorkerEvent {
@@ -391,11 +397,14 @@ absl::Status Call::OpenWorkers() {
     // so opening it does not wait for a write.
     link->context.set_initial_metadata_corked(true);
     link->stream = member.stub->Execute(&link->context);
-    if (upload_bytes_ > kMostDirectUploadBytes) {
-      link->writer = std::make_unique<WorkerWriter>(link->stream.get(),
-                                                    kMaxQueuedBytesPerWorker);
-    }
     h->set_rank(member.rank);
+    if (upload_bytes_ <= kMostWholeUploadBytes) {
+      link->whole = header;
+      workers_.push_back(std::move(link));
+      continue;
+    }
+    link->writer = std::make_unique<WorkerWriter>(link->stream.get(),
+                                                  kMaxQueuedBytesPerWorker);
     workers_.push_back(std::move(link));
     RINGATTN_RETURN_IF_ERROR(SendToWorker(member.rank, header));
   }
@@ -404,10 +413,12 @@ absl::Status Call::OpenWorkers() {
 
 absl::Status Call::SendToWorker(int64_t worker, v1::ExecuteRequest request) {
   WorkerLink& link = *workers_[worker];
-  if (link.writer != nullptr ? link.writer->Push(std::move(request))
-                             : link.stream->Write(request)) {
+  if (link.whole.has_value()) {
+    *link.whole->mutable_header()->add_rows() =
+        std::move(*request.mutable_rows());
     return absl::OkStatus();
   }
+  if (link.writer->Push(std::move(request))) return absl::OkStatus();
   return WorkerError(static_cast<int>(worker), link.stream->Finish());
 }
 
@@ -541,15 +552,23 @@ absl::Status Call::CheckComplete() {
 absl::Status Call::Compute() {
   const Clock::time_point start = Clock::now();
   // Once a worker's rows are written, 'run' goes straight to it, closing
-  // the stream's writes in the same step.
+  // the stream's writes in the same step; a small request's one message
+  // carries it.
   v1::ExecuteRequest run;
   run.set_run(true);
   for (size_t w = 0; w < workers_.size(); ++w) {
     WorkerLink& link = *workers_[w];
-    if ((link.writer != nullptr && !link.writer->Flush()) ||
-        !link.stream->Write(run, grpc::WriteOptions().set_last_message())) {
-      return WorkerError(static_cast<int>(w), link.stream->Finish());
+    bool sent;
+    if (link.whole.has_value()) {
+      link.whole->mutable_header()->set_run(true);
+      sent = link.stream->Write(*link.whole,
+                                grpc::WriteOptions().set_last_message());
+      link.whole.reset();
+    } else {
+      sent = link.writer->Flush() &&
+             link.stream->Write(run, grpc::WriteOptions().set_last_message());
     }
+    if (!sent) return WorkerError(static_cast<int>(w), link.stream->Finish());
   }
   for (size_t w = 0; w < workers_.size(); ++w) {
     readers_.emplace_back([this, w] {

@@ -10,6 +10,14 @@
 #include "ringattn/v1/worker.grpc.pb.h"
 
 namespace ringattn {
+namespace {
+
+// Appends of at most this many bytes of K and V reach each worker as one
+// message (the header carrying the rows), written by EndWrites: a decode
+// step's new row then costs its worker one write instead of four.
+constexpr int64_t kMostWholeAppendBytes = int64_t{1} << 20;
+
+}  // namespace
 
 // One worker's StoreContext stream.
 struct ContextAppend::Link {
@@ -17,6 +25,9 @@ struct ContextAppend::Link {
   grpc::ClientContext context;
   v1::StoreContextResponse response;
   std::unique_ptr<grpc::ClientWriter<v1::StoreContextRequest>> writer;
+  // A small append: the header, collecting the worker's rows until EndWrites
+  // sends it.
+  std::optional<v1::StoreContextRequest> whole;
 };
 
 ContextAppend::ContextAppend(ResidentContext before, int64_t count,
@@ -76,6 +87,9 @@ absl::StatusOr<std::unique_ptr<ContextAppend>> ContextAppend::Start(
   for (int64_t b = 0; b < 2 * before.batch; ++b) {
     append->coverage_.emplace_back(count);
   }
+  const bool whole = 2 * before.batch * count * before.kv_heads *
+                         before.head_dim * DTypeSize(wire_dtype) <=
+                     kMostWholeAppendBytes;
   for (const Cluster::Member& member : members) {
     // A worker that gets no new rows of an existing context has nothing to
     // store (a decode step's row goes to one worker).
@@ -95,6 +109,11 @@ absl::StatusOr<std::unique_ptr<ContextAppend>> ContextAppend::Start(
     h->set_wire_dtype(DTypeToProto(wire_dtype));
     h->set_first_position(append->runs_[member.rank].begin);
     h->set_count(append->runs_[member.rank].size());
+    if (whole) {
+      link->whole = std::move(request);
+      append->links_.push_back(std::move(link));
+      continue;
+    }
     const bool sent = link->writer->Write(request);
     append->links_.push_back(std::move(link));
     if (!sent) {
@@ -151,7 +170,9 @@ absl::Status ContextAppend::Route(v1::TensorChunk& chunk, int64_t index) {
     const Range part = positions.Intersect(runs_[link->member.rank]);
     if (part.empty()) continue;
     v1::StoreContextRequest request;
-    v1::ShardRows* rows = request.mutable_rows();
+    v1::ShardRows* rows = link->whole.has_value()
+                              ? link->whole->mutable_header()->add_rows()
+                              : request.mutable_rows();
     rows->set_tensor(chunk.tensor());
     rows->set_batch(chunk.batch());
     rows->set_first_position(part.begin);
@@ -162,7 +183,7 @@ absl::Status ContextAppend::Route(v1::TensorChunk& chunk, int64_t index) {
       rows->set_data(chunk.data().substr(
           (part.begin - positions.begin) * row_bytes, part.size() * row_bytes));
     }
-    if (!link->writer->Write(request)) {
+    if (!link->whole.has_value() && !link->writer->Write(request)) {
       return WorkerError(*link, link->writer->Finish());
     }
   }
@@ -184,7 +205,16 @@ absl::Status ContextAppend::CheckComplete() const {
 
 void ContextAppend::EndWrites() {
   if (writes_ended_) return;
-  for (const auto& link : links_) link->writer->WritesDone();
+  // A failed write shows in Finish, as the stream's status.
+  for (const auto& link : links_) {
+    if (link->whole.has_value()) {
+      link->writer->Write(*link->whole,
+                          grpc::WriteOptions().set_last_message());
+      link->whole.reset();
+    } else {
+      link->writer->WritesDone();
+    }
+  }
   writes_ended_ = true;
 }
 

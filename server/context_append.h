@@ -6,7 +6,9 @@
 // while it stays within kAppendSlackPositions of an even share; otherwise they
 // are cut into one run per worker so every worker stays within one token of
 // an even share. Each chunk's rows stream straight to the worker
-// that keeps them, and a worker keeps its part only once all of it arrived.
+// that keeps them (a small append's rows travel with the header, in one
+// message per worker sent by EndWrites), and a worker keeps its part only
+// once all of it arrived.
 // Used by CreateContext and AppendContext, and by a Query that appends the rows
 // it attends to (a decode step). Not thread-safe.
 

@@ -168,25 +168,34 @@ class ExecuteReactor final
   absl::Status Accept(const v1::ExecuteRequest& request) {
     switch (request.kind_case()) {
       case v1::ExecuteRequest::kHeader:
-        return AcceptHeader(request.header());
+        RINGATTN_RETURN_IF_ERROR(AcceptHeader(request.header()));
+        for (const v1::ShardRows& rows : request.header().rows()) {
+          RINGATTN_RETURN_IF_ERROR(AcceptRows(rows));
+        }
+        return request.header().run() ? AcceptRun() : absl::OkStatus();
       case v1::ExecuteRequest::kRows:
         return AcceptRows(request.rows());
       case v1::ExecuteRequest::kRun:
-        if (!has_executor()) {
-          return absl::InvalidArgumentError(
-              "'run' before the header: send the header first");
-        }
         if (!request.run()) {
           return absl::InvalidArgumentError("'run' must be true");
         }
-        RINGATTN_RETURN_IF_ERROR(CheckComplete());
-        run_requested_ = true;
-        return absl::OkStatus();
+        return AcceptRun();
       case v1::ExecuteRequest::KIND_NOT_SET:
         break;
     }
     return absl::InvalidArgumentError(
         "an ExecuteRequest must hold a header, rows or run");
+  }
+
+  // 'run', on its own or in the header: every row must have arrived.
+  absl::Status AcceptRun() {
+    if (!has_executor()) {
+      return absl::InvalidArgumentError(
+          "'run' before the header: send the header first");
+    }
+    RINGATTN_RETURN_IF_ERROR(CheckComplete());
+    run_requested_ = true;
+    return absl::OkStatus();
   }
 
   absl::Status AcceptHeader(const v1::ExecuteHeader& header) {
@@ -848,7 +857,13 @@ class StoreContextReactor final
 
  private:
   absl::Status Accept(const v1::StoreContextRequest& request) {
-    if (request.has_header()) return AcceptHeader(request.header());
+    if (request.has_header()) {
+      RINGATTN_RETURN_IF_ERROR(AcceptHeader(request.header()));
+      for (const v1::ShardRows& rows : request.header().rows()) {
+        RINGATTN_RETURN_IF_ERROR(AcceptRows(rows));
+      }
+      return absl::OkStatus();
+    }
     if (!request.has_rows()) {
       return absl::InvalidArgumentError(
           "a StoreContextRequest must hold a header or rows");
@@ -857,12 +872,16 @@ class StoreContextReactor final
       return absl::InvalidArgumentError(
           "rows before the header: send the header first");
     }
-    const v1::TensorName tensor = request.rows().tensor();
+    return AcceptRows(request.rows());
+  }
+
+  absl::Status AcceptRows(const v1::ShardRows& rows) {
+    const v1::TensorName tensor = rows.tensor();
     if (tensor != v1::K && tensor != v1::V) {
       return absl::InvalidArgumentError(
           "a context holds K and V only; got rows of another tensor");
     }
-    return targets_[tensor == v1::K ? 0 : 1].Place(request.rows(), dtype_);
+    return targets_[tensor == v1::K ? 0 : 1].Place(rows, dtype_);
   }
 
   absl::Status AcceptHeader(const v1::StoreContextHeader& header) {
@@ -880,6 +899,7 @@ class StoreContextReactor final
     if (!dtype.ok()) return dtype.status();
     dtype_ = *dtype;
     header_ = header;
+    header_->clear_rows();  // Accept places them into k_ and v_
     positions_ = Range{header.first_position(),
                        header.first_position() + header.count()};
     layout_ = ShardLayout::FromChunks(positions_.end, {{positions_}});

@@ -1,9 +1,10 @@
 // WorkerService through real gRPC channels: bad streams get precise statuses
 // (wrong byte counts, duplicate rows, rows of another rank, missing rows,
-// limits), two services computing one request together over Gloo return
-// what the float64 reference says, in the wire dtype they were given, and
-// requests that carry one communicator key ring over one kept communicator
-// until a failed run retires it.
+// limits), a share sent as one message (the header carrying its rows and
+// 'run') computes what separate messages do, two services computing one
+// request together over Gloo return what the float64 reference says, in the
+// wire dtype they were given, and requests that carry one communicator key
+// ring over one kept communicator until a failed run retires it.
 
 #include "worker/worker_service.h"
 
@@ -133,6 +134,20 @@ v1::ExecuteRequest ZeroRows(v1::TensorName tensor, int64_t batch, int64_t first,
   return request;
 }
 
+// The messages of a stream (a header, rows, then perhaps 'run') as the one
+// message a small request sends: the header carrying the rest.
+v1::ExecuteRequest Whole(const std::vector<v1::ExecuteRequest>& requests) {
+  v1::ExecuteRequest whole = requests.front();
+  for (size_t i = 1; i < requests.size(); ++i) {
+    if (requests[i].has_rows()) {
+      *whole.mutable_header()->add_rows() = requests[i].rows();
+    } else {
+      whole.mutable_header()->set_run(requests[i].run());
+    }
+  }
+  return whole;
+}
+
 class WorkerServiceErrors : public ::testing::Test {
  protected:
   WorkerServiceErrors() : worker_(store_, WorkerServiceOptions()) {}
@@ -188,6 +203,26 @@ TEST_F(WorkerServiceErrors, LastOutputRowsTravelWithTheDone) {
   EXPECT_EQ(result.responses[1].output().count(), 10);
 }
 
+TEST_F(WorkerServiceErrors, WholeRequestInOneMessageSucceeds) {
+  std::vector<v1::ExecuteRequest> requests = AllRows();
+  requests.push_back(RunMessage());
+  const ExecuteResult result = Execute(worker_.stub(), {Whole(requests)});
+  ASSERT_TRUE(result.status.ok()) << result.status.error_message();
+  int64_t rows = 0;
+  for (const v1::ExecuteResponse& response : result.responses) {
+    rows += response.output().count();
+  }
+  EXPECT_EQ(rows, 20);
+  EXPECT_TRUE(result.responses.back().has_done());
+}
+
+TEST_F(WorkerServiceErrors, WholeRequestMissingRowsFailsOnRun) {
+  std::vector<v1::ExecuteRequest> requests = AllRows();
+  requests.erase(requests.begin() + 5);  // K of batch 1
+  requests.push_back(RunMessage());
+  ExpectInvalid({Whole(requests)}, "missing rows: 10 rows");
+}
+
 TEST_F(WorkerServiceErrors, WrongByteCount) {
   std::vector<v1::ExecuteRequest> requests = AllRows();
   requests[1].mutable_rows()->mutable_data()->resize(10);
@@ -241,9 +276,13 @@ TEST_F(WorkerServiceErrors, BadHeader) {
   ExpectInvalid({bad_spec}, "kv_heads");
 }
 
-// Stores positions `piece` of context `name` (fp32 zeros, 2 heads of 16).
+// Stores positions `piece` of context `name` (fp32 zeros, 2 heads of 16):
+// the header, then K and V rows, or with `whole` the header carrying the
+// rows of `tensors`.
 grpc::Status StoreZeros(v1::Worker::Stub& stub, const std::string& name,
-                        bool create, const Range& piece) {
+                        bool create, const Range& piece, bool whole = false,
+                        const std::vector<v1::TensorName>& tensors = {v1::K,
+                                                                      v1::V}) {
   grpc::ClientContext context;
   v1::StoreContextResponse response;
   auto stream = stub.StoreContext(&context, &response);
@@ -257,12 +296,21 @@ grpc::Status StoreZeros(v1::Worker::Stub& stub, const std::string& name,
   h->set_wire_dtype(v1::FP32);
   h->set_first_position(piece.begin);
   h->set_count(piece.size());
+  std::vector<v1::ShardRows> rows;
+  for (v1::TensorName tensor : tensors) {
+    rows.push_back(
+        ZeroRows(tensor, 0, piece.begin, piece.size(), 2 * 16 * 4).rows());
+  }
+  if (whole) {
+    for (const v1::ShardRows& carried : rows) *h->add_rows() = carried;
+    stream->WriteLast(header, grpc::WriteOptions());
+    return stream->Finish();
+  }
   stream->Write(header);
-  for (v1::TensorName tensor : {v1::K, v1::V}) {
-    v1::StoreContextRequest rows;
-    *rows.mutable_rows() =
-        ZeroRows(tensor, 0, piece.begin, piece.size(), 2 * 16 * 4).rows();
-    stream->Write(rows);
+  for (const v1::ShardRows& own : rows) {
+    v1::StoreContextRequest request;
+    *request.mutable_rows() = own;
+    stream->Write(request);
   }
   stream->WritesDone();
   return stream->Finish();
@@ -311,6 +359,27 @@ TEST(WorkerServiceContexts, QueryWaitsForRowsStillBeingStored) {
   int64_t rows = 0;
   for (const v1::ExecuteResponse& response : result.responses) {
     if (response.has_output()) rows += response.output().count();
+  }
+  EXPECT_EQ(rows, 2);
+}
+
+TEST(WorkerServiceContexts, RowsCarriedByTheHeaderAreStored) {
+  gloo::rendezvous::HashStore store;
+  TestWorker worker(store, WorkerServiceOptions());
+  const grpc::Status k_only = StoreZeros(worker.stub(), "c", true, {0, 10},
+                                         /*whole=*/true, {v1::K});
+  EXPECT_EQ(k_only.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << k_only.error_message();
+  const grpc::Status stored =
+      StoreZeros(worker.stub(), "c", true, {0, 10}, /*whole=*/true);
+  ASSERT_TRUE(stored.ok()) << stored.error_message();
+  // Every position is held: the query need not wait for more.
+  const ExecuteResult result =
+      Execute(worker.stub(), QueryOfTenPositions("c", 0.5));
+  ASSERT_TRUE(result.status.ok()) << result.status.error_message();
+  int64_t rows = 0;
+  for (const v1::ExecuteResponse& response : result.responses) {
+    rows += response.output().count();
   }
   EXPECT_EQ(rows, 2);
 }
@@ -600,18 +669,20 @@ std::vector<v1::ExecuteRequest> KeyedRingRequests(const AttentionSpec& spec,
   return requests;
 }
 
-// Runs one keyed request on both workers at once.
+// Runs one keyed request on both workers at once; with `whole`, each
+// rank's share goes as one message.
 std::vector<ExecuteResult> RunKeyedRing(
     std::vector<std::unique_ptr<TestWorker>>& workers,
     const AttentionSpec& spec, const std::string& prefix,
-    const std::string& key) {
+    const std::string& key, bool whole = false) {
   std::vector<ExecuteResult> results(workers.size());
   std::vector<std::thread> threads;
   for (size_t r = 0; r < workers.size(); ++r) {
     threads.emplace_back([&, r] {
-      results[r] = Execute(
-          workers[r]->stub(),
-          KeyedRingRequests(spec, static_cast<int>(r), prefix, key, 20));
+      std::vector<v1::ExecuteRequest> requests =
+          KeyedRingRequests(spec, static_cast<int>(r), prefix, key, 20);
+      if (whole) requests = {Whole(requests)};
+      results[r] = Execute(workers[r]->stub(), requests);
     });
   }
   for (std::thread& t : threads) t.join();
@@ -641,6 +712,31 @@ TEST(WorkerServiceCommunicatorKey, RequestsOfOneKeyShareOneCommunicator) {
     }
     EXPECT_EQ(workers[r]->service().cached_communicator_creations(), 1)
         << "the second request reused rank " << r << "'s communicator";
+  }
+}
+
+TEST(WorkerServiceWholeMessages, OneMessagePerRankComputesTheSameRows) {
+  gloo::rendezvous::HashStore store;
+  std::vector<std::unique_ptr<TestWorker>> workers;
+  for (int r = 0; r < 2; ++r) {
+    workers.push_back(
+        std::make_unique<TestWorker>(store, WorkerServiceOptions()));
+  }
+  const AttentionSpec spec = Spec(21, true);
+  const std::vector<ExecuteResult> separate =
+      RunKeyedRing(workers, spec, "separate", "");
+  const std::vector<ExecuteResult> whole =
+      RunKeyedRing(workers, spec, "whole", "", /*whole=*/true);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(separate[r].status.ok()) << separate[r].status.error_message();
+    ASSERT_TRUE(whole[r].status.ok()) << whole[r].status.error_message();
+    ASSERT_EQ(separate[r].responses.size(), whole[r].responses.size());
+    for (size_t i = 0; i < whole[r].responses.size(); ++i) {
+      EXPECT_GT(whole[r].responses[i].output().count(), 0);
+      EXPECT_EQ(separate[r].responses[i].output().data(),
+                whole[r].responses[i].output().data())
+          << "rank " << r << " message " << i;
+    }
   }
 }
 
