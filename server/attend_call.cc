@@ -206,7 +206,8 @@ absl::Status Call::ReadHeader() {
           .status());
   if (spec_proto_.strategy() == v1::STRATEGY_AUTO) return absl::OkStatus();
   return ChooseStrategy(spec_, spec_proto_.strategy(), /*workers=*/1,
-                        DTypeSize(dtype_))
+                        DTypeSize(dtype_), DTypeSize(output_dtype_),
+                        CpuStrategyRates(), /*communicator_kept=*/false)
       .status();
 }
 
@@ -275,8 +276,12 @@ absl::Status Call::OpenWorkers() {
   const bool all_cpu =
       std::all_of(members.begin(), members.end(),
                   [](const Cluster::Member& m) { return m.device == "cpu"; });
+  const StrategyRates rates = all_cpu ? CpuStrategyRates() : GpuStrategyRates();
+  const bool communicator_kept =
+      p > 1 && state_.communicator_keys->Reusable(membership->epoch);
   absl::StatusOr<v1::Strategy> strategy =
-      ChooseStrategy(spec_, spec_proto_.strategy(), p, DTypeSize(dtype_));
+      ChooseStrategy(spec_, spec_proto_.strategy(), p, DTypeSize(dtype_),
+                     DTypeSize(output_dtype_), rates, communicator_kept);
   if (!strategy.ok()) return strategy.status();
   strategy_ = *strategy;
   spec_proto_.set_strategy(strategy_);
@@ -285,9 +290,7 @@ absl::Status Call::OpenWorkers() {
   if (broadcast) {
     absl::StatusOr<v1::PartialMerge> merge = ChoosePartialMerge(
         spec_, spec_proto_.partial_merge(), p, DTypeSize(output_dtype_),
-        all_cpu ? CpuMergeRates() : GpuMergeRates(),
-        /*communicator_kept=*/p > 1 &&
-            state_.communicator_keys->Reusable(membership->epoch));
+        rates.merge, communicator_kept);
     if (!merge.ok()) return merge.status();
     merge_ = *merge;
   }

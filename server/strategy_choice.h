@@ -2,65 +2,104 @@
 #define RINGATTN_SERVER_STRATEGY_CHOICE_H_
 
 // The cost model that picks a strategy for STRATEGY_AUTO, and the check of a
-// forced one. It counts the bytes each strategy moves over all links for one
-// request over p workers (B batch, Nq/Nk query/key tokens, Hq/Hkv heads, D
-// head dim, w bytes per wire element; the CPU ring carries fp32 blocks):
+// forced one. It estimates the seconds each strategy spends on what differs
+// between them for one request over p workers: moving query and output rows
+// between the coordinator and the workers (gRPC, rate G), moving blocks
+// around the ring (rate L), the workers' attention (a pass over j keys reads
+// them at M bytes/s, and its FLOPs run at F) and a fixed cost S per ring
+// step. With B batch, Nq/Nk query/key tokens, Hq/Hkv heads, D head dim, w
+// wire bytes and o output bytes per element, k bytes per ring element,
+// n = ceil(Nq / p) and m = ceil(Nk / p):
 //
-//   Q  = B * Nq * Hq * D * w            query rows, coordinator -> workers
-//   R  = B * Nq * Hq * (D + 1) * 4      fp32 (partial) O and LSE, back
-//   KV = 2 * B * Nk * Hkv * D * 4       K and V blocks on the ring
-//   A  = B * Nq * Hq * (2D + 1) * 4     fp32 Q blocks with their running O
-//                                       and LSE on the ring
+//   Q       = B * Nq * Hq * D * w            query rows to the workers
+//   Y       = B * Nq * Hq * (D * o + 4)      output rows (and LSE) back
+//   KV(j)   = 2 * B * j * Hkv * D * k        j K/V rows
+//   A       = B * Nq * Hq * (D * k + 4 * (D + 1))
+//                                            query blocks with their running
+//                                            fp32 O and LSE, all ranks
+//   T(i, j) = KV(j) / M + 4 * B * i * j * Hq * D * c / F
+//                                            attention of i rows against j
+//                                            keys (c: the fraction of pairs a
+//                                            causal mask leaves)
 //
-//   pass-KV     = Q + R + (p - 1) * KV  (each rank forwards p - 1 blocks of
-//                                        about KV / p: (p-1)/p * KV per rank)
-//   pass-Q      = Q + R + p * A         (each Q block and its accumulators
-//                                        makes p hops, the last one home;
-//                                        nothing travels when p = 1)
-//   broadcast-Q = p * (Q + R)           (every rank gets all of Q and returns
-//                                        a partial O/LSE for every row)
+//   pass-KV     = (Q + Y) / G + T(n, m) + (p - 1) * (max(T(n, m), KV(m) / L)
+//                 + S)                       (each K/V hop hides behind the
+//                                            step's compute)
+//   pass-Q      = (Q + Y) / G + p * (T(n, m) + A / (p * L) + S)
+//                                            (a query block leaves only with
+//                                            the worker's keys merged in; one
+//                                            worker: T(Nq, Nk))
+//   broadcast-Q = p * Q / G + T(Nq, m) + the cheaper merge of
+//                 server/merge_choice.h      (every rank gets all of Q)
 //
-// Uploading K/V (Attend) costs the same under all three, so it is left out.
-// AUTO takes the strategy that moves strictly the fewest bytes (ties go to
-// pass-KV, then broadcast-Q). Broadcast-Q wins over pass-KV iff, for p > 1,
-// Q + R < KV: short query batches against long contexts. Pass-Q beats pass-KV
-// iff p * A < (p - 1) * KV (a medium query batch against a long context), but
-// as A >= Q + R it never moves fewer bytes than broadcast-Q, so AUTO would
-// pick it only where broadcast-Q cannot run: dilated, block-sparse and
-// Hilbert specs, which need Nq = Nk, where pass-KV always moves less (Hq >=
-// Hkv). So under this count AUTO does not pick pass-Q today; forcing PASS_Q
-// runs it. CPU and GPU workers run all three, and the count is the same for
-// both (it overstates what a GPU ring moves, whose K/V and query blocks are
-// 16-bit, alike for pass-KV and pass-Q, so the comparison barely moves);
-// broadcast-Q does not run dilated, block-sparse or Hilbert specs. Compute is
-// the same under all three and is not weighed. Pure functions; thread-safe.
+// The client's own upload and download are the same under all three and are
+// left out. AUTO takes the strategy estimated strictly fastest (ties go to
+// pass-KV, then broadcast-Q), considering pass-Q only where each of its
+// blocks has at least kPassQFullRateRows rows: measured on 2x H200 (1M-token
+// context, Hq=32, Hkv=8), pass-Q's steps over blocks of 128 rows computed at
+// 0.55x broadcast-Q's rate for 256 rows, while blocks of 2048 rows matched it,
+// and the model does not know that. So broadcast-Q takes short query batches
+// against long contexts (each shard is read once; the ring strategies read
+// it p times), pass-Q thousands of rows against long contexts on GPUs (its
+// rows cross gRPC once, not once per worker), and pass-KV Nq close to Nk.
+// Broadcast-Q does not run dilated, block-sparse or Hilbert specs. Pure
+// functions; thread-safe.
 
 #include <cstdint>
 
 #include "absl/status/statusor.h"
 #include "core/attention_spec.h"
 #include "ringattn/v1/attention.pb.h"
+#include "server/merge_choice.h"
 
 namespace ringattn {
 
-struct BytesMoved {
+// The fewest rows per block for which AUTO weighs pass-Q (above).
+inline constexpr int64_t kPassQFullRateRows = 1024;
+
+// The rates of the model for one kind of worker.
+struct StrategyRates {
+  MergeRates merge;                // G, L and broadcast-Q's merge
+  double memory = 0;               // M, bytes per second
+  double flops = 0;                // F, FLOP per second
+  double step = 0;                 // S, seconds
+  int64_t ring_element_bytes = 0;  // k
+};
+
+// GPU workers (one H200 each, NVLink): M 4 TB/s (a one-row query read its
+// K/V at 3.9-4.2 TB/s), F 550 TFLOP/s (cuDNN and our Hopper kernel on long
+// blocks), S 0.2 ms (a one-row pass-Q query over 2 GPUs took 0.9 ms more than
+// broadcast-Q, 0.55 ms of it its second read of a shard), 16-bit ring blocks;
+// G, L and the merge from GpuMergeRates.
+StrategyRates GpuStrategyRates();
+// CPU workers: M 10 GB/s, F 50 GFLOP/s per worker, S 50 us (Gloo over TCP),
+// fp32 ring blocks.
+StrategyRates CpuStrategyRates();
+
+struct StrategySeconds {
   double pass_kv = 0;
   double pass_q = 0;
   double broadcast_q = 0;
 };
 
-// The model above for `spec` over `workers` workers.
-BytesMoved EstimateBytesMoved(const AttentionSpec& spec, int64_t workers,
-                              int64_t wire_element_bytes);
+// The model above for `spec` over `workers` workers. `communicator_kept`:
+// the coordinator can lend the workers' kept communicator now (broadcast-Q's
+// merge on the workers joins one).
+StrategySeconds EstimateStrategySeconds(const AttentionSpec& spec,
+                                        int64_t workers,
+                                        int64_t wire_element_bytes,
+                                        int64_t output_element_bytes,
+                                        const StrategyRates& rates,
+                                        bool communicator_kept);
 
 // The strategy to run: `requested` if forced, or the model's choice for
-// STRATEGY_AUTO, on CPU and GPU workers alike. UNIMPLEMENTED for BROADCAST_Q
-// where the spec cannot run it (the message says why); INVALID_ARGUMENT for
-// a value that names no strategy.
-absl::StatusOr<v1::Strategy> ChooseStrategy(const AttentionSpec& spec,
-                                            v1::Strategy requested,
-                                            int64_t workers,
-                                            int64_t wire_element_bytes);
+// STRATEGY_AUTO. UNIMPLEMENTED for BROADCAST_Q where the spec cannot run it
+// (the message says why); INVALID_ARGUMENT for a value that names no
+// strategy.
+absl::StatusOr<v1::Strategy> ChooseStrategy(
+    const AttentionSpec& spec, v1::Strategy requested, int64_t workers,
+    int64_t wire_element_bytes, int64_t output_element_bytes,
+    const StrategyRates& rates, bool communicator_kept);
 
 }  // namespace ringattn
 
