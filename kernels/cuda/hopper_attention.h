@@ -3,12 +3,12 @@
 
 // Our attention forward for Hopper GPUs (compute capability 9.0), in the
 // manner of FlashAttention-3: a producer warpgroup fills 128-byte swizzled
-// shared memory with TMA copies up to three key tiles ahead; two consumer
+// shared memory with TMA copies two or three key tiles ahead; two consumer
 // warpgroups of 64 query rows each read it with warpgroup MMAs (wgmma), fp32
 // accumulators, an online softmax in base 2, and take turns at the tensor
 // cores so that one's softmax runs beside the other's products. Each step's
 // P V is issued with the next step's Q K^T and runs beside that step's
-// softmax. 128 query rows per thread block, 128 keys per step; head dims 64
+// softmax. 128 query rows per thread block, 176 keys per step; head dims 64
 // and 128 compiled, smaller multiples of 8 padded with zeros. Takes the whole
 // block or a work list (attention_work_list.h). Stateless and thread-safe.
 
