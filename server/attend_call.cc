@@ -332,10 +332,14 @@ absl::Status Call::OpenWorkers() {
     RINGATTN_RETURN_IF_ERROR(CheckContextMembers(*resident_, members));
   }
   if (appending_) {
+    // A small query's new rows ride in its one message per worker.
     absl::StatusOr<std::unique_ptr<ContextAppend>> append =
         ContextAppend::Start(members, *resident_,
                              /*create=*/false, stream_->append_length(), dtype_,
-                             context_->deadline());
+                             context_->deadline(),
+                             upload_bytes_ <= kMostWholeUploadBytes
+                                 ? AppendDelivery::kWithQuery
+                                 : AppendDelivery::kOwnStreams);
     if (!append.ok()) return append.status();
     append_ = std::move(*append);
   }
@@ -560,6 +564,12 @@ absl::Status Call::Compute() {
     WorkerLink& link = *workers_[w];
     bool sent;
     if (link.whole.has_value()) {
+      if (appending_ && append_->with_query()) {
+        if (std::optional<v1::StoreContextHeader> rows =
+                append_->TakeRowsFor(static_cast<int>(w))) {
+          *link.whole->mutable_header()->mutable_append() = std::move(*rows);
+        }
+      }
       link.whole->mutable_header()->set_run(true);
       sent = link.stream->Write(*link.whole,
                                 grpc::WriteOptions().set_last_message());
@@ -584,7 +594,7 @@ absl::Status Call::Compute() {
       events_.push_back({static_cast<int>(w), std::nullopt, status});
     });
   }
-  if (appending_) {
+  if (appending_ && !append_->with_query()) {
     // The query counts only if every worker stored its new rows.
     if (absl::Status stored = append_->Finish(); !stored.ok()) {
       CancelWorkers();
@@ -632,6 +642,9 @@ absl::Status Call::Compute() {
       }
     }
     if (event.response->has_done()) done_[event.rank] = event.response->done();
+  }
+  if (appending_ && append_->with_query()) {
+    RINGATTN_RETURN_IF_ERROR(append_->FinishWithQuery(done_));
   }
   compute_seconds_ = SecondsSince(start);
   if (strategy_ == v1::BROADCAST_Q && merge_ != v1::MERGE_ON_WORKERS) {
@@ -868,13 +881,18 @@ v1::Summary Call::MakeSummary() {
 absl::Status Call::Run() {
   const absl::Status status = RunSteps();
   if (appending_) {
-    // A decode step commits its rows only if the query succeeded.
+    // A decode step commits its rows only if the query succeeded; otherwise
+    // the workers that stored them drop them again, and refuse them should
+    // they still arrive (ResidentContext::undone_appends).
     std::optional<ResidentContext> committed;
     if (status.ok()) {
       committed = append_->after();
     } else if (append_ != nullptr) {
       append_.reset();
-      DropOnWorkers(state_, resident_->name, resident_->length);
+      committed = *resident_;
+      ++committed->undone_appends;
+      DropOnWorkers(state_, resident_->name, resident_->length,
+                    committed->undone_appends);
     }
     state_.contexts->EndUpload(resident_->name, std::move(committed));
   }
