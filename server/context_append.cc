@@ -94,10 +94,9 @@ absl::StatusOr<std::unique_ptr<ContextAppend>> ContextAppend::Start(
     append->coverage_.emplace_back(count);
   }
   const bool with_query = delivery == AppendDelivery::kWithQuery;
-  const bool whole = with_query || 2 * before.batch * count * before.kv_heads *
-                                           before.head_dim *
-                                           DTypeSize(wire_dtype) <=
-                                       kMostWholeAppendBytes;
+  const int64_t bytes = 2 * before.batch * count * before.kv_heads *
+                        before.head_dim * DTypeSize(wire_dtype);
+  const bool whole = with_query || bytes <= kMostWholeAppendBytes;
   for (const Cluster::Member& member : members) {
     // A worker that gets no new rows of an existing context has nothing to
     // store (a decode step's row goes to one worker).
