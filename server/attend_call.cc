@@ -26,6 +26,7 @@
 #include "server/context_append.h"
 #include "server/context_upload.h"
 #include "server/merge_choice.h"
+#include "server/one_message_executes.h"
 #include "server/request_layout.h"
 #include "server/row_coverage.h"
 #include "server/strategy_choice.h"
@@ -51,11 +52,12 @@ const char* TensorLabel(v1::TensorName tensor) {
 struct WorkerLink {
   Cluster::Member member;
   grpc::ClientContext context;
+  // A large upload: the stream, its messages written on a thread of their
+  // own and its responses read on another.
   std::unique_ptr<ExecuteStream> stream;
-  // A large upload: its messages are written on a thread of their own.
   std::unique_ptr<WorkerWriter> writer;  // destroyed before the stream
   // A small upload: the header, collecting the worker's rows, sent whole
-  // with 'run' as the stream's only message.
+  // with 'run' as the stream's only message (Call::executes_).
   std::optional<v1::ExecuteRequest> whole;
 };
 
@@ -67,13 +69,6 @@ constexpr int64_t kMaxQueuedBytesPerWorker = int64_t{64} << 20;
 // sides, and a writer thread per worker pays off only for uploads long
 // enough to overlap with reading the client.
 constexpr int64_t kMostWholeUploadBytes = int64_t{1} << 20;
-
-// What a worker's reader thread hands to the call.
-struct WorkerEvent {
-  int rank;
-  std::optional<v1::ExecuteResponse> response;  // empty: the stream ended
-  grpc::Status status;                          // when the stream ended
-};
 
 // Output rows that arrived ahead of their turn: a run of consecutive tokens.
 struct OutputRun {
@@ -94,6 +89,7 @@ class Call {
 
   ~Call() {
     CancelWorkers();
+    executes_.reset();
     for (std::thread& reader : readers_) reader.join();
     state_.store->EraseWithPrefix(prefix_);
   }
@@ -115,6 +111,12 @@ class Call {
   absl::Status SendToWorker(int64_t worker, v1::ExecuteRequest request);
   absl::Status CheckComplete();
   absl::Status Compute();
+  // Sends each worker its last message and reads its responses: on this
+  // thread for a small request, on a thread per worker otherwise.
+  absl::Status StartWorkers();
+  // The next response or stream end of any worker; none if `timeout` passed.
+  std::optional<WorkerEvent> NextEvent(absl::Duration timeout);
+  absl::Status TakeResponse(int rank, v1::ExecuteResponse& response);
   // The dtype of a worker's output chunk, once its sizes are checked.
   absl::StatusOr<DType> CheckOutputSize(const v1::ShardOutput& output) const;
   // Queues the rows of `output` until their turn (its data may be moved
@@ -148,6 +150,8 @@ class Call {
   v1::PartialMerge merge_ = v1::MERGE_AUTO;
   std::optional<RequestLayout> layout_;
   std::vector<std::unique_ptr<WorkerLink>> workers_;
+  // A small request's streams (reset before workers_ goes).
+  std::optional<OneMessageExecutes> executes_;
   std::vector<std::thread> readers_;
   std::vector<RowCoverage> coverage_;  // [tensor * batch + b]
   AdmissionControl::Ticket ticket_;
@@ -335,10 +339,14 @@ absl::Status Call::OpenWorkers() {
     RINGATTN_RETURN_IF_ERROR(CheckContextMembers(*resident_, members));
   }
   if (appending_) {
+    // A small query's new rows ride in its one message per worker.
     absl::StatusOr<std::unique_ptr<ContextAppend>> append =
         ContextAppend::Start(members, *resident_,
                              /*create=*/false, stream_->append_length(), dtype_,
-                             context_->deadline());
+                             context_->deadline(),
+                             upload_bytes_ <= kMostWholeUploadBytes
+                                 ? AppendDelivery::kWithQuery
+                                 : AppendDelivery::kOwnStreams);
     if (!append.ok()) return append.status();
     append_ = std::move(*append);
   }
@@ -399,13 +407,13 @@ absl::Status Call::OpenWorkers() {
     // The stream's metadata goes out with the header instead of on its own,
     // so opening it does not wait for a write.
     link->context.set_initial_metadata_corked(true);
-    link->stream = member.stub->Execute(&link->context);
     h->set_rank(member.rank);
     if (upload_bytes_ <= kMostWholeUploadBytes) {
       link->whole = header;
       workers_.push_back(std::move(link));
       continue;
     }
+    link->stream = member.stub->Execute(&link->context);
     link->writer = std::make_unique<WorkerWriter>(link->stream.get(),
                                                   kMaxQueuedBytesPerWorker);
     workers_.push_back(std::move(link));
@@ -552,8 +560,7 @@ absl::Status Call::CheckComplete() {
   return absl::OkStatus();
 }
 
-absl::Status Call::Compute() {
-  const Clock::time_point start = Clock::now();
+absl::Status Call::StartWorkers() {
   // Once a worker's rows are written, 'run' goes straight to it, closing
   // the stream's writes in the same step; a small request's one message
   // carries it.
@@ -561,18 +568,26 @@ absl::Status Call::Compute() {
   run.set_run(true);
   for (size_t w = 0; w < workers_.size(); ++w) {
     WorkerLink& link = *workers_[w];
-    bool sent;
     if (link.whole.has_value()) {
+      if (appending_ && append_->with_query()) {
+        if (std::optional<v1::StoreContextHeader> rows =
+                append_->TakeRowsFor(static_cast<int>(w))) {
+          *link.whole->mutable_header()->mutable_append() = std::move(*rows);
+        }
+      }
       link.whole->mutable_header()->set_run(true);
-      sent = link.stream->Write(*link.whole,
-                                grpc::WriteOptions().set_last_message());
+      if (!executes_.has_value()) executes_.emplace();
+      executes_->Start(*link.member.stub, &link.context, static_cast<int>(w),
+                       *link.whole);
       link.whole.reset();
-    } else {
-      sent = link.writer->Flush() &&
-             link.stream->Write(run, grpc::WriteOptions().set_last_message());
+      continue;
     }
-    if (!sent) return WorkerError(static_cast<int>(w), link.stream->Finish());
+    if (!link.writer->Flush() ||
+        !link.stream->Write(run, grpc::WriteOptions().set_last_message())) {
+      return WorkerError(static_cast<int>(w), link.stream->Finish());
+    }
   }
+  if (executes_.has_value()) return absl::OkStatus();
   for (size_t w = 0; w < workers_.size(); ++w) {
     readers_.emplace_back([this, w] {
       WorkerLink& link = *workers_[w];
@@ -587,7 +602,47 @@ absl::Status Call::Compute() {
       events_.push_back({static_cast<int>(w), std::nullopt, status});
     });
   }
-  if (appending_) {
+  return absl::OkStatus();
+}
+
+std::optional<WorkerEvent> Call::NextEvent(absl::Duration timeout) {
+  if (executes_.has_value()) return executes_->Next(timeout);
+  absl::MutexLock lock(&mutex_);
+  auto has_event = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return !events_.empty();
+  };
+  if (!mutex_.AwaitWithTimeout(absl::Condition(&has_event), timeout)) {
+    return std::nullopt;
+  }
+  WorkerEvent event = std::move(events_.front());
+  events_.pop_front();
+  return event;
+}
+
+absl::Status Call::TakeResponse(int rank, v1::ExecuteResponse& response) {
+  if (response.has_output()) {
+    if (strategy_ == v1::BROADCAST_Q && merge_ != v1::MERGE_ON_WORKERS) {
+      RINGATTN_RETURN_IF_ERROR(MergePartial(response.output()));
+    } else {
+      if (merge_ == v1::MERGE_ON_WORKERS && rank != 0) {
+        CancelWorkers();
+        return absl::InternalError(absl::StrCat(
+            "worker ", rank,
+            " sent output rows, but broadcast-Q merged on the workers "
+            "returns them from rank 0 alone"));
+      }
+      RINGATTN_RETURN_IF_ERROR(TakeOutput(*response.mutable_output()));
+      RINGATTN_RETURN_IF_ERROR(EmitReady(/*flush=*/true));
+    }
+  }
+  if (response.has_done()) done_[rank] = response.done();
+  return absl::OkStatus();
+}
+
+absl::Status Call::Compute() {
+  const Clock::time_point start = Clock::now();
+  RINGATTN_RETURN_IF_ERROR(StartWorkers());
+  if (appending_ && !append_->with_query()) {
     // The query counts only if every worker stored its new rows.
     if (absl::Status stored = append_->Finish(); !stored.ok()) {
       CancelWorkers();
@@ -596,45 +651,24 @@ absl::Status Call::Compute() {
   }
   size_t finished = 0;
   while (finished < workers_.size()) {
-    WorkerEvent event;
-    {
-      absl::MutexLock lock(&mutex_);
-      auto has_event = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-        return !events_.empty();
-      };
-      // Wake now and then to notice a client that went away during compute.
-      if (!mutex_.AwaitWithTimeout(absl::Condition(&has_event),
-                                   absl::Milliseconds(200))) {
-        if (context_->IsCancelled()) {
-          CancelWorkers();
-          return absl::CancelledError("the client went away during compute");
-        }
-        continue;
+    // Wakes now and then to notice a client that went away during compute.
+    std::optional<WorkerEvent> event = NextEvent(absl::Milliseconds(200));
+    if (!event.has_value()) {
+      if (context_->IsCancelled()) {
+        CancelWorkers();
+        return absl::CancelledError("the client went away during compute");
       }
-      event = std::move(events_.front());
-      events_.pop_front();
-    }
-    if (!event.response.has_value()) {
-      ++finished;
-      if (!event.status.ok()) return WorkerError(event.rank, event.status);
       continue;
     }
-    if (event.response->has_output()) {
-      if (strategy_ == v1::BROADCAST_Q && merge_ != v1::MERGE_ON_WORKERS) {
-        RINGATTN_RETURN_IF_ERROR(MergePartial(event.response->output()));
-      } else {
-        if (merge_ == v1::MERGE_ON_WORKERS && event.rank != 0) {
-          CancelWorkers();
-          return absl::InternalError(absl::StrCat(
-              "worker ", event.rank,
-              " sent output rows, but broadcast-Q merged on the workers "
-              "returns them from rank 0 alone"));
-        }
-        RINGATTN_RETURN_IF_ERROR(TakeOutput(*event.response->mutable_output()));
-        RINGATTN_RETURN_IF_ERROR(EmitReady(/*flush=*/true));
-      }
+    if (!event->response.has_value()) {
+      ++finished;
+      if (!event->status.ok()) return WorkerError(event->rank, event->status);
+      continue;
     }
-    if (event.response->has_done()) done_[event.rank] = event.response->done();
+    RINGATTN_RETURN_IF_ERROR(TakeResponse(event->rank, *event->response));
+  }
+  if (appending_ && append_->with_query()) {
+    RINGATTN_RETURN_IF_ERROR(append_->FinishWithQuery(done_));
   }
   compute_seconds_ = SecondsSince(start);
   if (strategy_ == v1::BROADCAST_Q && merge_ != v1::MERGE_ON_WORKERS) {
@@ -871,13 +905,18 @@ v1::Summary Call::MakeSummary() {
 absl::Status Call::Run() {
   const absl::Status status = RunSteps();
   if (appending_) {
-    // A decode step commits its rows only if the query succeeded.
+    // A decode step commits its rows only if the query succeeded; otherwise
+    // the workers that stored them drop them again, and refuse them should
+    // they still arrive (ResidentContext::undone_appends).
     std::optional<ResidentContext> committed;
     if (status.ok()) {
       committed = append_->after();
     } else if (append_ != nullptr) {
       append_.reset();
-      DropOnWorkers(state_, resident_->name, resident_->length);
+      committed = *resident_;
+      ++committed->undone_appends;
+      DropOnWorkers(state_, resident_->name, resident_->length,
+                    committed->undone_appends);
     }
     state_.contexts->EndUpload(resident_->name, std::move(committed));
   }

@@ -24,19 +24,25 @@ struct ContextAppend::Link {
   Cluster::Member member;
   grpc::ClientContext context;
   v1::StoreContextResponse response;
+  // None with AppendDelivery::kWithQuery.
   std::unique_ptr<grpc::ClientWriter<v1::StoreContextRequest>> writer;
   // A small append: the header, collecting the worker's rows until EndWrites
-  // sends it.
+  // sends it (or TakeRowsFor takes them).
   std::optional<v1::StoreContextRequest> whole;
 };
 
 ContextAppend::ContextAppend(ResidentContext before, int64_t count,
-                             DType wire_dtype)
-    : before_(std::move(before)), count_(count), dtype_(wire_dtype) {}
+                             DType wire_dtype, AppendDelivery delivery)
+    : before_(std::move(before)),
+      count_(count),
+      dtype_(wire_dtype),
+      delivery_(delivery) {}
 
 ContextAppend::~ContextAppend() {
   if (finished_) return;
-  for (const auto& link : links_) link->context.TryCancel();
+  for (const auto& link : links_) {
+    if (link->writer != nullptr) link->context.TryCancel();
+  }
 }
 
 absl::Status ContextAppend::WorkerError(const Link& link,
@@ -54,9 +60,9 @@ absl::Status ContextAppend::WorkerError(const Link& link,
 absl::StatusOr<std::unique_ptr<ContextAppend>> ContextAppend::Start(
     const std::vector<Cluster::Member>& members, const ResidentContext& before,
     bool create, int64_t count, DType wire_dtype,
-    std::chrono::system_clock::time_point deadline) {
+    std::chrono::system_clock::time_point deadline, AppendDelivery delivery) {
   std::unique_ptr<ContextAppend> append(
-      new ContextAppend(before, count, wire_dtype));
+      new ContextAppend(before, count, wire_dtype, delivery));
   std::vector<int64_t> held;
   int64_t last = -1;  // the worker holding the context's last position
   for (const std::vector<Range>& chunks : before.chunks) {
@@ -87,18 +93,21 @@ absl::StatusOr<std::unique_ptr<ContextAppend>> ContextAppend::Start(
   for (int64_t b = 0; b < 2 * before.batch; ++b) {
     append->coverage_.emplace_back(count);
   }
-  const bool whole = 2 * before.batch * count * before.kv_heads *
-                         before.head_dim * DTypeSize(wire_dtype) <=
-                     kMostWholeAppendBytes;
+  const bool with_query = delivery == AppendDelivery::kWithQuery;
+  const int64_t bytes = 2 * before.batch * count * before.kv_heads *
+                        before.head_dim * DTypeSize(wire_dtype);
+  const bool whole = with_query || bytes <= kMostWholeAppendBytes;
   for (const Cluster::Member& member : members) {
     // A worker that gets no new rows of an existing context has nothing to
     // store (a decode step's row goes to one worker).
     if (!create && append->runs_[member.rank].empty()) continue;
     auto link = std::make_unique<Link>();
     link->member = member;
-    link->context.set_deadline(deadline);
-    link->context.set_initial_metadata_corked(true);  // sent with the header
-    link->writer = member.stub->StoreContext(&link->context, &link->response);
+    if (!with_query) {
+      link->context.set_deadline(deadline);
+      link->context.set_initial_metadata_corked(true);  // sent with the header
+      link->writer = member.stub->StoreContext(&link->context, &link->response);
+    }
     v1::StoreContextRequest request;
     v1::StoreContextHeader* h = request.mutable_header();
     h->set_name(before.name);
@@ -109,6 +118,7 @@ absl::StatusOr<std::unique_ptr<ContextAppend>> ContextAppend::Start(
     h->set_wire_dtype(DTypeToProto(wire_dtype));
     h->set_first_position(append->runs_[member.rank].begin);
     h->set_count(append->runs_[member.rank].size());
+    h->set_undone_appends(before.undone_appends);
     if (whole) {
       link->whole = std::move(request);
       append->links_.push_back(std::move(link));
@@ -207,6 +217,7 @@ void ContextAppend::EndWrites() {
   if (writes_ended_) return;
   // A failed write shows in Finish, as the stream's status.
   for (const auto& link : links_) {
+    if (link->writer == nullptr) continue;
     if (link->whole.has_value()) {
       link->writer->Write(*link->whole,
                           grpc::WriteOptions().set_last_message());
@@ -227,13 +238,48 @@ absl::Status ContextAppend::Finish() {
   }
   finished_ = true;
   if (!first.ok()) return first;
-  after_.worker_bytes.resize(after_.chunks.size());
+  std::vector<int64_t> held;
+  for (const auto& link : links_) held.push_back(link->response.bytes());
+  CountBytes(held);
+  return absl::OkStatus();
+}
+
+std::optional<v1::StoreContextHeader> ContextAppend::TakeRowsFor(int rank) {
   for (const auto& link : links_) {
-    after_.worker_bytes[link->member.rank] = link->response.bytes();
+    if (link->member.rank != rank || !link->whole.has_value()) continue;
+    std::optional<v1::StoreContextHeader> rows(
+        std::move(*link->whole->mutable_header()));
+    link->whole.reset();
+    return rows;
+  }
+  return std::nullopt;
+}
+
+absl::Status ContextAppend::FinishWithQuery(
+    const std::vector<v1::ExecuteDone>& done) {
+  finished_ = true;
+  std::vector<int64_t> held;
+  for (const auto& link : links_) {
+    const int rank = link->member.rank;
+    if (rank >= static_cast<int>(done.size()) ||
+        done[rank].context_bytes() <= 0) {
+      return absl::InternalError(
+          absl::StrCat("worker ", rank, " (", link->member.address,
+                       ") did not report storing the rows the query appended"));
+    }
+    held.push_back(done[rank].context_bytes());
+  }
+  CountBytes(held);
+  return absl::OkStatus();
+}
+
+void ContextAppend::CountBytes(const std::vector<int64_t>& held) {
+  after_.worker_bytes.resize(after_.chunks.size());
+  for (size_t i = 0; i < links_.size(); ++i) {
+    after_.worker_bytes[links_[i]->member.rank] = held[i];
   }
   after_.bytes = 0;
   for (int64_t bytes : after_.worker_bytes) after_.bytes += bytes;
-  return absl::OkStatus();
 }
 
 }  // namespace ringattn

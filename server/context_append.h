@@ -10,15 +10,19 @@
 // message per worker sent by EndWrites), and a worker keeps its part only
 // once all of it arrived.
 // Used by CreateContext and AppendContext, and by a Query that appends the rows
-// it attends to (a decode step). Not thread-safe.
+// it attends to (a decode step); a small Query's rows skip the StoreContext
+// streams and ride in the query's own Execute messages instead
+// (AppendDelivery::kWithQuery). Not thread-safe.
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/dtype.h"
+#include "ringattn/v1/worker.pb.h"
 #include "server/cluster.h"
 #include "server/context_registry.h"
 #include "server/row_coverage.h"
@@ -29,16 +33,24 @@ namespace ringattn {
 // on to the others (BalancedRuns' slack).
 inline constexpr int64_t kAppendSlackPositions = 4096;
 
+// How the new rows reach the workers that keep them.
+enum class AppendDelivery {
+  kOwnStreams,  // a StoreContext stream per worker
+  kWithQuery,   // in the Execute header of the query that appends them
+};
+
 class ContextAppend {
  public:
   // Opens a StoreContext stream for `count` tokens after `before` to every
   // member (a new context when `create`), or for an append only to those
-  // that get some of them. `before` must have one entry per member in chunks,
-  // addresses and worker_bytes.
+  // that get some of them; with kWithQuery (an append only) it opens none and
+  // collects each worker's rows for TakeRowsFor. `before` must have one entry
+  // per member in chunks, addresses and worker_bytes.
   static absl::StatusOr<std::unique_ptr<ContextAppend>> Start(
       const std::vector<Cluster::Member>& members,
       const ResidentContext& before, bool create, int64_t count,
-      DType wire_dtype, std::chrono::system_clock::time_point deadline);
+      DType wire_dtype, std::chrono::system_clock::time_point deadline,
+      AppendDelivery delivery = AppendDelivery::kOwnStreams);
   // Cancels streams that did not finish.
   ~ContextAppend();
 
@@ -58,18 +70,30 @@ class ContextAppend {
   // stored its part.
   absl::Status Finish();
 
+  // kWithQuery, once every row was routed: the header carrying the new rows
+  // of worker `rank` (for its ExecuteHeader.append), or none if it gets none.
+  std::optional<v1::StoreContextHeader> TakeRowsFor(int rank);
+  // kWithQuery, once the query succeeded: OK when every worker given rows
+  // reported storing them (`done` by rank: ExecuteDone.context_bytes).
+  absl::Status FinishWithQuery(const std::vector<v1::ExecuteDone>& done);
+  bool with_query() const { return delivery_ == AppendDelivery::kWithQuery; }
+
   // The context as it will stand: its length and layout from Start on, its
   // bytes once Finish succeeded.
   const ResidentContext& after() const { return after_; }
 
  private:
   struct Link;
-  ContextAppend(ResidentContext before, int64_t count, DType wire_dtype);
+  ContextAppend(ResidentContext before, int64_t count, DType wire_dtype,
+                AppendDelivery delivery);
   absl::Status WorkerError(const Link& link, const grpc::Status& status);
+  // The context's bytes from what each worker given rows now holds.
+  void CountBytes(const std::vector<int64_t>& held);
 
   const ResidentContext before_;
   const int64_t count_;
   const DType dtype_;
+  const AppendDelivery delivery_;
   std::vector<Range> runs_;  // new positions per rank
   std::vector<std::unique_ptr<Link>> links_;
   std::vector<RowCoverage> coverage_;  // K batches, then V batches

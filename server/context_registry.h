@@ -31,6 +31,10 @@ struct ResidentContext {
       chunks;                          // positions each rank holds, in order
   std::vector<std::string> addresses;  // the worker of each rank
   std::vector<int64_t> worker_bytes;   // what each rank holds
+  // Appends undone so far (queries that appended and failed): every append
+  // tells the workers this count, and every undo raises it, so that a worker
+  // refuses rows of an undone append that reach it after the undo.
+  int64_t undone_appends = 0;
 
   v1::ContextInfo Info() const;
 };

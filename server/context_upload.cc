@@ -164,7 +164,7 @@ absl::Status CheckContextMembers(const ResidentContext& context,
 }
 
 void DropOnWorkers(const CoordinatorState& state, const std::string& name,
-                   int64_t keep_length) {
+                   int64_t keep_length, int64_t undone_appends) {
   absl::StatusOr<std::vector<Cluster::Member>> members =
       state.cluster->ReadyMembers();
   if (!members.ok()) return;
@@ -175,6 +175,7 @@ void DropOnWorkers(const CoordinatorState& state, const std::string& name,
     v1::DropContextRequest request;
     request.set_name(name);
     request.set_keep_length(keep_length);
+    request.set_undone_appends(undone_appends);
     v1::DropContextResponse response;
     member.stub->DropContext(&context, request, &response);
   }

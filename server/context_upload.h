@@ -26,9 +26,11 @@ absl::Status CheckContextMembers(const ResidentContext& context,
                                  const std::vector<Cluster::Member>& members);
 
 // Drops context `name` (or, with keep_length > 0, its positions from
-// keep_length on) on every live worker, best effort.
+// keep_length on) on every live worker, best effort. An undo of a query's
+// append passes the context's undone appends, this one included
+// (ResidentContext::undone_appends).
 void DropOnWorkers(const CoordinatorState& state, const std::string& name,
-                   int64_t keep_length);
+                   int64_t keep_length, int64_t undone_appends = 0);
 
 }  // namespace ringattn
 

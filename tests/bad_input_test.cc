@@ -220,5 +220,41 @@ TEST_F(BadInput, ClientThatCancelsMidUploadLeavesNothingBehind) {
   EXPECT_TRUE(Send(Complete()).ok());
 }
 
+// A small request reaches each worker as one message and the coordinator
+// reads the workers' answers on the call's own thread: a client that goes
+// away once it sent everything (the coordinator may be reading it or waiting
+// for the workers) is noticed, the request lets go of what it held, and the
+// cluster serves the next one.
+TEST_F(BadInput, ClientThatGoesAwayAfterSendingASmallRequestIsNoticed) {
+  // 20000 tokens of one head of 4 fp32 values: under 1 MiB to upload.
+  const int64_t n = 20000;
+  v1::AttentionSpec spec = SmallSpec();
+  spec.set_q_len(n);
+  spec.set_kv_len(n);
+  auto stub = v1::Attention::NewStub(grpc::CreateChannel(
+      cluster_->target(), grpc::InsecureChannelCredentials()));
+  {
+    grpc::ClientContext context;
+    auto stream = stub->Attend(&context);
+    ASSERT_TRUE(stream->Write(Header(spec)));
+    for (v1::TensorName tensor : {v1::Q, v1::K, v1::V}) {
+      ASSERT_TRUE(stream->Write(Chunk(tensor, 0, n, n * 16)));
+    }
+    stream->WritesDone();
+    context.TryCancel();
+    EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  std::string metrics;
+  while (absl::Now() < deadline) {
+    metrics = cluster_->Metrics().value_or("");
+    if (metrics.find("ringattn_inflight_bytes 0\n") != std::string::npos) break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_NE(metrics.find("ringattn_inflight_bytes 0\n"), std::string::npos)
+      << metrics;
+  EXPECT_TRUE(Send(Complete()).ok());
+}
+
 }  // namespace
 }  // namespace ringattn

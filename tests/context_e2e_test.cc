@@ -3,8 +3,11 @@
 // statuses.
 
 #include <memory>
+#include <numeric>
 #include <string>
+#include <vector>
 
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "tests/attention_checks.h"
 #include "tests/test_cluster.h"
@@ -150,6 +153,92 @@ TEST_F(Contexts, DecodeStepsAppendAndAttendInOneCall) {
   ASSERT_EQ(listed->size(), 1u);
   EXPECT_EQ((*listed)[0].length(), n + steps);
   EXPECT_TRUE(client->DeleteContext("chat").ok());
+}
+
+// Decode steps cut short by their deadline at every point (before, while and
+// after the workers store the new row): a step that fails leaves the context
+// as it was, with no row left behind on any worker, so the steps after it
+// append and attend exactly as if it never ran. (A step can also succeed on
+// the service just as its client gives up; the context then holds its row,
+// and the next step shows it.)
+TEST_F(Contexts, DecodeStepsThatFailMidwayLeaveTheContextAsItWas) {
+  const int64_t n = 64, tries = 40;
+  const RandomInputs all =
+      MakeRandomInputs(ContextSpec(n + 2 * tries, n + 2 * tries, true), 80);
+  std::unique_ptr<Client> client = cluster_->NewClient();
+  RandomInputs prefix;
+  prefix.k = Tensor<float>({1, n, 2, 80});
+  prefix.v = Tensor<float>({1, n, 2, 80});
+  CopyView(all.k.view().Slice(0, n), prefix.k.view());
+  CopyView(all.v.view().Slice(0, n), prefix.v.view());
+  Upload(*client, "cut", prefix, {n});
+  std::vector<int64_t> held(n);  // the rows of `all` the context holds
+  std::iota(held.begin(), held.end(), 0);
+  int64_t next = n;  // the row of `all` the next step appends
+  // The reference inputs of a step attending to `rows` of `all` (its query
+  // depends on `seed` alone).
+  auto inputs = [&](const std::vector<int64_t>& rows, uint32_t seed) {
+    const int64_t length = static_cast<int64_t>(rows.size());
+    RandomInputs in = MakeRandomInputs(ContextSpec(1, length, true), seed);
+    for (int64_t i = 0; i < length; ++i) {
+      CopyView(all.k.view().Slice(rows[i], rows[i] + 1),
+               in.k.view().Slice(i, i + 1));
+      CopyView(all.v.view().Slice(rows[i], rows[i] + 1),
+               in.v.view().Slice(i, i + 1));
+    }
+    return in;
+  };
+  // Appends row `row` of `all` and attends the query of `seed`.
+  auto step = [&](Client& caller, int64_t row, uint32_t seed) {
+    std::vector<int64_t> rows = held;
+    rows.push_back(row);
+    const RandomInputs in = inputs(rows, seed);
+    return caller.Query("cut", RequestSpec(ContextSpec(1, rows.size(), true)),
+                        in.q.view(), all.k.view().Slice(row, row + 1),
+                        all.v.view().Slice(row, row + 1));
+  };
+  int failed = 0;
+  for (int64_t i = 0; i < tries; ++i) {
+    SCOPED_TRACE("try " + std::to_string(i));
+    ClientOptions options;
+    options.deadline = absl::Microseconds(250 * (1 + i % 16));
+    const int64_t row = next++;
+    const uint32_t seed = 100 + static_cast<uint32_t>(row);
+    absl::StatusOr<AttendResult> cut =
+        step(*cluster_->NewClient(options), row, seed);
+    if (cut.ok()) {
+      held.push_back(row);
+      ExpectMatchesReference(ContextSpec(1, held.size(), true),
+                             inputs(held, seed), *cut);
+      continue;
+    }
+    ++failed;
+    EXPECT_TRUE(absl::IsDeadlineExceeded(cut.status()) ||
+                absl::IsAborted(cut.status()))
+        << cut.status();
+    // The next step waits out the failed one (ABORTED while that still holds
+    // the context), then shows what the context holds.
+    const int64_t again = next++;
+    const uint32_t again_seed = 100 + static_cast<uint32_t>(again);
+    absl::StatusOr<AttendResult> result;
+    do {
+      result = step(*client, again, again_seed);
+    } while (absl::IsAborted(result.status()));
+    ASSERT_TRUE(result.ok()) << result.status();
+    absl::StatusOr<std::vector<v1::ContextInfo>> listed =
+        client->ListContexts();
+    ASSERT_TRUE(listed.ok());
+    ASSERT_EQ(listed->size(), 1u);
+    const int64_t length = (*listed)[0].length();
+    if (length == static_cast<int64_t>(held.size()) + 2) held.push_back(row);
+    held.push_back(again);
+    ASSERT_EQ(length, static_cast<int64_t>(held.size()));
+    EXPECT_EQ((*listed)[0].bytes(), 2 * length * 2 * 80 * 4);
+    ExpectMatchesReference(ContextSpec(1, length, true),
+                           inputs(held, again_seed), *result);
+  }
+  EXPECT_GT(failed, 0) << "no step was cut short; shorten the deadlines";
+  EXPECT_TRUE(client->DeleteContext("cut").ok());
 }
 
 TEST_F(Contexts, BadUsesGetPreciseStatuses) {

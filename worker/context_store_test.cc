@@ -72,6 +72,38 @@ TEST(ContextStore, RefusesWrongCreateLayoutOverlapAndOverflow) {
   EXPECT_EQ(store.bytes_in_use(), 0);
 }
 
+// Rows of an undone append that arrive after their undo do not stay: the
+// next append's rows take their positions.
+TEST(ContextStore, RowsOfAnAppendUndoneBeforeTheyArrivedAreRefused) {
+  ContextStore store(1 << 20);
+  ASSERT_TRUE(store
+                  .AddUnlessUndone("c", true, kLayout, {0, 2}, Rows(0, 2),
+                                   Rows(0, 2), /*undone_appends=*/0)
+                  .ok());
+  store.Undo("c", 2, /*undone_appends=*/1);
+  EXPECT_EQ(store
+                .AddUnlessUndone("c", false, kLayout, {2, 3}, Rows(2, 1),
+                                 Rows(2, 1), /*undone_appends=*/0)
+                .status()
+                .code(),
+            absl::StatusCode::kAborted);
+  absl::StatusOr<int64_t> next =
+      store.AddUnlessUndone("c", false, kLayout, {2, 3}, Rows(2, 1), Rows(2, 1),
+                            /*undone_appends=*/1);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(*next, 3 * 2 * 2 * 4);
+  // A context created again under the name starts with no undone appends.
+  store.Undo("c", 0, 0);
+  ASSERT_TRUE(store
+                  .AddUnlessUndone("c", true, kLayout, {0, 1}, Rows(0, 1),
+                                   Rows(0, 1), /*undone_appends=*/0)
+                  .ok());
+  EXPECT_TRUE(store
+                  .AddUnlessUndone("c", false, kLayout, {1, 2}, Rows(1, 1),
+                                   Rows(1, 1), /*undone_appends=*/0)
+                  .ok());
+}
+
 TEST(ContextStore, HoldsRowsInTheirDTypeAndConvertsOnCopy) {
   ContextStore store(1 << 20);
   TypedTensor k(DType::kBFloat16, {1, 2, 1, 2});

@@ -1,5 +1,8 @@
 #include "worker/resident_contexts.h"
 
+#include <algorithm>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 
 namespace ringattn {
@@ -15,6 +18,32 @@ bool ResidentContexts::AwaitAddition(int64_t seen, absl::Time deadline) {
     return additions_ > seen;
   };
   return additions_mutex_.AwaitWithDeadline(absl::Condition(&added), deadline);
+}
+
+absl::StatusOr<int64_t> ResidentContexts::AddUnlessUndone(
+    const std::string& name, bool create, const Layout& layout, Range positions,
+    TypedTensor k, TypedTensor v, int64_t undone_appends) {
+  absl::MutexLock lock(&undo_mutex_);
+  auto undone = undone_appends_.find(name);
+  if (!create && undone != undone_appends_.end() &&
+      undone->second > undone_appends) {
+    return absl::AbortedError(absl::StrCat(
+        "the append of positions [", positions.begin, ", ", positions.end,
+        ") to context '", name, "' was undone before its rows arrived"));
+  }
+  return Add(name, create, layout, positions, std::move(k), std::move(v));
+}
+
+void ResidentContexts::Undo(const std::string& name, int64_t keep_length,
+                            int64_t undone_appends) {
+  absl::MutexLock lock(&undo_mutex_);
+  if (keep_length <= 0) {
+    undone_appends_.erase(name);
+  } else {
+    int64_t& undone = undone_appends_[name];
+    undone = std::max(undone, undone_appends);
+  }
+  Drop(name, keep_length);
 }
 
 void ResidentContexts::CountAddition() {

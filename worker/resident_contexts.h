@@ -8,6 +8,7 @@
 // StoreContext and DropContext calls go through this interface.
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "absl/status/status.h"
@@ -45,6 +46,22 @@ class ResidentContexts {
   // Bytes all contexts hold here.
   virtual int64_t bytes_in_use() = 0;
 
+  // Add for the rows of an append (or create) that started once
+  // `undone_appends` appends to `name` had been undone: ABORTED, storing
+  // nothing, when an Undo has undone more since (the rows belong to an append
+  // that was undone before they arrived).
+  absl::StatusOr<int64_t> AddUnlessUndone(const std::string& name, bool create,
+                                          const Layout& layout, Range positions,
+                                          TypedTensor k, TypedTensor v,
+                                          int64_t undone_appends)
+      ABSL_LOCKS_EXCLUDED(undo_mutex_);
+  // Drop(name, keep_length); with keep_length > 0 it undoes an append, the
+  // `undone_appends`-th, and AddUnlessUndone refuses the rows of appends that
+  // started before it from now on. Forgetting the whole context forgets that
+  // too.
+  void Undo(const std::string& name, int64_t keep_length,
+            int64_t undone_appends) ABSL_LOCKS_EXCLUDED(undo_mutex_);
+
   // How many pieces were added so far (a count that only grows), and a wait
   // until it exceeds `seen` or `deadline` passes (false then): for a query
   // whose new rows arrive on another stream at the same time.
@@ -57,6 +74,10 @@ class ResidentContexts {
   void CountAddition() ABSL_LOCKS_EXCLUDED(additions_mutex_);
 
  private:
+  // Orders AddUnlessUndone and Undo, so that rows either arrive before their
+  // undo (which then drops them) or are refused.
+  absl::Mutex undo_mutex_;
+  std::map<std::string, int64_t> undone_appends_ ABSL_GUARDED_BY(undo_mutex_);
   absl::Mutex additions_mutex_;
   int64_t additions_ ABSL_GUARDED_BY(additions_mutex_) = 0;
 };

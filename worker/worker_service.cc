@@ -24,6 +24,7 @@
 #include "proto/spec_conversion.h"
 #include "spdlog/spdlog.h"
 #include "worker/broadcast_executor.h"
+#include "worker/context_piece.h"
 #include "worker/gpu_partial_reduction.h"
 #include "worker/gpu_ring_executor.h"
 #include "worker/kernel_launches.h"
@@ -244,6 +245,9 @@ class ExecuteReactor final
       RINGATTN_RETURN_IF_ERROR(
           ticket_.Reserve(PartialReductionScratchBytes(spec_)));
     }
+    if (header.has_append()) {
+      RINGATTN_RETURN_IF_ERROR(AcceptAppend(header));
+    }
     std::optional<ShardLayout> kv_layout;
     if (!header.context().empty()) {
       if (header.kv_layout_size() != world_size_) {
@@ -284,6 +288,19 @@ class ExecuteReactor final
                TypedView(executor_->v()));
     LogHeader("", "", "bytes");
     return absl::OkStatus();
+  }
+
+  // The rows a query appends to its context, carried by its header: stored
+  // when 'run' arrives, before K and V are read.
+  absl::Status AcceptAppend(const v1::ExecuteHeader& header) {
+    const v1::StoreContextHeader& append = header.append();
+    if (header.context().empty() || append.name() != header.context() ||
+        append.create()) {
+      return absl::InvalidArgumentError(
+          "header: 'append' must add rows to the context the header names");
+    }
+    append_.emplace();
+    return append_->Start(append);
   }
 
   // The rest of AcceptHeader on a CUDA worker: the shard is staged in host
@@ -457,15 +474,12 @@ class ExecuteReactor final
 
   // Gives the executor this rank's K/V rows of the resident context of
   // context_load_: read in place on a CUDA worker, copied on a CPU one. The
-  // rows a query appends travel on their own StoreContext stream and may
-  // still be on their way: while some are missing it waits for the store to
+  // rows a large query appends travel on their own StoreContext stream and
+  // may still be on their way: while some are missing it waits for the store to
   // take more, at most the ring timeout, and gives up if cancelled.
   absl::Status LoadContext() {
     const ContextLoad& load = *context_load_;
-    ResidentContexts& store =
-        device_contexts_ != nullptr
-            ? static_cast<ResidentContexts&>(*device_contexts_)
-            : *host_contexts_;
+    ResidentContexts& store = contexts();
     const absl::Time give_up = std::min(deadline_, absl::Now() + ring_timeout_);
     for (;;) {
       const int64_t seen = store.additions();
@@ -477,6 +491,24 @@ class ExecuteReactor final
       store.AwaitAddition(
           seen, std::min(give_up, absl::Now() + absl::Milliseconds(100)));
     }
+  }
+
+  ResidentContexts& contexts() {
+    if (device_contexts_ != nullptr) return *device_contexts_;
+    return *host_contexts_;
+  }
+
+  // Stores the rows the header's append carried; the bytes the context then
+  // holds here go back in ExecuteDone.
+  absl::Status StoreAppend() {
+    absl::StatusOr<int64_t> bytes = append_->Commit(contexts());
+    if (!bytes.ok()) return bytes.status();
+    context_bytes_ = *bytes;
+    Log(spdlog::level::info,
+        absl::StrCat("context '", append_->name(), "': holds ", *bytes,
+                     " bytes after positions [", append_->positions().begin,
+                     ", ", append_->positions().end, ")"));
+    return absl::OkStatus();
   }
 
   absl::Status TryLoadContext(const ContextLoad& load) {
@@ -498,9 +530,16 @@ class ExecuteReactor final
     return absl::OkStatus();
   }
 
-  // Runs on a compute thread: takes resident context rows (LoadContext), joins
-  // the ring (none for broadcast-Q), computes, starts writing the output.
+  // Runs on a compute thread: stores the rows the query appends, takes
+  // resident context rows (LoadContext), joins the ring (none for
+  // broadcast-Q), computes, starts writing the output.
   void Compute() {
+    if (append_.has_value()) {
+      if (absl::Status stored = StoreAppend(); !stored.ok()) {
+        FinishWith(stored);
+        return;
+      }
+    }
     if (context_load_.has_value()) {
       if (absl::Status loaded = LoadContext(); !loaded.ok()) {
         FinishWith(loaded);
@@ -767,6 +806,7 @@ class ExecuteReactor final
     done->set_flops(stats.flops);
     done->set_ring_steps(stats.steps);
     done->set_transfers(stats.transfers);
+    done->set_context_bytes(context_bytes_);
     for (const auto& [kernel, launches] : stats.launches.Named()) {
       (*done->mutable_kernel_launches())[kernel] = launches;
     }
@@ -812,6 +852,8 @@ class ExecuteReactor final
   std::unique_ptr<PassQExecutor> pass_q_executor_;
   std::array<ShardRowsTarget, 3> targets_;
   std::optional<ContextLoad> context_load_;  // for a query of a context
+  std::optional<ContextPiece> append_;       // rows the query appends
+  int64_t context_bytes_ = 0;  // held for the context once they are stored
   bool run_requested_ = false;
 
   // The computation.
@@ -832,9 +874,7 @@ class ExecuteReactor final
 };
 
 // One StoreContext stream: the header, then the K and V rows of this worker's
-// new piece of a context. The piece joins the context only once every row has
-// arrived, so a failed upload leaves the context as it was. Deletes itself in
-// OnDone.
+// new piece of a context (ContextPiece). Deletes itself in OnDone.
 class StoreContextReactor final
     : public grpc::ServerReadReactor<v1::StoreContextRequest> {
  public:
@@ -857,90 +897,28 @@ class StoreContextReactor final
 
  private:
   absl::Status Accept(const v1::StoreContextRequest& request) {
-    if (request.has_header()) {
-      RINGATTN_RETURN_IF_ERROR(AcceptHeader(request.header()));
-      for (const v1::ShardRows& rows : request.header().rows()) {
-        RINGATTN_RETURN_IF_ERROR(AcceptRows(rows));
-      }
-      return absl::OkStatus();
-    }
+    if (request.has_header()) return piece_.Start(request.header());
     if (!request.has_rows()) {
       return absl::InvalidArgumentError(
           "a StoreContextRequest must hold a header or rows");
     }
-    if (!header_.has_value()) {
-      return absl::InvalidArgumentError(
-          "rows before the header: send the header first");
-    }
-    return AcceptRows(request.rows());
-  }
-
-  absl::Status AcceptRows(const v1::ShardRows& rows) {
-    const v1::TensorName tensor = rows.tensor();
-    if (tensor != v1::K && tensor != v1::V) {
-      return absl::InvalidArgumentError(
-          "a context holds K and V only; got rows of another tensor");
-    }
-    return targets_[tensor == v1::K ? 0 : 1].Place(rows, dtype_);
-  }
-
-  absl::Status AcceptHeader(const v1::StoreContextHeader& header) {
-    if (header_.has_value()) {
-      return absl::InvalidArgumentError("a second header arrived");
-    }
-    if (header.name().empty() || header.batch() < 1 || header.kv_heads() < 1 ||
-        header.head_dim() < 1 || header.head_dim() > kMaxHeadDim ||
-        header.first_position() < 0 || header.count() < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "context header needs a name, batch/kv_heads >= 1, head_dim in [1, ",
-          kMaxHeadDim, "] and a non-negative position range"));
-    }
-    absl::StatusOr<DType> dtype = DTypeFromProto(header.wire_dtype());
-    if (!dtype.ok()) return dtype.status();
-    dtype_ = *dtype;
-    header_ = header;
-    header_->clear_rows();  // Accept places them into k_ and v_
-    positions_ = Range{header.first_position(),
-                       header.first_position() + header.count()};
-    layout_ = ShardLayout::FromChunks(positions_.end, {{positions_}});
-    const Shape shape{header.batch(), header.count(), header.kv_heads(),
-                      header.head_dim()};
-    k_ = TypedTensor(dtype_, shape);
-    v_ = TypedTensor(dtype_, shape);
-    targets_[0] = ShardRowsTarget("K", k_.view(), &layout_, 0);
-    targets_[1] = ShardRowsTarget("V", v_.view(), &layout_, 0);
-    return absl::OkStatus();
+    return piece_.Place(request.rows());
   }
 
   absl::Status Commit() {
-    if (!header_.has_value()) {
-      return absl::InvalidArgumentError("the stream ended before the header");
-    }
-    for (const ShardRowsTarget& target : targets_) {
-      RINGATTN_RETURN_IF_ERROR(target.CheckComplete());
-    }
-    absl::StatusOr<int64_t> bytes = contexts_.Add(
-        header_->name(), header_->create(),
-        ResidentContexts::Layout{header_->batch(), header_->kv_heads(),
-                                 header_->head_dim()},
-        positions_, std::move(k_), std::move(v_));
+    absl::StatusOr<int64_t> bytes = piece_.Commit(contexts_);
     if (!bytes.ok()) return bytes.status();
     response_->set_bytes(*bytes);
     spdlog::info("context '{}': holds {} bytes after positions [{}, {})",
-                 header_->name(), *bytes, positions_.begin, positions_.end);
+                 piece_.name(), *bytes, piece_.positions().begin,
+                 piece_.positions().end);
     return absl::OkStatus();
   }
 
   ResidentContexts& contexts_;
   v1::StoreContextResponse* const response_;
   v1::StoreContextRequest request_;
-  std::optional<v1::StoreContextHeader> header_;
-  DType dtype_ = DType::kFloat32;
-  Range positions_;
-  ShardLayout layout_;
-  TypedTensor k_;
-  TypedTensor v_;
-  std::array<ShardRowsTarget, 2> targets_;
+  ContextPiece piece_;
 };
 
 }  // namespace
@@ -980,7 +958,8 @@ grpc::ServerReadReactor<v1::StoreContextRequest>* WorkerService::StoreContext(
 grpc::ServerUnaryReactor* WorkerService::DropContext(
     grpc::CallbackServerContext* context, const v1::DropContextRequest* request,
     v1::DropContextResponse*) {
-  contexts().Drop(request->name(), request->keep_length());
+  contexts().Undo(request->name(), request->keep_length(),
+                  request->undone_appends());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;

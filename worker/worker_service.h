@@ -15,12 +15,14 @@
 // (CommunicatorCache). Resident contexts live in host memory on a CPU worker,
 // which copies a query's rows out of them, and in device memory on a CUDA
 // worker, whose broadcast-Q and pass-Q queries read them in place (a decode
-// step moves only its query rows). Streams are callback reactors (no gRPC
-// thread is parked on a stream); the computation of a request runs on a thread
-// of its own. Cancelling a stream, or its deadline passing, aborts the ring on
-// this rank and frees the request's memory. Bad input gets INVALID_ARGUMENT
-// naming the problem; a worker at its limits answers RESOURCE_EXHAUSTED.
-// Thread-safe.
+// step moves only its query rows). A small query that appends to its context
+// brings the new rows in its header, and the worker stores them before it
+// reads the context; larger appends come on StoreContext streams. Streams are
+// callback reactors (no gRPC thread is parked on a stream); the computation of
+// a request runs on a thread of its own. Cancelling a stream, or its deadline
+// passing, aborts the ring on this rank and frees the request's memory. Bad
+// input gets INVALID_ARGUMENT naming the problem; a worker at its limits
+// answers RESOURCE_EXHAUSTED. Thread-safe.
 
 #include <cstdint>
 #include <memory>

@@ -384,6 +384,100 @@ TEST(WorkerServiceContexts, RowsCarriedByTheHeaderAreStored) {
   EXPECT_EQ(rows, 2);
 }
 
+// QueryOfTenPositions as a decode step: its header also carries the rows of
+// positions [8, 10) to append (zeros) and the appends undone before it.
+std::vector<v1::ExecuteRequest> QueryAppendingTwoPositions(
+    const std::string& name, int64_t undone_appends) {
+  std::vector<v1::ExecuteRequest> requests = QueryOfTenPositions(name, 20);
+  v1::StoreContextHeader* append =
+      requests[0].mutable_header()->mutable_append();
+  append->set_name(name);
+  append->set_batch(1);
+  append->set_kv_heads(2);
+  append->set_head_dim(16);
+  append->set_wire_dtype(v1::FP32);
+  append->set_first_position(8);
+  append->set_count(2);
+  append->set_undone_appends(undone_appends);
+  for (v1::TensorName tensor : {v1::K, v1::V}) {
+    *append->add_rows() = ZeroRows(tensor, 0, 8, 2, 2 * 16 * 4).rows();
+  }
+  return requests;
+}
+
+int64_t OutputRows(const ExecuteResult& result) {
+  int64_t rows = 0;
+  for (const v1::ExecuteResponse& response : result.responses) {
+    rows += response.output().count();
+  }
+  return rows;
+}
+
+// A decode step's header brings the new rows: the worker stores them before
+// it reads the context, and reports what it then holds in the done message.
+TEST(WorkerServiceContexts, QueryStoresTheRowsItsHeaderAppends) {
+  gloo::rendezvous::HashStore store;
+  TestWorker worker(store, WorkerServiceOptions());
+  ASSERT_TRUE(StoreZeros(worker.stub(), "c", true, {0, 8}).ok());
+  const ExecuteResult result =
+      Execute(worker.stub(), QueryAppendingTwoPositions("c", 0));
+  ASSERT_TRUE(result.status.ok()) << result.status.error_message();
+  EXPECT_EQ(OutputRows(result), 2);
+  // fp32 K and V of 10 positions, 2 heads of 16.
+  EXPECT_EQ(result.responses.back().done().context_bytes(),
+            2 * 10 * 2 * 16 * 4);
+  // The rows stay: a plain query of the 10 positions finds them.
+  std::vector<v1::ExecuteRequest> plain = QueryOfTenPositions("c", 0.5);
+  plain[0].mutable_header()->set_rendezvous_prefix("plain");
+  const ExecuteResult later = Execute(worker.stub(), plain);
+  ASSERT_TRUE(later.status.ok()) << later.status.error_message();
+}
+
+// The coordinator undoes a failed decode step's append on every worker; rows
+// of that step that reach a worker only afterwards are refused, so the next
+// step can append at the same positions.
+TEST(WorkerServiceContexts, AppendOfAnUndoneQueryIsRefused) {
+  gloo::rendezvous::HashStore store;
+  TestWorker worker(store, WorkerServiceOptions());
+  ASSERT_TRUE(StoreZeros(worker.stub(), "c", true, {0, 8}).ok());
+  grpc::ClientContext context;
+  v1::DropContextRequest undo;
+  undo.set_name("c");
+  undo.set_keep_length(8);
+  undo.set_undone_appends(1);
+  v1::DropContextResponse dropped;
+  ASSERT_TRUE(worker.stub().DropContext(&context, undo, &dropped).ok());
+  const ExecuteResult late =
+      Execute(worker.stub(), QueryAppendingTwoPositions("c", 0));
+  EXPECT_EQ(late.status.error_code(), grpc::StatusCode::ABORTED)
+      << late.status.error_message();
+  const ExecuteResult next =
+      Execute(worker.stub(), QueryAppendingTwoPositions("c", 1));
+  ASSERT_TRUE(next.status.ok()) << next.status.error_message();
+  EXPECT_EQ(OutputRows(next), 2);
+}
+
+TEST(WorkerServiceContexts, AppendMustAddToTheQueriedContext) {
+  gloo::rendezvous::HashStore store;
+  TestWorker worker(store, WorkerServiceOptions());
+  ASSERT_TRUE(StoreZeros(worker.stub(), "c", true, {0, 8}).ok());
+  ASSERT_TRUE(StoreZeros(worker.stub(), "d", true, {0, 8}).ok());
+  std::vector<v1::ExecuteRequest> other = QueryAppendingTwoPositions("c", 0);
+  other[0].mutable_header()->mutable_append()->set_name("d");
+  const ExecuteResult result = Execute(worker.stub(), other);
+  EXPECT_EQ(result.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << result.status.error_message();
+  std::vector<v1::ExecuteRequest> missing = QueryAppendingTwoPositions("c", 0);
+  missing[0].mutable_header()->mutable_append()->mutable_rows()->RemoveLast();
+  const ExecuteResult incomplete = Execute(worker.stub(), missing);
+  EXPECT_EQ(incomplete.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << incomplete.status.error_message();
+  // Neither stored anything: the step appends the rows now.
+  const ExecuteResult result_after =
+      Execute(worker.stub(), QueryAppendingTwoPositions("c", 0));
+  ASSERT_TRUE(result_after.status.ok()) << result_after.status.error_message();
+}
+
 TEST(WorkerServiceLimits, TooManyConcurrentStreams) {
   gloo::rendezvous::HashStore store;
   WorkerServiceOptions options;

@@ -1,0 +1,69 @@
+#include "worker/context_piece.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/attention_spec.h"
+#include "core/status_macros.h"
+#include "proto/spec_conversion.h"
+
+namespace ringattn {
+
+absl::Status ContextPiece::Start(const v1::StoreContextHeader& header) {
+  if (started_) return absl::InvalidArgumentError("a second header arrived");
+  if (header.name().empty() || header.batch() < 1 || header.kv_heads() < 1 ||
+      header.head_dim() < 1 || header.head_dim() > kMaxHeadDim ||
+      header.first_position() < 0 || header.count() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "context header needs a name, batch/kv_heads >= 1, head_dim in [1, ",
+        kMaxHeadDim, "] and a non-negative position range"));
+  }
+  absl::StatusOr<DType> dtype = DTypeFromProto(header.wire_dtype());
+  if (!dtype.ok()) return dtype.status();
+  dtype_ = *dtype;
+  header_ = header;
+  header_.clear_rows();  // placed into k_ and v_ below
+  started_ = true;
+  positions_ =
+      Range{header.first_position(), header.first_position() + header.count()};
+  layout_ = ShardLayout::FromChunks(positions_.end, {{positions_}});
+  const Shape shape{header.batch(), header.count(), header.kv_heads(),
+                    header.head_dim()};
+  k_ = TypedTensor(dtype_, shape);
+  v_ = TypedTensor(dtype_, shape);
+  targets_[0] = ShardRowsTarget("K", k_.view(), &layout_, 0);
+  targets_[1] = ShardRowsTarget("V", v_.view(), &layout_, 0);
+  for (const v1::ShardRows& rows : header.rows()) {
+    RINGATTN_RETURN_IF_ERROR(Place(rows));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ContextPiece::Place(const v1::ShardRows& rows) {
+  if (!started_) {
+    return absl::InvalidArgumentError(
+        "rows before the header: send the header first");
+  }
+  const v1::TensorName tensor = rows.tensor();
+  if (tensor != v1::K && tensor != v1::V) {
+    return absl::InvalidArgumentError(
+        "a context holds K and V only; got rows of another tensor");
+  }
+  return targets_[tensor == v1::K ? 0 : 1].Place(rows, dtype_);
+}
+
+absl::StatusOr<int64_t> ContextPiece::Commit(ResidentContexts& contexts) {
+  if (!started_) {
+    return absl::InvalidArgumentError("the stream ended before the header");
+  }
+  for (const ShardRowsTarget& target : targets_) {
+    RINGATTN_RETURN_IF_ERROR(target.CheckComplete());
+  }
+  return contexts.AddUnlessUndone(
+      header_.name(), header_.create(),
+      ResidentContexts::Layout{header_.batch(), header_.kv_heads(),
+                               header_.head_dim()},
+      positions_, std::move(k_), std::move(v_), header_.undone_appends());
+}
+
+}  // namespace ringattn

@@ -1,0 +1,62 @@
+#ifndef RINGATTN_WORKER_CONTEXT_PIECE_H_
+#define RINGATTN_WORKER_CONTEXT_PIECE_H_
+
+// ContextPiece: this worker's piece of an upload to a resident context as it
+// arrives: a StoreContextHeader (perhaps carrying rows), then K and V rows,
+// then Commit, which stores the piece only if every row is there, so a failed
+// upload leaves the context as it was. Used by StoreContext streams, and by
+// Execute streams whose query appends the rows it attends to (a decode step).
+// Neither copyable nor movable (its row targets point into it);
+// thread-compatible.
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/dtype.h"
+#include "core/range.h"
+#include "core/shard_layout.h"
+#include "core/typed_tensor.h"
+#include "ringattn/v1/worker.pb.h"
+#include "worker/resident_contexts.h"
+#include "worker/shard_rows.h"
+
+namespace ringattn {
+
+class ContextPiece {
+ public:
+  ContextPiece() = default;
+  ContextPiece(const ContextPiece&) = delete;
+  ContextPiece& operator=(const ContextPiece&) = delete;
+
+  // Checks `header` and places the rows it carries. INVALID_ARGUMENT for a
+  // second header, a bad one or bad rows.
+  absl::Status Start(const v1::StoreContextHeader& header);
+  // Places K or V rows; INVALID_ARGUMENT before the header or for bad rows.
+  absl::Status Place(const v1::ShardRows& rows);
+  // Stores the piece in `contexts` (AddUnlessUndone) once every row arrived;
+  // returns the bytes the context then holds here. INVALID_ARGUMENT naming
+  // what is missing, or the store's error.
+  absl::StatusOr<int64_t> Commit(ResidentContexts& contexts);
+
+  bool started() const { return started_; }
+  const std::string& name() const { return header_.name(); }
+  bool create() const { return header_.create(); }
+  Range positions() const { return positions_; }
+
+ private:
+  bool started_ = false;
+  v1::StoreContextHeader header_;  // without its rows
+  DType dtype_ = DType::kFloat32;
+  Range positions_;
+  ShardLayout layout_;
+  TypedTensor k_;
+  TypedTensor v_;
+  std::array<ShardRowsTarget, 2> targets_;
+};
+
+}  // namespace ringattn
+
+#endif  // RINGATTN_WORKER_CONTEXT_PIECE_H_
