@@ -11,7 +11,8 @@ namespace ringattn {
 namespace {
 
 // Reads the chunks that follow the ticket of attached stream `stream` into
-// `upload`, counting them in `response`; the status the stream ends with.
+// `upload`, counting them in `response`; the status the stream ends with
+// (SharedUpload::StreamError's).
 absl::Status ReadChunks(SharedUpload& upload, int stream,
                         grpc::ServerContext* context,
                         grpc::ServerReader<v1::AttachUploadRequest>* reader,
@@ -21,10 +22,11 @@ absl::Status ReadChunks(SharedUpload& upload, int stream,
   while (reader->Read(&request)) {
     ++index;
     if (!request.has_chunk()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("message ", index,
-                       " after the ticket is not a tensor chunk; send the "
-                       "ticket once, then chunks"));
+      return upload.StreamError(
+          stream, absl::InvalidArgumentError(absl::StrCat(
+                      "message ", index,
+                      " after the ticket is not a tensor chunk; send the "
+                      "ticket once, then chunks")));
     }
     const int64_t bytes = static_cast<int64_t>(request.chunk().data().size());
     RINGATTN_RETURN_IF_ERROR(
@@ -33,8 +35,10 @@ absl::Status ReadChunks(SharedUpload& upload, int stream,
     response->set_bytes(response->bytes() + bytes);
   }
   if (context->IsCancelled()) {
-    return absl::CancelledError(
-        "the client cancelled or broke the stream before it half-closed");
+    return upload.StreamError(
+        stream,
+        absl::CancelledError(
+            "the client cancelled or broke the stream before it half-closed"));
   }
   return absl::OkStatus();
 }
@@ -62,13 +66,8 @@ grpc::Status RunAttachUpload(
   }
   absl::StatusOr<int> stream = upload->Attach(first.ticket().token(), context);
   if (!stream.ok()) return ToGrpcStatus(stream.status());
-  absl::Status status = ReadChunks(*upload, *stream, context, reader, response);
-  if (!status.ok()) {
-    status = absl::Status(
-        status.code(),
-        absl::StrCat("attached upload stream ", *stream, " of request '",
-                     request_id, "': ", status.message()));
-  }
+  const absl::Status status =
+      ReadChunks(*upload, *stream, context, reader, response);
   upload->Detach(*stream, status);
   return ToGrpcStatus(status);
 }

@@ -66,7 +66,9 @@ absl::Status SharedUpload::Take(int stream, v1::TensorChunk& chunk,
                      "' no longer takes chunks: its upload has ended"));
   }
   absl::Status routed = route_(chunk, index);
-  if (!routed.ok()) Fail(stream, routed);
+  if (routed.ok()) return routed;
+  if (stream != 0) routed = StreamError(stream, routed);
+  Fail(stream, routed);
   return routed;
 }
 
@@ -119,7 +121,14 @@ void SharedUpload::Fail(int stream, const absl::Status& status) {
       open_[i]->TryCancel();
     }
   }
-  if (stream != 0 && main_ != nullptr) main_->TryCancel();
+}
+
+absl::Status SharedUpload::StreamError(int stream,
+                                       const absl::Status& status) const {
+  return absl::Status(
+      status.code(),
+      absl::StrCat("attached upload stream ", stream, " of request '",
+                   request_id_, "': ", status.message()));
 }
 
 }  // namespace ringattn

@@ -6,8 +6,9 @@
 // ticket, so that parsing them runs on several threads. Every chunk, from
 // whichever stream, goes through the request's one routing function under one
 // lock, so the request's row-coverage check sees all of them in turn. The first
-// failure, from any stream, is kept; it cancels the request's call and every
-// attached stream still open. Thread-safe.
+// failure, from any stream, is kept: it cancels the attached streams still
+// open, and the request's own stream ends with it at its next chunk or once it
+// has half-closed. Thread-safe.
 
 #include <cstdint>
 #include <functional>
@@ -50,12 +51,13 @@ class SharedUpload {
                              grpc::ServerContext* context);
 
   // Routes `chunk`, message `index` of stream `stream` (0: the request's own,
-  // else an attached stream's number): the route's status, or the failure
-  // that already ended the upload.
+  // else an attached stream's number): the route's status (StreamError's for
+  // an attached stream), or the failure that already ended the upload.
   absl::Status Take(int stream, v1::TensorChunk& chunk, int64_t index);
 
   // Attached stream `stream` ended: with OK when its client half-closed,
-  // otherwise with the status that fails the upload.
+  // otherwise with the status that fails the upload (unless one already
+  // did).
   void Detach(int stream, const absl::Status& status);
 
   // Waits until every announced stream has attached and detached. Returns the
@@ -68,11 +70,13 @@ class SharedUpload {
   // request's call, and the attached streams still open are cancelled.
   void Close();
 
+  // `status` with the attached stream `stream` and the request named, as
+  // an attached stream's errors read.
+  absl::Status StreamError(int stream, const absl::Status& status) const;
+
  private:
   // Keeps `status`, from stream `stream`, as the upload's failure if it is the
-  // first, and cancels the other streams. The request's own stream ends with
-  // this status; an attached stream that fails cancels the request's call,
-  // whose client learns the status from that stream.
+  // first, and cancels the other attached streams.
   void Fail(int stream, const absl::Status& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
