@@ -59,7 +59,8 @@ struct ClientOptions {
   // stream and upload_streams - 1 AttachUpload streams, each written from a
   // thread of its own and each taking the next chunk when it is ready for one,
   // so that serializing and parsing them runs on as many threads at every hop.
-  // Query and context uploads use one stream.
+  // Query and context uploads use one stream. With N > 1 an AttendStreaming
+  // source's Next is called from several threads, one call at a time.
   int upload_streams = 1;
   // Channel credentials; null means plaintext.
   std::shared_ptr<grpc::ChannelCredentials> credentials;

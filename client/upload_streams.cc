@@ -13,6 +13,15 @@ namespace {
 constexpr char kRequestIdKey[] = "ringattn-request-id";
 constexpr char kUploadTokenKey[] = "ringattn-upload-token";
 
+// Whether an attached stream's `status` only says that the request's upload
+// ended before the stream did: the coordinator cancelled it (CANCELLED), or
+// the upload was over when it came (NOT_FOUND, FAILED_PRECONDITION). The
+// Attend call then ends with the reason on its own.
+bool EndedWithTheUpload(const absl::Status& status) {
+  return absl::IsCancelled(status) || absl::IsNotFound(status) ||
+         absl::IsFailedPrecondition(status);
+}
+
 }  // namespace
 
 SharedChunks::SharedChunks(ChunkSource* source, int streams, Report report)
@@ -85,9 +94,11 @@ absl::Status AttachedUploads::Finish(const absl::Status& status) {
   const auto explains = [](const absl::Status& s) {
     return !s.ok() && !absl::IsCancelled(s);
   };
+  // A server that hands out no ticket explains the rest (rows missing).
+  if (explains(ticket_->status())) return ticket_->status();
   if (explains(status)) return status;
   for (const absl::Status& stream : statuses_) {
-    if (explains(stream)) return stream;
+    if (!stream.ok() && !EndedWithTheUpload(stream)) return stream;
   }
   if (!status.ok()) return status;
   for (const absl::Status& stream : statuses_) {
@@ -117,7 +128,7 @@ void AttachedUploads::Run(int stream) {
     absl::MutexLock lock(&mutex_);
     statuses_[stream - 1] = status;
   }
-  if (!status.ok()) on_failure_();
+  if (!status.ok() && !EndedWithTheUpload(status)) on_failure_();
 }
 
 absl::Status AttachedUploads::Upload(int stream,

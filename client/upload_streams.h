@@ -78,7 +78,9 @@ class AttachedUploads {
   using Prepare = std::function<void(grpc::ClientContext*)>;
 
   // Starts the threads. `on_failure` runs (on one of them) when a stream
-  // fails; it should cancel the Attend call, which cannot finish without it.
+  // fails other than by the request's upload ending first (the coordinator
+  // then ends the Attend call itself); it should cancel the Attend call,
+  // which cannot finish without the stream.
   AttachedUploads(int streams, v1::Attention::Stub* stub, SharedChunks* chunks,
                   const Prepare& prepare, std::function<void()> on_failure);
   // Cancels the streams still open and waits for the threads.
@@ -95,7 +97,9 @@ class AttachedUploads {
   // Once the Attend call has ended with `status`: cancels the streams still
   // open unless it succeeded, waits for them, and returns the status the
   // request ends with. A stream's own error explains a call that ended as
-  // CANCELLED (a failed stream cancels it), so it comes first then.
+  // CANCELLED (a failed stream cancels it), so it comes first then, unless
+  // it only ended with the upload (which the call's own status explains); a
+  // missing ticket comes before everything.
   absl::Status Finish(const absl::Status& status);
 
  private:

@@ -66,6 +66,8 @@ grpc::Status RunAttachUpload(
   }
   absl::StatusOr<int> stream = upload->Attach(first.ticket().token(), context);
   if (!stream.ok()) return ToGrpcStatus(stream.status());
+  // Tells the client that the stream has joined the request.
+  reader->SendInitialMetadata();
   const absl::Status status =
       ReadChunks(*upload, *stream, context, reader, response);
   upload->Detach(*stream, status);

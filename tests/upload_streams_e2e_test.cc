@@ -355,7 +355,8 @@ TEST_F(UploadStreams, TicketsAreCheckedAndFailedAttachesLeaveTheRequest) {
   auto attached = stub->AttachUpload(&attached_context, &carried);
   ASSERT_TRUE(attached->Write(TicketMessage(ticket)));
   ASSERT_TRUE(attached->Write(OnAttached(Rows(v1::K, 0, 8))));
-  // The header announced one attached stream, and it is here.
+  attached->WaitForInitialMetadata();
+  // The header announced one attached stream, and it has joined.
   const grpc::Status one_too_many = AttachOnly(*stub, TicketMessage(ticket));
   EXPECT_EQ(one_too_many.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
       << one_too_many.error_message();
@@ -382,6 +383,7 @@ TEST_F(UploadStreams, CancelledRequestEndsItsAttachedStreams) {
   auto attached = stub->AttachUpload(&attached_context, &carried);
   ASSERT_TRUE(attached->Write(TicketMessage(ticket)));
   ASSERT_TRUE(attached->Write(OnAttached(Rows(v1::K, 0, 8))));
+  attached->WaitForInitialMetadata();
 
   context.TryCancel();
   // The attached stream never half-closes: only the coordinator ending it
@@ -418,6 +420,7 @@ TEST_F(UploadStreams, BrokenAttachedStreamFailsTheRequestSayingWhich) {
   auto attached = stub->AttachUpload(&attached_context, &carried);
   ASSERT_TRUE(attached->Write(TicketMessage(TicketOf(context))));
   ASSERT_TRUE(attached->Write(OnAttached(Rows(v1::K, 0, 8))));
+  attached->WaitForInitialMetadata();
   attached_context.TryCancel();
   attached->Finish();
 
