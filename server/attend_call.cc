@@ -103,7 +103,6 @@ class Call {
         prefix_(absl::StrCat("request/", request_id_, "/")) {}
 
   ~Call() {
-    EndSharedUpload();
     CancelWorkers();
     for (std::thread& reader : readers_) reader.join();
     state_.store->EraseWithPrefix(prefix_);
