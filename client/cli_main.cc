@@ -38,7 +38,7 @@ constexpr char kUsage[] = R"(usage:
       [--block_size B [--local_blocks L] [--global_blocks G]
        [--dilated_blocks R] [--random_blocks K [--seed S]]]
       [--hilbert HxW] [--strategy auto|pass_kv|pass_q|broadcast_q]
-      [--merge auto|coordinator|workers]
+      [--merge auto|coordinator|workers] [--upload_streams N]
   ringattn local --workers P [--port PORT] [--http_port PORT] [--bin_dir DIR]
       [--ready_timeout SECONDS]
   ringattn info --target HOST:PORT
@@ -66,6 +66,10 @@ Every command that talks to a server also takes:
   --tls_cert FILE, --tls_key FILE
                       this client's PEM certificate and key, for servers that
                       require client certificates (mutual TLS)
+
+`attend --upload_streams N` uploads Q, K and V over N streams of one request
+(default 1), each serialized on its own thread here and parsed on its own
+thread by the coordinator: faster where one stream's CPU is the limit.
 
 Inputs are .npy float32 or float16 arrays in C order, [N, H, D] or
 [B, N, H, D]. O is written as float32 with Q's shape; LSE as float32 [H, N]
@@ -122,6 +126,14 @@ absl::StatusOr<Connection> Connect(const Flags& flags) {
       flags.GetInt("chunk_bytes", options.chunk_bytes);
   if (!chunk_bytes.ok()) return chunk_bytes.status();
   options.chunk_bytes = *chunk_bytes;
+  absl::StatusOr<int64_t> upload_streams =
+      flags.GetInt("upload_streams", options.upload_streams);
+  if (!upload_streams.ok()) return upload_streams.status();
+  if (*upload_streams < 1 || *upload_streams > 64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--upload_streams must be in [1, 64], got ", *upload_streams));
+  }
+  options.upload_streams = static_cast<int>(*upload_streams);
   if (absl::Status s = ApplySecurityFlags(flags, &options); !s.ok()) return s;
   Connection connection;
   if (isatty(STDERR_FILENO)) {
@@ -210,7 +222,7 @@ int RunAttend(const std::vector<std::string>& args) {
   absl::StatusOr<Flags> flags =
       ParseCommand(args,
                    Union(Union(ConnectionFlagNames(), SpecFlagNames()),
-                         {"q", "k", "v", "out", "lse_out"}),
+                         {"q", "k", "v", "out", "lse_out", "upload_streams"}),
                    SpecSwitchNames(), {"target", "q", "k", "v", "out"});
   if (!flags.ok()) return UsageError(flags.status());
   v1::AttentionSpec spec;

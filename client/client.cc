@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/chunking.h"
+#include "client/upload_streams.h"
 #include "core/status_macros.h"
 #include "proto/grpc_status.h"
 #include "proto/spec_conversion.h"
@@ -19,6 +20,8 @@ namespace {
 // Output chunks are ~1 MiB; the limit leaves room for larger ones while
 // bounding what a single message can make the client allocate.
 constexpr int kMaxReceiveMessageBytes = 64 << 20;
+// Most streams one Attend call may upload over (the server's limit too).
+constexpr int kMostUploadStreams = 64;
 
 std::string ShapeString(const Shape& shape) {
   return absl::StrCat("[", shape.batch, ", ", shape.seq, ", ", shape.heads,
@@ -97,6 +100,7 @@ class Completion {
 
 // The messages of an upload stream: a header, then every chunk of a
 // ChunkStream, all built in one reused message. Used by one write at a time.
+// Reports progress unless `progress` is null.
 template <typename Request>
 class RequestSequence {
  public:
@@ -110,8 +114,10 @@ class RequestSequence {
   // all are written.
   Request* Next() {
     uploaded_ += request_.chunk().data().size();
-    progress_->Report(Progress::Phase::kUpload, uploaded_,
-                      chunks_->total_bytes());
+    if (progress_ != nullptr) {
+      progress_->Report(Progress::Phase::kUpload, uploaded_,
+                        chunks_->total_bytes());
+    }
     return chunks_->Next(request_.mutable_chunk()) ? &request_ : nullptr;
   }
 
@@ -124,18 +130,23 @@ class RequestSequence {
 
 // One Attend or Query call: writes the request stream while reading the
 // response stream into an OutputAssembler, with one write and one read
-// outstanding at a time (which is the flow control). Bind it to a call with
-// the stub's async() method, then Run() it once.
+// outstanding at a time (which is the flow control). With `attached`, the
+// upload ticket in the call's initial metadata goes to those streams, and
+// progress is theirs to report. Bind it to a call with the stub's async()
+// method, then Run() it once.
 template <typename Request>
 class OutputCall final
     : public grpc::ClientBidiReactor<Request, v1::AttendResponse> {
  public:
   OutputCall(grpc::ClientContext* context, Request header, ChunkSource* chunks,
-             OutputAssembler* output, ProgressReporter* progress)
+             OutputAssembler* output, ProgressReporter* progress,
+             AttachedUploads* attached)
       : context_(context),
-        requests_(std::move(header), chunks, progress),
+        requests_(std::move(header), chunks,
+                  attached == nullptr ? progress : nullptr),
         output_(output),
-        progress_(progress) {}
+        progress_(progress),
+        attached_(attached) {}
 
   // Starts the call and waits for it to end. The first failure: a response
   // that breaks the API, the call's status, a missing summary or missing
@@ -163,6 +174,12 @@ class OutputCall final
       this->StartWrite(next);
     } else {
       this->StartWritesDone();
+    }
+  }
+
+  void OnReadInitialMetadataDone(bool ok) override {
+    if (ok && attached_ != nullptr) {
+      attached_->TakeTicket(context_->GetServerInitialMetadata());
     }
   }
 
@@ -212,6 +229,7 @@ class OutputCall final
   RequestSequence<Request> requests_;
   OutputAssembler* output_;
   ProgressReporter* progress_;
+  AttachedUploads* attached_;
   v1::AttendResponse response_;
   // Written by read reactions, read by Run() after OnDone.
   absl::Status response_error_;
@@ -270,6 +288,12 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
     return absl::InvalidArgumentError(
         absl::StrCat("ClientOptions.deadline must be positive, got ",
                      absl::FormatDuration(options.deadline)));
+  }
+  if (options.upload_streams < 1 ||
+      options.upload_streams > kMostUploadStreams) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ClientOptions.upload_streams must be in [1, ",
+                     kMostUploadStreams, "], got ", options.upload_streams));
   }
   if (options.reconnect_backoff <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
@@ -364,8 +388,28 @@ absl::StatusOr<v1::Summary> Client::Run(Request header, ChunkSource& source,
   ProgressReporter progress(options_.progress);
   grpc::ClientContext context;
   Prepare(&context);
+  if constexpr (std::is_same_v<Request, v1::AttendRequest>) {
+    if (options_.upload_streams > 1) {
+      header.mutable_header()->set_upload_streams(options_.upload_streams);
+      SharedChunks chunks(&source, options_.upload_streams,
+                          [&progress](int64_t done, int64_t total) {
+                            progress.Report(Progress::Phase::kUpload, done,
+                                            total);
+                          });
+      SharedChunkStream own(&chunks, 0);
+      AttachedUploads attached(
+          options_.upload_streams - 1, stub_.get(), &chunks,
+          [this](grpc::ClientContext* c) { Prepare(c); },
+          [&context] { context.TryCancel(); });
+      OutputCall<Request> call(&context, std::move(header), &own, &output,
+                               &progress, &attached);
+      stub_->async()->Attend(&context, &call);
+      RINGATTN_RETURN_IF_ERROR(attached.Finish(call.Run()));
+      return std::move(call.summary());
+    }
+  }
   OutputCall<Request> call(&context, std::move(header), &source, &output,
-                           &progress);
+                           &progress, /*attached=*/nullptr);
   if constexpr (std::is_same_v<Request, v1::AttendRequest>) {
     stub_->async()->Attend(&context, &call);
   } else {

@@ -55,6 +55,13 @@ struct ClientOptions {
   // gRPC's growing backoff (1 s up to 2 min). Short for a server that is
   // about to start.
   absl::Duration reconnect_backoff = absl::InfiniteDuration();
+  // Streams one Attend call uploads its chunks over, in [1, 64]: the Attend
+  // stream and upload_streams - 1 AttachUpload streams, each written from a
+  // thread of its own and each taking the next chunk when it is ready for one,
+  // so that serializing and parsing them runs on as many threads at every hop.
+  // Query and context uploads use one stream. With N > 1 an AttendStreaming
+  // source's Next is called from several threads, one call at a time.
+  int upload_streams = 1;
   // Channel credentials; null means plaintext.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
 };

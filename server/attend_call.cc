@@ -8,10 +8,12 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <random>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "core/block_mask.h"
@@ -29,6 +31,7 @@
 #include "server/one_message_executes.h"
 #include "server/request_layout.h"
 #include "server/row_coverage.h"
+#include "server/shared_upload.h"
 #include "server/strategy_choice.h"
 #include "server/worker_writer.h"
 #include "spdlog/spdlog.h"
@@ -69,6 +72,19 @@ constexpr int64_t kMaxQueuedBytesPerWorker = int64_t{64} << 20;
 // sides, and a writer thread per worker pays off only for uploads long
 // enough to overlap with reading the client.
 constexpr int64_t kMostWholeUploadBytes = int64_t{1} << 20;
+// Most streams one request's chunks may arrive over (its own included).
+constexpr int kMostUploadStreams = 64;
+// Initial metadata keys of the ticket for attached upload streams.
+constexpr char kRequestIdKey[] = "ringattn-request-id";
+constexpr char kUploadTokenKey[] = "ringattn-upload-token";
+
+// 128 random bits as hex: an upload token no other client can guess.
+std::string NewUploadToken() {
+  std::random_device random;
+  std::string token;
+  for (int i = 0; i < 4; ++i) absl::StrAppendFormat(&token, "%08x", random());
+  return token;
+}
 
 // Output rows that arrived ahead of their turn: a run of consecutive tokens.
 struct OutputRun {
@@ -104,6 +120,14 @@ class Call {
   absl::Status CheckSize();
   absl::Status OpenWorkers();
   absl::Status Upload();
+  // Upload's reading and routing of the chunks, from the call's own stream
+  // and any attached streams.
+  absl::Status ReadChunks();
+  // Hands out the ticket attached streams present, if the header asked for
+  // them.
+  void StartSharedUpload();
+  // No more chunks from attached streams; those still open are cancelled.
+  void EndSharedUpload();
   // Sends the rows of `chunk` to the workers that own them (its data may be
   // moved away).
   absl::Status RouteChunk(v1::TensorChunk& chunk, int64_t index);
@@ -155,6 +179,8 @@ class Call {
   std::vector<std::thread> readers_;
   std::vector<RowCoverage> coverage_;  // [tensor * batch + b]
   AdmissionControl::Ticket ticket_;
+  // With upload_streams > 1: the chunks from every stream go through it.
+  std::shared_ptr<SharedUpload> shared_upload_;
   // The workers' kept ring communicator, if this request got it.
   CommunicatorKeys::Lease communicator_;
 
@@ -189,6 +215,17 @@ absl::Status Call::ReadHeader() {
         "tensor chunk");
   }
   spec_proto_ = request.header();
+  const int upload_streams = spec_proto_.upload_streams();
+  if (upload_streams < 0 || upload_streams > kMostUploadStreams) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("field 'upload_streams' must be in [0, ",
+                     kMostUploadStreams, "], got ", upload_streams));
+  }
+  if (upload_streams > 1 && !stream_->context_name().empty()) {
+    return absl::InvalidArgumentError(
+        "field 'upload_streams' must be 0 or 1 for a Query: attached upload "
+        "streams serve Attend only");
+  }
   if (!stream_->context_name().empty()) {
     RINGATTN_RETURN_IF_ERROR(UseResidentContext());
   }
@@ -458,6 +495,45 @@ void Call::CancelWorkers() {
 
 absl::Status Call::Upload() {
   const Clock::time_point start = Clock::now();
+  StartSharedUpload();
+  const absl::Status read = ReadChunks();
+  EndSharedUpload();
+  RINGATTN_RETURN_IF_ERROR(read);
+  RINGATTN_RETURN_IF_ERROR(CheckComplete());
+  if (appending_) {
+    // The workers store the new rows while the query starts; a worker waits
+    // for its rows before it reads them (Compute checks that they were
+    // stored).
+    RINGATTN_RETURN_IF_ERROR(append_->CheckComplete());
+    append_->EndWrites();
+  }
+  upload_seconds_ = SecondsSince(start);
+  return absl::OkStatus();
+}
+
+void Call::StartSharedUpload() {
+  const int streams = spec_proto_.upload_streams();
+  if (streams <= 1) return;
+  shared_upload_ = std::make_shared<SharedUpload>(
+      request_id_, NewUploadToken(), streams - 1,
+      absl::Now() + state_.options.ring_timeout, context_,
+      [this](v1::TensorChunk& chunk, int64_t index) {
+        return RouteChunk(chunk, index);
+      });
+  state_.uploads->Add(shared_upload_);
+  context_->AddInitialMetadata(kRequestIdKey, request_id_);
+  context_->AddInitialMetadata(kUploadTokenKey, shared_upload_->token());
+  stream_->SendInitialMetadata();
+}
+
+void Call::EndSharedUpload() {
+  if (shared_upload_ == nullptr) return;
+  state_.uploads->Remove(request_id_);
+  shared_upload_->Close();
+  shared_upload_.reset();
+}
+
+absl::Status Call::ReadChunks() {
   v1::AttendRequest request;
   int64_t index = 0;
   while (stream_->Read(&request)) {
@@ -472,21 +548,20 @@ absl::Status Call::Upload() {
       return absl::InvalidArgumentError(absl::StrCat(
           "message ", index, " is empty (neither header nor chunk)"));
     }
-    RINGATTN_RETURN_IF_ERROR(RouteChunk(*request.mutable_chunk(), index));
+    RINGATTN_RETURN_IF_ERROR(
+        shared_upload_ != nullptr
+            ? shared_upload_->Take(/*stream=*/0, *request.mutable_chunk(),
+                                   index)
+            : RouteChunk(*request.mutable_chunk(), index));
+  }
+  if (shared_upload_ != nullptr) {
+    // An attached stream's failure cancels this call: it comes first.
+    RINGATTN_RETURN_IF_ERROR(shared_upload_->AwaitAttachedStreams());
   }
   if (context_->IsCancelled()) {
     return absl::CancelledError(
         "the client cancelled or went away during upload");
   }
-  RINGATTN_RETURN_IF_ERROR(CheckComplete());
-  if (appending_) {
-    // The workers store the new rows while the query starts; a worker waits
-    // for its rows before it reads them (Compute checks that they were
-    // stored).
-    RINGATTN_RETURN_IF_ERROR(append_->CheckComplete());
-    append_->EndWrites();
-  }
-  upload_seconds_ = SecondsSince(start);
   return absl::OkStatus();
 }
 

@@ -21,6 +21,7 @@
 #include "server/coordinator_options.h"
 #include "server/metrics.h"
 #include "server/rendezvous_store.h"
+#include "server/upload_registry.h"
 
 namespace ringattn {
 
@@ -34,6 +35,8 @@ struct CoordinatorState {
   AdmissionControl* admission;
   ContextRegistry* contexts;
   CommunicatorKeys* communicator_keys;
+  // Attend requests taking chunks over attached streams (AttachUpload).
+  UploadRegistry* uploads;
 };
 
 // The client's side of an attention call: Attend's stream, or Query's, whose
@@ -46,6 +49,9 @@ class RequestStream {
   virtual bool Write(const v1::AttendResponse& response) = 0;
   // Writes the call's last message, sent together with its status.
   virtual bool WriteLast(const v1::AttendResponse& response) = 0;
+  // Sends the initial metadata added to the call's ServerContext so far,
+  // ahead of any response.
+  virtual void SendInitialMetadata() = 0;
   // The context a Query's header named (known once the header was read); empty
   // for Attend.
   virtual const std::string& context_name() const = 0;

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_format.h"
 #include "proto/grpc_status.h"
+#include "server/attach_upload.h"
 #include "server/context_upload.h"
 
 namespace ringattn {
@@ -114,6 +115,7 @@ class AttendStream final : public RequestStream {
   bool WriteLast(const v1::AttendResponse& response) override {
     return stream_->Write(response, grpc::WriteOptions().set_last_message());
   }
+  void SendInitialMetadata() override { stream_->SendInitialMetadata(); }
   const std::string& context_name() const override { return none_; }
   int64_t append_length() const override { return 0; }
 
@@ -150,6 +152,7 @@ class QueryStream final : public RequestStream {
   bool WriteLast(const v1::AttendResponse& response) override {
     return stream_->Write(response, grpc::WriteOptions().set_last_message());
   }
+  void SendInitialMetadata() override { stream_->SendInitialMetadata(); }
   const std::string& context_name() const override { return context_; }
   int64_t append_length() const override { return append_length_; }
 
@@ -185,6 +188,16 @@ grpc::Status AttentionService::Query(
     grpc::ServerReaderWriter<v1::AttendResponse, v1::QueryRequest>* stream) {
   QueryStream adapter(stream);
   return Serve("Query", context, &adapter);
+}
+
+grpc::Status AttentionService::AttachUpload(
+    grpc::ServerContext* context,
+    grpc::ServerReader<v1::AttachUploadRequest>* reader,
+    v1::AttachUploadResponse* response) {
+  const auto start = std::chrono::steady_clock::now();
+  return Count("AttachUpload",
+               RunAttachUpload(*state_.uploads, context, reader, response),
+               SecondsSince(start));
 }
 
 grpc::Status AttentionService::CreateContext(

@@ -23,6 +23,9 @@ class AttentionService final : public v1::Attention::Service {
       grpc::ServerContext* context,
       grpc::ServerReaderWriter<v1::AttendResponse, v1::AttendRequest>* stream)
       override;
+  grpc::Status AttachUpload(grpc::ServerContext* context,
+                            grpc::ServerReader<v1::AttachUploadRequest>* reader,
+                            v1::AttachUploadResponse* response) override;
   grpc::Status CreateContext(grpc::ServerContext* context,
                              grpc::ServerReader<v1::ContextUpload>* reader,
                              v1::ContextInfo* response) override;

@@ -160,9 +160,10 @@ int Main() {
                              absl::GetFlag(FLAGS_max_concurrent_requests));
   ContextRegistry contexts;
   CommunicatorKeys communicator_keys(store, CommunicatorKeys::NewInstance());
+  UploadRegistry uploads;
   AttentionService attention(CoordinatorState{options, &cluster, &store,
                                               &metrics, &admission, &contexts,
-                                              &communicator_keys});
+                                              &communicator_keys, &uploads});
   CoordinationService coordination(&cluster, &store);
 
   grpc::EnableDefaultHealthCheckService(true);

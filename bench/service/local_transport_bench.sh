@@ -3,11 +3,16 @@
 # this machine, then service_bench (a) uploading a resident context of
 # 65536 x 2 x 8 KiB rows (1.07 GB, --upload_only) and (b) one one-shot request
 # whose compute is cheap next to its bytes (131072 query rows of 8 KiB, 2 keys,
-# dense: 1.07 GB up, 1.07 GB of bf16 output down). Each line: service_bench's
-# table row, then the CPU seconds the client, the coordinator and the workers
-# spent on it. On a small machine the CPU seconds are the steadier measure.
+# dense: 1.07 GB up, 1.07 GB of bf16 output down) and (c) one one-shot request
+# whose bytes are nearly all upload (the K/V of (a) and 2 query rows). Each
+# line: service_bench's table row, then the CPU seconds the client, the
+# coordinator and the workers spent on it. On a small machine the CPU seconds
+# are the steadier measure.
 #
 #   bench/service/local_transport_bench.sh [BIN_DIR] [WORKERS] [REPEATS]
+#
+# UPLOAD_STREAMS=N (default 1) sends the one-shot requests over N streams
+# each (service_bench --upload_streams).
 #
 # BIN_DIR holds server/ringattn-coordinator, worker/ringattn-worker and
 # bench/service/service_bench as bazel-bin lays them out (default bazel-bin).
@@ -16,6 +21,7 @@ bin=${1:-bazel-bin}
 workers=${2:-1}
 repeats=${3:-3}
 port=${PORT:-50261}
+upload_streams=${UPLOAD_STREAMS:-1}
 logs=$(mktemp -d)
 pids=()
 cleanup() {
@@ -64,6 +70,9 @@ measure() {
   --upload_only >/dev/null
 for ((r = 0; r < repeats; r++)); do
   measure context --lengths=65536 --kv_heads=32 --upload_only
-  measure one-shot --lengths=2 --q_len=131072 --causal=false --check_rows=2 \
-    --threads=1
+  measure "one-shot($upload_streams)" --lengths=2 --q_len=131072 \
+    --causal=false --check_rows=2 --threads=1 --upload_streams="$upload_streams"
+  measure "one-shot-up($upload_streams)" --lengths=65536 --q_len=2 \
+    --kv_heads=32 --causal=false --check_rows=1 --threads=1 \
+    --upload_streams="$upload_streams"
 done

@@ -51,6 +51,9 @@ ABSL_FLAG(bool, causal, true, "causal attention");
 ABSL_FLAG(int, check_rows, 4, "output rows checked against float64");
 ABSL_FLAG(int64_t, chunk_bytes, 4 << 20, "bytes per uploaded chunk");
 ABSL_FLAG(int, threads, 0, "reference threads (0: all cores)");
+ABSL_FLAG(int, upload_streams, 1,
+          "streams each one-shot request uploads over (ClientOptions."
+          "upload_streams)");
 ABSL_FLAG(int, decode_steps, 0,
           "instead of one-shot requests: upload each length as a resident "
           "context, then time this many decode steps (1 query row, 1 new K/V "
@@ -428,6 +431,7 @@ int Run() {
   const RowPool pool(int64_t{1} << 24, 2026);
   ClientOptions options;
   options.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
+  options.upload_streams = absl::GetFlag(FLAGS_upload_streams);
   absl::StatusOr<std::unique_ptr<Client>> client =
       Client::Connect(absl::GetFlag(FLAGS_target), options);
   if (!client.ok()) {

@@ -1,0 +1,468 @@
+// One Attend request uploaded over several streams (upload_streams, the
+// AttachUpload RPC), end to end against a real coordinator and CPU workers:
+// results equal to one stream's, and the row checks, ticket checks and
+// cancellation across streams. Raw streams are written by hand where the
+// client library never would send what the test needs.
+
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/chunking.h"
+#include "core/dtype.h"
+#include "gtest/gtest.h"
+#include "tests/attention_checks.h"
+#include "tests/test_cluster.h"
+
+namespace ringattn {
+namespace {
+
+// How long a raw call may take before the test counts it as hung.
+constexpr std::chrono::seconds kCallLimit(30);
+// The coordinator's --ring_timeout, which also bounds the wait for attached
+// streams to arrive.
+constexpr int kRingTimeoutSeconds = 5;
+
+double SeriesValue(const std::string& metrics, const std::string& series) {
+  const size_t at = metrics.find("\n" + series + " ");
+  if (at == std::string::npos) return 0;
+  return std::strtod(metrics.c_str() + at + series.size() + 2, nullptr);
+}
+
+constexpr char kAttachedOk[] =
+    "ringattn_requests_total{method=\"AttachUpload\",code=\"OK\"}";
+
+AttentionSpec Spec(int64_t n, int64_t hq, int64_t hkv, int64_t d, bool causal) {
+  AttentionSpec spec;
+  spec.q_len = spec.kv_len = n;
+  spec.q_heads = hq;
+  spec.kv_heads = hkv;
+  spec.head_dim = d;
+  spec.causal = causal;
+  return spec;
+}
+
+class UploadStreams : public testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    absl::StatusOr<std::unique_ptr<TestCluster>> cluster = TestCluster::Start(
+        {.workers = 3,
+         .coordinator_flags = {
+             absl::StrCat("--ring_timeout_seconds=", kRingTimeoutSeconds)}});
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = cluster->release();
+  }
+  static void TearDownTestSuite() { delete cluster_; }
+
+  static std::unique_ptr<Client> ClientWith(int upload_streams,
+                                            int64_t chunk_bytes) {
+    ClientOptions options;
+    options.upload_streams = upload_streams;
+    options.chunk_bytes = chunk_bytes;
+    return cluster_->NewClient(std::move(options));
+  }
+
+  static std::unique_ptr<v1::Attention::Stub> Stub() {
+    return v1::Attention::NewStub(grpc::CreateChannel(
+        cluster_->target(), grpc::InsecureChannelCredentials()));
+  }
+
+  static void LimitCall(grpc::ClientContext* context) {
+    context->set_deadline(std::chrono::system_clock::now() + kCallLimit);
+  }
+
+  // N=8, one head, D=4, fp32 (16 bytes a row), over `streams` streams.
+  static v1::AttendRequest Header(int streams) {
+    v1::AttendRequest request;
+    v1::AttentionSpec* spec = request.mutable_header();
+    spec->set_batch(1);
+    spec->set_q_len(8);
+    spec->set_kv_len(8);
+    spec->set_q_heads(1);
+    spec->set_kv_heads(1);
+    spec->set_head_dim(4);
+    spec->set_wire_dtype(v1::FP32);
+    spec->set_upload_streams(streams);
+    return request;
+  }
+
+  static v1::TensorChunk Rows(v1::TensorName tensor, int64_t offset,
+                              int64_t count) {
+    v1::TensorChunk chunk;
+    chunk.set_tensor(tensor);
+    chunk.set_token_offset(offset);
+    chunk.set_token_count(count);
+    chunk.set_data(std::string(static_cast<size_t>(count * 16), '\0'));
+    return chunk;
+  }
+
+  static v1::AttendRequest OnAttend(v1::TensorChunk chunk) {
+    v1::AttendRequest request;
+    *request.mutable_chunk() = std::move(chunk);
+    return request;
+  }
+
+  static v1::AttachUploadRequest OnAttached(v1::TensorChunk chunk) {
+    v1::AttachUploadRequest request;
+    *request.mutable_chunk() = std::move(chunk);
+    return request;
+  }
+
+  // The ticket in an Attend call's initial metadata (empty fields if none).
+  static v1::UploadTicket TicketOf(const grpc::ClientContext& context) {
+    v1::UploadTicket ticket;
+    for (const auto& [key, value] : context.GetServerInitialMetadata()) {
+      const std::string text(value.data(), value.size());
+      if (key == "ringattn-request-id") ticket.set_request_id(text);
+      if (key == "ringattn-upload-token") ticket.set_token(text);
+    }
+    return ticket;
+  }
+
+  static v1::AttachUploadRequest TicketMessage(v1::UploadTicket ticket) {
+    v1::AttachUploadRequest request;
+    *request.mutable_ticket() = std::move(ticket);
+    return request;
+  }
+
+  // Sends `first` on an AttachUpload stream, half-closes it, and returns how
+  // it ended.
+  static grpc::Status AttachOnly(v1::Attention::Stub& stub,
+                                 const v1::AttachUploadRequest& first) {
+    grpc::ClientContext context;
+    LimitCall(&context);
+    v1::AttachUploadResponse response;
+    auto writer = stub.AttachUpload(&context, &response);
+    writer->Write(first);
+    writer->WritesDone();
+    return writer->Finish();
+  }
+
+  // Half-closes an Attend stream, drains its output and returns its status.
+  static grpc::Status Close(
+      grpc::ClientReaderWriter<v1::AttendRequest, v1::AttendResponse>& stream) {
+    stream.WritesDone();
+    v1::AttendResponse response;
+    while (stream.Read(&response)) {
+    }
+    return stream.Finish();
+  }
+
+  static TestCluster* cluster_;
+};
+
+TestCluster* UploadStreams::cluster_ = nullptr;
+
+TEST_F(UploadStreams, ManyStreamsGiveOneStreamsResultsExactly) {
+  AttentionSpec batched = Spec(301, 4, 1, 80, true);
+  batched.batch = 2;
+  struct Case {
+    AttentionSpec spec;
+    int streams;
+  };
+  for (const Case& c : {Case{Spec(257, 8, 2, 64, false), 4}, Case{batched, 3},
+                        Case{Spec(131, 6, 3, 32, true), 2}}) {
+    const RandomInputs in = MakeRandomInputs(c.spec, 5);
+    const v1::AttentionSpec request = RequestSpec(c.spec);
+    // Two or three rows a chunk: every stream carries many chunks.
+    const int64_t chunk_bytes = 3 * c.spec.q_heads * c.spec.head_dim * 4;
+    absl::StatusOr<AttendResult> one =
+        ClientWith(1, chunk_bytes)
+            ->Attend(request, in.q.view(), in.k.view(), in.v.view());
+    ASSERT_TRUE(one.ok()) << one.status();
+    const std::string before = cluster_->Metrics().value_or("");
+    absl::StatusOr<AttendResult> many =
+        ClientWith(c.streams, chunk_bytes)
+            ->Attend(request, in.q.view(), in.k.view(), in.v.view());
+    ASSERT_TRUE(many.ok()) << many.status();
+    const std::string after = cluster_->Metrics().value_or("");
+
+    ExpectMatchesReference(c.spec, in, *many);
+    EXPECT_EQ(many->output.values(), one->output.values());
+    EXPECT_EQ(many->lse, one->lse);
+    EXPECT_EQ(many->summary.bytes_in(), one->summary.bytes_in());
+    EXPECT_EQ(
+        SeriesValue(after, kAttachedOk) - SeriesValue(before, kAttachedOk),
+        c.streams - 1);
+  }
+}
+
+TEST_F(UploadStreams, ProgressRisesToTheWholeUploadOverAllStreams) {
+  const AttentionSpec spec = Spec(199, 4, 2, 64, true);
+  const RandomInputs in = MakeRandomInputs(spec, 6);
+  std::vector<Progress> uploads;
+  ClientOptions options;
+  options.upload_streams = 3;
+  options.chunk_bytes = 4 * spec.q_heads * spec.head_dim * 4;
+  options.progress = [&uploads](const Progress& progress) {
+    if (progress.phase == Progress::Phase::kUpload) uploads.push_back(progress);
+  };
+  absl::StatusOr<AttendResult> result =
+      cluster_->NewClient(std::move(options))
+          ->Attend(RequestSpec(spec), in.q.view(), in.k.view(), in.v.view());
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_FALSE(uploads.empty());
+  const int64_t total = (199 * 4 + 2 * 199 * 2) * 64 * 4;
+  for (size_t i = 1; i < uploads.size(); ++i) {
+    EXPECT_GE(uploads[i].bytes_done, uploads[i - 1].bytes_done);
+    EXPECT_EQ(uploads[i].bytes_total, total);
+  }
+  EXPECT_EQ(uploads.back().bytes_done, total);
+}
+
+TEST_F(UploadStreams, ChunkRepeatedOnAnotherStreamIsInvalidArgument) {
+  auto stub = Stub();
+  grpc::ClientContext context;
+  LimitCall(&context);
+  auto attend = stub->Attend(&context);
+  ASSERT_TRUE(attend->Write(Header(2)));
+  attend->WaitForInitialMetadata();
+  const v1::UploadTicket ticket = TicketOf(context);
+  ASSERT_FALSE(ticket.token().empty());
+
+  grpc::ClientContext attached_context;
+  LimitCall(&attached_context);
+  v1::AttachUploadResponse carried;
+  auto attached = stub->AttachUpload(&attached_context, &carried);
+  ASSERT_TRUE(attached->Write(TicketMessage(ticket)));
+  ASSERT_TRUE(attached->Write(OnAttached(Rows(v1::Q, 0, 8))));
+  attached->WritesDone();
+  // The attached stream ends only once its chunks were routed.
+  ASSERT_TRUE(attached->Finish().ok());
+  EXPECT_EQ(carried.chunks(), 1);
+  EXPECT_EQ(carried.bytes(), 8 * 16);
+
+  attend->Write(OnAttend(Rows(v1::Q, 2, 3)));
+  const grpc::Status status = Close(*attend);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("tokens [2, 5) were already sent"),
+            std::string::npos)
+      << status.error_message();
+}
+
+// The chunks of a ChunkStream, then its first chunk once more.
+class RepeatsFirstChunk : public ChunkSource {
+ public:
+  explicit RepeatsFirstChunk(ChunkStream* chunks) : chunks_(chunks) {}
+  bool Next(v1::TensorChunk* chunk) override {
+    if (chunks_->Next(chunk)) {
+      if (!first_.has_value()) first_ = *chunk;
+      return true;
+    }
+    if (repeated_ || !first_.has_value()) return false;
+    repeated_ = true;
+    *chunk = *first_;
+    return true;
+  }
+  int64_t total_bytes() const override { return chunks_->total_bytes(); }
+
+ private:
+  ChunkStream* const chunks_;
+  std::optional<v1::TensorChunk> first_;
+  bool repeated_ = false;
+};
+
+TEST_F(UploadStreams, ClientReportsTheRefusedChunkWhicheverStreamCarriedIt) {
+  const AttentionSpec spec = Spec(97, 2, 1, 32, false);
+  const RandomInputs in = MakeRandomInputs(spec, 9);
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    ChunkStream chunks(DType::kFloat32, /*chunk_bytes=*/2 * 2 * 32 * 4);
+    chunks.Add(v1::Q, in.q.view());
+    chunks.Add(v1::K, in.k.view());
+    chunks.Add(v1::V, in.v.view());
+    RepeatsFirstChunk source(&chunks);
+    absl::StatusOr<v1::Summary> summary = ClientWith(3, 1024)->AttendStreaming(
+        RequestSpec(spec), source,
+        [](const v1::OutputChunk&) { return absl::OkStatus(); });
+    EXPECT_EQ(summary.status().code(), absl::StatusCode::kInvalidArgument)
+        << summary.status();
+    EXPECT_NE(summary.status().message().find("were already sent"),
+              std::string::npos)
+        << summary.status();
+  }
+}
+
+TEST_F(UploadStreams, RowsMissingAcrossStreamsFailAsOnOneStream) {
+  auto stub = Stub();
+  grpc::ClientContext one_context;
+  LimitCall(&one_context);
+  auto one = stub->Attend(&one_context);
+  one->Write(Header(1));
+  one->Write(OnAttend(Rows(v1::Q, 0, 8)));
+  one->Write(OnAttend(Rows(v1::K, 0, 8)));
+  one->Write(OnAttend(Rows(v1::V, 0, 6)));
+  const grpc::Status on_one = Close(*one);
+
+  grpc::ClientContext context;
+  LimitCall(&context);
+  auto attend = stub->Attend(&context);
+  attend->Write(Header(2));
+  attend->WaitForInitialMetadata();
+  grpc::ClientContext attached_context;
+  LimitCall(&attached_context);
+  v1::AttachUploadResponse carried;
+  auto attached = stub->AttachUpload(&attached_context, &carried);
+  attached->Write(TicketMessage(TicketOf(context)));
+  attached->Write(OnAttached(Rows(v1::K, 0, 8)));
+  attached->Write(OnAttached(Rows(v1::V, 0, 6)));
+  attached->WritesDone();
+  ASSERT_TRUE(attached->Finish().ok());
+  attend->Write(OnAttend(Rows(v1::Q, 0, 8)));
+  const grpc::Status on_two = Close(*attend);
+
+  EXPECT_EQ(on_one.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(on_one.error_message().find("missing tokens [6, 8)"),
+            std::string::npos)
+      << on_one.error_message();
+  EXPECT_EQ(on_two.error_code(), on_one.error_code());
+  EXPECT_EQ(on_two.error_message(), on_one.error_message());
+}
+
+TEST_F(UploadStreams, TicketsAreCheckedAndFailedAttachesLeaveTheRequest) {
+  auto stub = Stub();
+  grpc::ClientContext context;
+  LimitCall(&context);
+  auto attend = stub->Attend(&context);
+  attend->Write(Header(2));
+  attend->WaitForInitialMetadata();
+  const v1::UploadTicket ticket = TicketOf(context);
+
+  v1::UploadTicket wrong_token = ticket;
+  wrong_token.set_token("0123456789abcdef0123456789abcdef");
+  const grpc::Status denied = AttachOnly(*stub, TicketMessage(wrong_token));
+  EXPECT_EQ(denied.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+      << denied.error_message();
+
+  v1::UploadTicket unknown = ticket;
+  unknown.set_request_id("no-such-request");
+  const grpc::Status not_found = AttachOnly(*stub, TicketMessage(unknown));
+  EXPECT_EQ(not_found.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(not_found.error_message().find("'no-such-request'"),
+            std::string::npos)
+      << not_found.error_message();
+
+  const grpc::Status no_ticket =
+      AttachOnly(*stub, OnAttached(Rows(v1::K, 0, 8)));
+  EXPECT_EQ(no_ticket.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  grpc::ClientContext attached_context;
+  LimitCall(&attached_context);
+  v1::AttachUploadResponse carried;
+  auto attached = stub->AttachUpload(&attached_context, &carried);
+  ASSERT_TRUE(attached->Write(TicketMessage(ticket)));
+  ASSERT_TRUE(attached->Write(OnAttached(Rows(v1::K, 0, 8))));
+  attached->WaitForInitialMetadata();
+  // The header announced one attached stream, and it has joined.
+  const grpc::Status one_too_many = AttachOnly(*stub, TicketMessage(ticket));
+  EXPECT_EQ(one_too_many.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << one_too_many.error_message();
+
+  attached->Write(OnAttached(Rows(v1::V, 0, 8)));
+  attached->WritesDone();
+  EXPECT_TRUE(attached->Finish().ok());
+  attend->Write(OnAttend(Rows(v1::Q, 0, 8)));
+  const grpc::Status status = Close(*attend);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+}
+
+TEST_F(UploadStreams, CancelledRequestEndsItsAttachedStreams) {
+  auto stub = Stub();
+  grpc::ClientContext context;
+  LimitCall(&context);
+  auto attend = stub->Attend(&context);
+  attend->Write(Header(3));
+  attend->WaitForInitialMetadata();
+  const v1::UploadTicket ticket = TicketOf(context);
+  grpc::ClientContext attached_context;
+  LimitCall(&attached_context);
+  v1::AttachUploadResponse carried;
+  auto attached = stub->AttachUpload(&attached_context, &carried);
+  ASSERT_TRUE(attached->Write(TicketMessage(ticket)));
+  ASSERT_TRUE(attached->Write(OnAttached(Rows(v1::K, 0, 8))));
+  attached->WaitForInitialMetadata();
+
+  context.TryCancel();
+  // The attached stream never half-closes: only the coordinator ending it
+  // makes Finish return before the call's limit.
+  const grpc::Status ended = attached->Finish();
+  EXPECT_EQ(ended.error_code(), grpc::StatusCode::CANCELLED)
+      << ended.error_message();
+  EXPECT_EQ(attend->Finish().error_code(), grpc::StatusCode::CANCELLED);
+
+  // The request is gone from the coordinator, which serves the next one.
+  const grpc::Status late = AttachOnly(*stub, TicketMessage(ticket));
+  EXPECT_EQ(late.error_code(), grpc::StatusCode::NOT_FOUND)
+      << late.error_message();
+  const AttentionSpec spec = Spec(64, 2, 1, 32, true);
+  const RandomInputs in = MakeRandomInputs(spec, 7);
+  absl::StatusOr<AttendResult> next = ClientWith(3, 1024)->Attend(
+      RequestSpec(spec), in.q.view(), in.k.view(), in.v.view());
+  ASSERT_TRUE(next.ok()) << next.status();
+  ExpectMatchesReference(spec, in, *next);
+}
+
+TEST_F(UploadStreams, BrokenAttachedStreamFailsTheRequestSayingWhich) {
+  auto stub = Stub();
+  grpc::ClientContext context;
+  LimitCall(&context);
+  auto attend = stub->Attend(&context);
+  attend->Write(Header(2));
+  attend->WaitForInitialMetadata();
+  attend->Write(OnAttend(Rows(v1::Q, 0, 8)));
+  attend->WritesDone();
+  grpc::ClientContext attached_context;
+  LimitCall(&attached_context);
+  v1::AttachUploadResponse carried;
+  auto attached = stub->AttachUpload(&attached_context, &carried);
+  ASSERT_TRUE(attached->Write(TicketMessage(TicketOf(context))));
+  ASSERT_TRUE(attached->Write(OnAttached(Rows(v1::K, 0, 8))));
+  attached->WaitForInitialMetadata();
+  attached_context.TryCancel();
+  attached->Finish();
+
+  v1::AttendResponse response;
+  while (attend->Read(&response)) {
+  }
+  const grpc::Status status = attend->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_NE(status.error_message().find("attached upload stream 1"),
+            std::string::npos)
+      << status.error_message();
+}
+
+TEST_F(UploadStreams, StreamsThatNeverAttachEndTheRequestAfterRingTimeout) {
+  auto stub = Stub();
+  grpc::ClientContext context;
+  LimitCall(&context);
+  auto attend = stub->Attend(&context);
+  attend->Write(Header(2));
+  attend->Write(OnAttend(Rows(v1::Q, 0, 8)));
+  attend->Write(OnAttend(Rows(v1::K, 0, 8)));
+  attend->Write(OnAttend(Rows(v1::V, 0, 8)));
+  const grpc::Status status = Close(*attend);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_NE(status.error_message().find("only 0 of the 1 attached"),
+            std::string::npos)
+      << status.error_message();
+}
+
+TEST_F(UploadStreams, QueryRefusesAttachedStreams) {
+  std::unique_ptr<Client> client = cluster_->NewClient();
+  const AttentionSpec spec = Spec(16, 2, 1, 32, false);
+  const RandomInputs in = MakeRandomInputs(spec, 8);
+  ASSERT_TRUE(client->CreateContext("streams", in.k.view(), in.v.view()).ok());
+  v1::AttentionSpec request = RequestSpec(spec);
+  request.set_upload_streams(2);
+  absl::StatusOr<AttendResult> result =
+      client->Query("streams", request, in.q.view());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument)
+      << result.status();
+  EXPECT_TRUE(client->DeleteContext("streams").ok());
+}
+
+}  // namespace
+}  // namespace ringattn
