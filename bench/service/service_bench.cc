@@ -10,7 +10,7 @@
 // times decode steps against it, then (--query_rows) queries of given sizes.
 //
 //   service_bench --target=127.0.0.1:50051 --lengths=262144,1048576 --causal
-//   service_bench --lengths=1048576 --kv_heads=8 --decode_steps=100 \
+//   service_bench --lengths=1048576 --kv_heads=8 --decode_steps=100
 //       --query_rows=1,16,256
 //   service_bench --lengths=65536 --upload_only
 
