@@ -10,13 +10,21 @@
 namespace ringattn {
 
 StrategyRates GpuStrategyRates() {
-  return StrategyRates{GpuMergeRates(), /*memory=*/4e12, /*flops=*/5.5e14,
-                       /*step=*/2e-4, /*ring_element_bytes=*/2};
+  return StrategyRates{GpuMergeRates(),
+                       /*memory=*/4e12,
+                       /*flops=*/5.5e14,
+                       /*step=*/2e-4,
+                       /*hop_interference=*/1.0 / 3,
+                       /*ring_element_bytes=*/2};
 }
 
 StrategyRates CpuStrategyRates() {
-  return StrategyRates{CpuMergeRates(), /*memory=*/1e10, /*flops=*/5e10,
-                       /*step=*/5e-5, /*ring_element_bytes=*/4};
+  return StrategyRates{CpuMergeRates(),
+                       /*memory=*/1e10,
+                       /*flops=*/5e10,
+                       /*step=*/5e-5,
+                       /*hop_interference=*/1.0 / 3,
+                       /*ring_element_bytes=*/4};
 }
 
 StrategySeconds EstimateStrategySeconds(const AttentionSpec& spec,
@@ -56,8 +64,11 @@ StrategySeconds EstimateStrategySeconds(const AttentionSpec& spec,
   const MergeSeconds merge = EstimateMergeSeconds(
       spec, workers, output_element_bytes, rates.merge, communicator_kept);
   StrategySeconds seconds;
+  const double hop = kv(m) / l;
   seconds.pass_kv =
-      (q + y) / g + step + (p - 1) * (std::max(step, kv(m) / l) + rates.step);
+      (q + y) / g + step +
+      (p - 1) * (std::max(step, hop) +
+                 rates.hop_interference * std::min(step, hop) + rates.step);
   seconds.pass_q =
       (q + y) / g +
       (workers > 1 ? p * (step + a / (p * l) + rates.step) : attend(nq, nk));

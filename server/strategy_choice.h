@@ -23,8 +23,10 @@
 //                                            causal mask leaves)
 //
 //   pass-KV     = (Q + Y) / G + T(n, m) + (p - 1) * (max(T(n, m), KV(m) / L)
-//                 + S)                       (each K/V hop hides behind the
-//                                            step's compute)
+//                 + I * min(T(n, m), KV(m) / L) + S)
+//                                            (each K/V hop runs beside the
+//                                            step's compute and slows it by I
+//                                            of the shorter one)
 //   pass-Q      = (Q + Y) / G + p * (T(n, m) + A / (p * L) + S)
 //                                            (a query block leaves only with
 //                                            the worker's keys merged in; one
@@ -63,17 +65,20 @@ struct StrategyRates {
   double memory = 0;               // M, bytes per second
   double flops = 0;                // F, FLOP per second
   double step = 0;                 // S, seconds
+  double hop_interference = 0;     // I
   int64_t ring_element_bytes = 0;  // k
 };
 
 // GPU workers (one H200 each, NVLink): M 4 TB/s (a one-row query read its
 // K/V at 3.9-4.2 TB/s), F 550 TFLOP/s (cuDNN and our Hopper kernel on long
 // blocks), S 0.2 ms (a one-row pass-Q query over 2 GPUs took 0.9 ms more than
-// broadcast-Q, 0.55 ms of it its second read of a shard), 16-bit ring blocks;
-// G, L and the merge from GpuMergeRates.
+// broadcast-Q, 0.55 ms of it its second read of a shard), I 1/3 (a 4096-row
+// pass-KV query of a 1M context computed 59 ms against pass-Q's 52, beside a
+// 21 ms hop of its K/V), 16-bit ring blocks; G, L and the merge from
+// GpuMergeRates.
 StrategyRates GpuStrategyRates();
 // CPU workers: M 10 GB/s, F 50 GFLOP/s per worker, S 50 us (Gloo over TCP),
-// fp32 ring blocks.
+// I 1/3 as on GPUs (not measured), fp32 ring blocks.
 StrategyRates CpuStrategyRates();
 
 struct StrategySeconds {

@@ -40,6 +40,7 @@ StrategyRates PlainRates() {
   rates.memory = 1e11;
   rates.flops = 1e12;
   rates.step = 1e-4;
+  rates.hop_interference = 0.5;
   rates.ring_element_bytes = 2;
   return rates;
 }
@@ -61,8 +62,9 @@ TEST(StrategyChoice, EstimatesSecondsPerTheFormula) {
   // 4*2*500*8*80/1e12, T(4, 500) = 320000/1e11 + 4*4*500*8*80/1e12.
   const double t2 = 320000 / 1e11 + 4.0 * 2 * 500 * 8 * 80 / 1e12;
   const double t4 = 320000 / 1e11 + 4.0 * 4 * 500 * 8 * 80 / 1e12;
-  EXPECT_DOUBLE_EQ(
-      s.pass_kv, (5120 + 5248) / 1e9 + t2 + std::max(t2, 320000 / 1e10) + 1e-4);
+  const double hop = 320000 / 1e10;
+  EXPECT_DOUBLE_EQ(s.pass_kv, (5120 + 5248) / 1e9 + t2 + std::max(t2, hop) +
+                                  0.5 * std::min(t2, hop) + 1e-4);
   EXPECT_DOUBLE_EQ(s.pass_q,
                    (5120 + 5248) / 1e9 + 2 * (t2 + 15488 / 2e10 + 1e-4));
   const MergeSeconds merge =
@@ -82,17 +84,15 @@ TEST(StrategyChoice, OneWorkerRunsPassKv) {
 TEST(StrategyChoice, GpuChoicesFollowWhatRanFastestOnTwoH200) {
   // 2x H200, 1M- and 4M-token contexts (docs/results/
   // h200x2-resident-contexts-s6.md): broadcast-Q for 1, 16 and 256 rows,
-  // pass-Q beat it at 4096 rows by 18% and 10%.
+  // pass-Q at 4096 rows (148-151 ms at 1M against pass-KV's 153-163 and
+  // broadcast-Q's 184-187; 325 against 362 at 4M).
   const StrategyRates gpu = GpuStrategyRates();
   for (int64_t nk : {int64_t{1} << 20, int64_t{1} << 22}) {
     SCOPED_TRACE(nk);
     for (int64_t nq : {1, 16, 256}) {
       EXPECT_EQ(Auto(ContextSpec(nq, nk), 2, gpu), v1::BROADCAST_Q) << nq;
     }
-    const StrategySeconds s =
-        EstimateStrategySeconds(ContextSpec(4096, nk), 2, 2, 2, gpu, true);
-    EXPECT_LT(s.pass_q, s.broadcast_q);
-    EXPECT_NE(Auto(ContextSpec(4096, nk), 2, gpu), v1::BROADCAST_Q);
+    EXPECT_EQ(Auto(ContextSpec(4096, nk), 2, gpu), v1::PASS_Q);
   }
   // A whole sequence (Nq = Nk): pass-KV.
   EXPECT_EQ(Auto(ContextSpec(1 << 20, 1 << 20), 2, gpu), v1::PASS_KV);
