@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "bench/gpu/random_inputs.h"
 #include "core/dtype.h"
 #include "kernels/cuda/attention_args.h"
 #include "kernels/cuda/attention_dispatch.h"
@@ -56,8 +57,8 @@ constexpr int64_t kQHeads = 32;
 constexpr int64_t kKvHeads = 8;
 constexpr int64_t kHeadDim = 128;
 constexpr int kWarmupCalls = 1;
-// Random values are drawn on the host for this many elements and tiled over
-// larger buffers on the device.
+// Random values are drawn on the host for this many elements and repeated
+// over larger buffers (RepeatedRandomBFloat16).
 constexpr int64_t kRandomElements = int64_t{1} << 24;
 
 // A CUDA event or stream, destroyed with its owner.
@@ -92,44 +93,6 @@ class Stream {
   cudaStream_t stream_ = nullptr;
   bool created_ = false;
 };
-
-// `count` bf16 values uniform in [-2, 2) (a xorshift sequence of
-// kRandomElements values, repeated).
-absl::StatusOr<DeviceBuffer> RandomBFloat16(int64_t count, uint64_t seed) {
-  const int64_t drawn = std::min(count, kRandomElements);
-  std::vector<uint16_t> host(static_cast<size_t>(drawn));
-  uint64_t state = seed * 0x9e3779b97f4a7c15ull + 1;
-  for (uint16_t& x : host) {
-    state ^= state << 13;
-    state ^= state >> 7;
-    state ^= state << 17;
-    const float uniform = static_cast<float>(state >> 40) * 0x1p-24f;
-    x = FloatToBFloat16(4.0f * uniform - 2.0f);
-  }
-  absl::StatusOr<DeviceBuffer> buffer =
-      DeviceBuffer::Allocate(count * sizeof(uint16_t));
-  if (!buffer.ok()) return buffer;
-  uint16_t* data = buffer->as<uint16_t>();
-  if (absl::Status s =
-          CudaStatus(cudaMemcpy(data, host.data(), drawn * sizeof(uint16_t),
-                                cudaMemcpyHostToDevice),
-                     "uploading inputs");
-      !s.ok()) {
-    return s;
-  }
-  for (int64_t filled = drawn; filled < count;) {
-    const int64_t n = std::min(filled, count - filled);
-    if (absl::Status s =
-            CudaStatus(cudaMemcpy(data + filled, data, n * sizeof(uint16_t),
-                                  cudaMemcpyDeviceToDevice),
-                       "tiling inputs");
-        !s.ok()) {
-      return s;
-    }
-    filled += n;
-  }
-  return buffer;
-}
 
 // Median milliseconds of `run` over enough calls for about `seconds`.
 absl::StatusOr<double> MedianMilliseconds(
@@ -212,7 +175,8 @@ int Main(int argc, char** argv) {
   const int64_t max_q = *std::max_element(q_lengths.begin(), q_lengths.end());
   const int64_t q_row = kQHeads * kHeadDim;
   const int64_t kv_row = kKvHeads * kHeadDim;
-  absl::StatusOr<DeviceBuffer> q = RandomBFloat16(max_q * q_row, 1);
+  absl::StatusOr<DeviceBuffer> q =
+      RepeatedRandomBFloat16(max_q * q_row, kRandomElements, 1);
   absl::StatusOr<DeviceBuffer> o = DeviceBuffer::Allocate(max_q * q_row * 2);
   absl::StatusOr<DeviceBuffer> lse =
       DeviceBuffer::Allocate(max_q * kQHeads * sizeof(float));
@@ -221,9 +185,11 @@ int Main(int argc, char** argv) {
   }
   std::vector<Result> results;
   for (int64_t nk : kv_lengths) {
-    absl::StatusOr<DeviceBuffer> k = RandomBFloat16(nk * kv_row, 2);
+    absl::StatusOr<DeviceBuffer> k =
+        RepeatedRandomBFloat16(nk * kv_row, kRandomElements, 2);
     if (!k.ok()) return fail(k.status());
-    absl::StatusOr<DeviceBuffer> v = RandomBFloat16(nk * kv_row, 3);
+    absl::StatusOr<DeviceBuffer> v =
+        RepeatedRandomBFloat16(nk * kv_row, kRandomElements, 3);
     if (!v.ok()) return fail(v.status());
     for (int64_t nq : q_lengths) {
       DeviceAttentionArgs args;

@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "core/dtype.h"
@@ -9,7 +10,14 @@
 namespace ringattn {
 
 absl::StatusOr<DeviceBuffer> RandomBFloat16(int64_t count, uint64_t seed) {
-  std::vector<uint16_t> host(static_cast<size_t>(count));
+  return RepeatedRandomBFloat16(count, count, seed);
+}
+
+absl::StatusOr<DeviceBuffer> RepeatedRandomBFloat16(int64_t count,
+                                                    int64_t distinct,
+                                                    uint64_t seed) {
+  const int64_t drawn = std::min(count, distinct);
+  std::vector<uint16_t> host(static_cast<size_t>(drawn));
   uint64_t state = seed * 0x9e3779b97f4a7c15ull + 1;
   for (uint16_t& x : host) {
     state ^= state << 13;
@@ -19,14 +27,26 @@ absl::StatusOr<DeviceBuffer> RandomBFloat16(int64_t count, uint64_t seed) {
     x = FloatToBFloat16(4.0f * uniform - 2.0f);
   }
   absl::StatusOr<DeviceBuffer> buffer =
-      DeviceBuffer::Allocate(host.size() * sizeof(uint16_t));
+      DeviceBuffer::Allocate(count * sizeof(uint16_t));
   if (!buffer.ok()) return buffer;
-  if (absl::Status s = CudaStatus(
-          cudaMemcpy(buffer->as<void>(), host.data(),
-                     host.size() * sizeof(uint16_t), cudaMemcpyHostToDevice),
-          "uploading inputs");
+  uint16_t* data = buffer->as<uint16_t>();
+  if (absl::Status s =
+          CudaStatus(cudaMemcpy(data, host.data(), drawn * sizeof(uint16_t),
+                                cudaMemcpyHostToDevice),
+                     "uploading inputs");
       !s.ok()) {
     return s;
+  }
+  for (int64_t filled = drawn; filled < count;) {
+    const int64_t n = std::min(filled, count - filled);
+    if (absl::Status s =
+            CudaStatus(cudaMemcpy(data + filled, data, n * sizeof(uint16_t),
+                                  cudaMemcpyDeviceToDevice),
+                       "tiling inputs");
+        !s.ok()) {
+      return s;
+    }
+    filled += n;
   }
   return buffer;
 }
