@@ -59,6 +59,17 @@ AttentionSpec ContextSpec(int64_t nq, int64_t nk, bool causal) {
   return spec;
 }
 
+// The first `n` K/V rows of `all` (ContextSpec's heads), to upload as a
+// context that later steps append to.
+RandomInputs KvPrefix(const RandomInputs& all, int64_t n) {
+  RandomInputs prefix;
+  prefix.k = Tensor<float>({1, n, 2, 80});
+  prefix.v = Tensor<float>({1, n, 2, 80});
+  CopyView(all.k.view().Slice(0, n), prefix.k.view());
+  CopyView(all.v.view().Slice(0, n), prefix.v.view());
+  return prefix;
+}
+
 TEST_F(Contexts, QueriesAgainstUnevenAppendsMatchReference) {
   const int64_t n = 307;  // prime
   const RandomInputs context = MakeRandomInputs(ContextSpec(n, n, true), 21);
@@ -118,11 +129,7 @@ TEST_F(Contexts, DecodeStepsAppendAndAttendInOneCall) {
   const RandomInputs all =
       MakeRandomInputs(ContextSpec(n + steps, n + steps, true), 50);
   std::unique_ptr<Client> client = cluster_->NewClient();
-  RandomInputs prefix;
-  prefix.k = Tensor<float>({1, n, 2, 80});
-  prefix.v = Tensor<float>({1, n, 2, 80});
-  CopyView(all.k.view().Slice(0, n), prefix.k.view());
-  CopyView(all.v.view().Slice(0, n), prefix.v.view());
+  const RandomInputs prefix = KvPrefix(all, n);
   Upload(*client, "chat", prefix, {n});
   for (int64_t step = 0; step < steps; ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
@@ -166,11 +173,7 @@ TEST_F(Contexts, DecodeStepsThatFailMidwayLeaveTheContextAsItWas) {
   const RandomInputs all =
       MakeRandomInputs(ContextSpec(n + 2 * tries, n + 2 * tries, true), 80);
   std::unique_ptr<Client> client = cluster_->NewClient();
-  RandomInputs prefix;
-  prefix.k = Tensor<float>({1, n, 2, 80});
-  prefix.v = Tensor<float>({1, n, 2, 80});
-  CopyView(all.k.view().Slice(0, n), prefix.k.view());
-  CopyView(all.v.view().Slice(0, n), prefix.v.view());
+  const RandomInputs prefix = KvPrefix(all, n);
   Upload(*client, "cut", prefix, {n});
   std::vector<int64_t> held(n);  // the rows of `all` the context holds
   std::iota(held.begin(), held.end(), 0);

@@ -67,6 +67,17 @@ class TestWorker {
   std::unique_ptr<v1::Worker::Stub> stub_;
 };
 
+// `count` workers with default options that meet through `store`.
+std::vector<std::unique_ptr<TestWorker>> Workers(gloo::rendezvous::Store& store,
+                                                 int count) {
+  std::vector<std::unique_ptr<TestWorker>> workers;
+  for (int r = 0; r < count; ++r) {
+    workers.push_back(
+        std::make_unique<TestWorker>(store, WorkerServiceOptions()));
+  }
+  return workers;
+}
+
 struct ExecuteResult {
   grpc::Status status;
   std::vector<v1::ExecuteResponse> responses;
@@ -638,11 +649,7 @@ TEST_P(WorkerServiceRing, TwoWorkersMatchTheReference) {
                        lse_ref.view());
 
     gloo::rendezvous::HashStore store;
-    std::vector<std::unique_ptr<TestWorker>> workers;
-    for (int r = 0; r < kRanks; ++r) {
-      workers.push_back(
-          std::make_unique<TestWorker>(store, WorkerServiceOptions()));
-    }
+    std::vector<std::unique_ptr<TestWorker>> workers = Workers(store, kRanks);
     const ShardLayout layout =
         ShardLayout::Make(ChooseShardKind(spec), spec.q_len, kRanks);
     const std::string prefix =
@@ -785,11 +792,7 @@ std::vector<ExecuteResult> RunKeyedRing(
 
 TEST(WorkerServiceCommunicatorKey, RequestsOfOneKeyShareOneCommunicator) {
   gloo::rendezvous::HashStore store;
-  std::vector<std::unique_ptr<TestWorker>> workers;
-  for (int r = 0; r < 2; ++r) {
-    workers.push_back(
-        std::make_unique<TestWorker>(store, WorkerServiceOptions()));
-  }
+  std::vector<std::unique_ptr<TestWorker>> workers = Workers(store, 2);
   const AttentionSpec spec = Spec(21, true);
   const std::vector<ExecuteResult> first =
       RunKeyedRing(workers, spec, "keyed-1", "communicator/c/epoch-1/gen-1");
@@ -811,11 +814,7 @@ TEST(WorkerServiceCommunicatorKey, RequestsOfOneKeyShareOneCommunicator) {
 
 TEST(WorkerServiceWholeMessages, OneMessagePerRankComputesTheSameRows) {
   gloo::rendezvous::HashStore store;
-  std::vector<std::unique_ptr<TestWorker>> workers;
-  for (int r = 0; r < 2; ++r) {
-    workers.push_back(
-        std::make_unique<TestWorker>(store, WorkerServiceOptions()));
-  }
+  std::vector<std::unique_ptr<TestWorker>> workers = Workers(store, 2);
   const AttentionSpec spec = Spec(21, true);
   const std::vector<ExecuteResult> separate =
       RunKeyedRing(workers, spec, "separate", "");
@@ -836,11 +835,7 @@ TEST(WorkerServiceWholeMessages, OneMessagePerRankComputesTheSameRows) {
 
 TEST(WorkerServiceCommunicatorKey, FailedRunRetiresTheKeyAndTheNextKeyWorks) {
   gloo::rendezvous::HashStore store;
-  std::vector<std::unique_ptr<TestWorker>> workers;
-  for (int r = 0; r < 2; ++r) {
-    workers.push_back(
-        std::make_unique<TestWorker>(store, WorkerServiceOptions()));
-  }
+  std::vector<std::unique_ptr<TestWorker>> workers = Workers(store, 2);
   const AttentionSpec spec = Spec(21, false);
   const std::string key = "communicator/c/epoch-1/gen-1";
   for (const ExecuteResult& result :
