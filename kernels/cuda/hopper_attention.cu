@@ -36,10 +36,17 @@ using device::WarpgroupFence;
 using device::WarpgroupWait;
 
 // A thread block is one producer warpgroup, whose first thread issues the TMA
-// copies, and kConsumers warpgroups that compute 64 query rows each.
-constexpr int kConsumers = 2;
-constexpr int kThreads = (kConsumers + 1) * 128;
-constexpr int kBlockM = kConsumers * 64;  // query rows per thread block
+// copies, and kConsumers warpgroups that compute 64 query rows each: two, or
+// one where the whole query fits 64 rows (a few rows against many keys), so
+// that no warpgroup idles beside the other.
+constexpr int kMostConsumers = 2;
+constexpr int kConsumerRows = 64;
+// Packed rows up to which the heads sharing a K/V head are packed into one
+// tile. On one H100 at 1M keys, Hq=32, Hkv=8 (split keys): packed, 1 and 16
+// rows read K/V at 3.1 TB/s and 64 rows took 2.5 ms; at 128 rows packed and
+// unpacked tiles ran level (4.4 / 4.3 ms), at 256 unpacked ones were faster
+// (8.2 against 9.2 ms).
+constexpr int64_t kMostPackedRows = 256;
 // Keys per step: 176 rather than 128 spreads each step's fixed costs (the
 // turn, the waits, the row maxima) over more products; measured on one H100,
 // 3-7% faster at D=128 and 9-11% at D=64 (FlashAttention-3 uses 176 at
@@ -58,7 +65,7 @@ constexpr int64_t kMaxLength = int64_t{1} << 30;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-static_assert(kBlockM == kWorkListTileRows,
+static_assert(kMostConsumers * kConsumerRows == kWorkListTileRows,
               "a work list's query tile is one thread block's rows");
 
 // Shared memory for one head dim: the Q tile, kStages K tiles, kStages V
@@ -67,9 +74,9 @@ static_assert(kBlockM == kWorkListTileRows,
 // two steps after it arrives (its P V runs during the next step), so three
 // stages where they fit (D=64; two stages there were 3% slower on one H100)
 // and two at D=128, where three of 176 keys do not.
-template <int kHeadDim>
+template <int kHeadDim, int kConsumers>
 struct Layout {
-  static constexpr int kQElements = kBlockM * kHeadDim;
+  static constexpr int kQElements = kConsumers * kConsumerRows * kHeadDim;
   static constexpr int kKvElements = kBlockN * kHeadDim;
   static constexpr int kStages = kHeadDim <= 64 ? 3 : 2;
   static constexpr int kBarrierBytes = (1 + 4 * kStages) * 8;
@@ -86,6 +93,12 @@ struct Params {
   int kv_len;
   int q_heads;
   int group;  // q_heads / kv_heads
+  // Query heads per thread block (a power of two): 1, or `group` where the
+  // heads that share a K/V head are packed into one tile of tile rows / pack
+  // query rows x pack heads, so that each K/V tile is loaded once for all of
+  // them. Tile row r is query row r / pack of head r % pack.
+  int pack;
+  int pack_log2;
   int head_dim;
   float scale_log2;  // scale * log2(e)
   // The whole block: one span [0, kv_len), causal with shift kv_len - q_len
@@ -181,15 +194,16 @@ __device__ __forceinline__ void LoadKeyTile(const CUtensorMap& map, void* tile,
   }
 }
 
-template <typename T, int kHeadDim>
-__global__ void __launch_bounds__(kThreads, 1)
+template <typename T, int kHeadDim, int kConsumers>
+__global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
     HopperAttentionKernel(const __grid_constant__ Params p,
                           const __grid_constant__ CUtensorMap q_map,
                           const __grid_constant__ CUtensorMap k_map,
                           const __grid_constant__ CUtensorMap v_map) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using E = Element<T>;
-  using L = Layout<kHeadDim>;
+  using L = Layout<kHeadDim, kConsumers>;
+  constexpr int kBlockM = kConsumers * kConsumerRows;  // tile rows
   constexpr int kScoreRegs = kBlockN / 2;  // S accumulator per thread
   constexpr int kOutRegs = kHeadDim / 2;   // O accumulator per thread
 
@@ -206,6 +220,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* const k_released = v_full + L::kStages;      // [L::kStages]
   uint64_t* const v_released = k_released + L::kStages;  // [L::kStages]
 
+  // Query rows [m0, m_end) of heads [h, h + p.pack).
   int m0;
   int m_end;
   if (p.tiles != nullptr) {
@@ -214,11 +229,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     m_end = min(tile.end, p.q_len);
   } else {
     // Later query tiles see more keys under causal masking: start them first.
-    m0 = (gridDim.x - 1 - blockIdx.x) * kBlockM;
-    m_end = min(m0 + kBlockM, p.q_len);
+    const int tile_rows = kBlockM >> p.pack_log2;
+    m0 = (gridDim.x - 1 - blockIdx.x) * tile_rows;
+    m_end = min(m0 + tile_rows, p.q_len);
   }
-  const int b = blockIdx.y / p.q_heads;
-  const int h = blockIdx.y % p.q_heads;
+  const int head_tiles = p.q_heads >> p.pack_log2;
+  const int b = blockIdx.y / head_tiles;
+  const int h = blockIdx.y % head_tiles * p.pack;
   const int kv_h = h / p.group;
   const TileSpans spans(p, m_end);
   const KeyCursor first = spans.FirstStepFrom(0);
@@ -267,11 +284,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int consumer = threadIdx.x / 128 - 1;
   const int warp = threadIdx.x % 128 / 32;
   const int lane = threadIdx.x % 32;
-  // This thread's rows: row0 and row0 + 8 (accumulator elements e < 2 and
-  // e >= 2 of each 8-column chunk).
-  const int group_row0 = m0 + consumer * 64;
-  const int warp_row0 = group_row0 + warp * 16;
-  const int row0 = warp_row0 + lane / 4;
+  // This thread's two tile rows, consumer * 64 + warp * 16 + lane / 4 and 8
+  // further (accumulator elements e < 2 and e >= 2 of each 8-column chunk):
+  // their query rows and heads.
+  const int tile_row0 = consumer * 64 + warp * 16 + lane / 4;
+  const int rows[2] = {m0 + (tile_row0 >> p.pack_log2),
+                       m0 + ((tile_row0 + 8) >> p.pack_log2)};
+  const int heads[2] = {h + (tile_row0 & (p.pack - 1)),
+                        h + ((tile_row0 + 8) & (p.pack - 1))};
+  const int warp_row0 = m0 + ((consumer * 64 + warp * 16) >> p.pack_log2);
 
   float o_acc[kOutRegs];
 #pragma unroll
@@ -322,7 +343,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int i = 0; i < kScoreRegs; ++i) {
         const int key = n0 + (i / 4) * 8 + (lane % 4) * 2 + (i % 2);
-        const int row = row0 + (i % 4 >= 2 ? 8 : 0);
+        const int row = rows[i % 4 >= 2 ? 1 : 0];
         if (key >= span_end || (span.causal && key > row + span.shift)) {
           s[i] = -INFINITY;
         }
@@ -399,15 +420,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     keep_probabilities(s);
   };
 
-  // The consumers take turns at the tensor cores: each issues its products
+  // Two consumers take turns at the tensor cores: each issues its products
   // (S of this step, P V of the one before) while the other runs its
   // softmax. Named barrier 1 + c opens consumer c's turn; consumer 0 goes
-  // first.
+  // first. A single consumer has every turn.
   const int own_turn = 1 + consumer;
   const int other_turn = 1 + (1 - consumer);
+  const auto wait_for_turn = [&] {
+    if constexpr (kConsumers == 2) SyncNamedBarrier(own_turn, 256);
+  };
+  const auto hand_over_turn = [&] {
+    if constexpr (kConsumers == 2) ArriveNamedBarrier(other_turn, 256);
+  };
   if (any_keys) {
     WaitBarrier(q_full, 0);
-    if (consumer == 1) ArriveNamedBarrier(other_turn, 256);
+    if (consumer == 1) hand_over_turn();
   }
   // Each step issues S = Q K^T of its keys and, as a second group, O += P V
   // of the step before, then runs the softmax of S while that P V is still
@@ -421,11 +448,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   float rescale[2];
   if (any_keys) {
     WaitBarrier(&k_full[0], 0);
-    SyncNamedBarrier(own_turn, 256);
+    wait_for_turn();
     WarpgroupFence();
     add_scores(s, 0);
     WarpgroupCommit();
-    ArriveNamedBarrier(other_turn, 256);
+    hand_over_turn();
     WarpgroupWait<0>();
     PinRegisters(s);
     release(&k_released[0]);
@@ -439,14 +466,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     WaitBarrier(&v_full[last_stage], ((step - 1) / L::kStages) & 1);
     fold_in(s, rescale);
     if (step > 1) release(&v_released[(step - 2) % L::kStages]);
-    SyncNamedBarrier(own_turn, 256);
+    wait_for_turn();
     PinRegisters(o_acc);
     WarpgroupFence();
     add_scores(s, stage);
     WarpgroupCommit();
     add_values(last_stage);
     WarpgroupCommit();
-    ArriveNamedBarrier(other_turn, 256);
+    hand_over_turn();
     WarpgroupWait<1>();
     PinRegisters(s);
     release(&k_released[stage]);
@@ -458,19 +485,19 @@ __global__ void __launch_bounds__(kThreads, 1)
     // one: nobody would take it).
     WaitBarrier(&v_full[last_stage], ((step - 1) / L::kStages) & 1);
     fold_in(s, rescale);
-    SyncNamedBarrier(own_turn, 256);
+    wait_for_turn();
     PinRegisters(o_acc);
     WarpgroupFence();
     add_values(last_stage);
     WarpgroupCommit();
-    if (consumer == 0) ArriveNamedBarrier(other_turn, 256);
+    if (consumer == 0) hand_over_turn();
     WarpgroupWait<0>();
     PinRegisters(o_acc);
   }
 
   // Normalize and store. A row that saw no key has sum 0: O = 0, LSE = -inf.
   T* o = static_cast<T*>(p.o) + blockIdx.z * p.o_split_stride +
-         b * p.o_batch_stride + static_cast<int64_t>(h) * p.head_dim;
+         b * p.o_batch_stride;
   float* const lse =
       p.lse == nullptr ? nullptr : p.lse + blockIdx.z * p.lse_split_stride;
 #pragma unroll
@@ -478,10 +505,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     float sum = row_sum[r];
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    const int row = row0 + r * 8;
+    const int row = rows[r];
     if (row >= m_end) continue;
     const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
-    T* out = o + static_cast<int64_t>(row) * p.o_seq_stride;
+    T* out = o + static_cast<int64_t>(row) * p.o_seq_stride +
+             static_cast<int64_t>(heads[r]) * p.head_dim;
 #pragma unroll
     for (int j = 0; j < kHeadDim / 8; ++j) {
       const int d = j * 8 + (lane % 4) * 2;
@@ -491,7 +519,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     if (lse != nullptr && lane % 4 == 0) {
-      lse[(static_cast<int64_t>(b) * p.q_len + row) * p.q_heads + h] =
+      lse[(static_cast<int64_t>(b) * p.q_len + row) * p.q_heads + heads[r]] =
           sum > 0.0f ? (row_max[r] + __log2f(sum)) * kLn2 : -INFINITY;
     }
   }
@@ -592,13 +620,14 @@ PFN_cuTensorMapEncodeTiled_v12000 EncodeTiled() {
 }
 
 // Encodes `map` for one [batch, seq, heads, head_dim] operand: a box is
-// `rows` rows of 64 columns of one head, 128-byte swizzled in shared memory;
+// `rows` rows of `box_heads` heads of 64 columns, row-major, which lands in
+// shared memory as rows * box_heads rows of 64 columns, 128-byte swizzled;
 // columns past head_dim and rows past seq read as zero. A zero map for an
 // operand with no rows (the kernel never reads it).
 cudaError_t EncodeOperand(CUtensorMap& map, DeviceDType dtype,
                           const DeviceTensor<const void>& tensor, int64_t batch,
                           int64_t seq, int64_t heads, int64_t head_dim,
-                          int rows) {
+                          int box_heads, int rows) {
   map = CUtensorMap{};
   if (seq == 0) return cudaSuccess;
   const PFN_cuTensorMapEncodeTiled_v12000 encode = EncodeTiled();
@@ -614,7 +643,8 @@ cudaError_t EncodeOperand(CUtensorMap& map, DeviceDType dtype,
   const cuuint64_t strides[3] = {
       bytes(head_dim), bytes(tensor.seq_stride),
       batch > 1 ? bytes(tensor.batch_stride) : bytes(tensor.seq_stride * seq)};
-  const cuuint32_t box[4] = {64, 1, static_cast<cuuint32_t>(rows), 1};
+  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_heads),
+                             static_cast<cuuint32_t>(rows), 1};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
   const CUresult result = encode(
       &map,
@@ -626,32 +656,80 @@ cudaError_t EncodeOperand(CUtensorMap& map, DeviceDType dtype,
   return result == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
-template <typename T, int kHeadDim>
+template <typename T, int kHeadDim, int kConsumers>
 cudaError_t Launch(const Params& params, const CUtensorMap& q_map,
                    const CUtensorMap& k_map, const CUtensorMap& v_map,
                    dim3 grid, cudaStream_t stream) {
-  constexpr int kBytes = Layout<kHeadDim>::kSharedBytes;
-  const cudaError_t error =
-      cudaFuncSetAttribute(HopperAttentionKernel<T, kHeadDim>,
-                           cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
+  constexpr int kBytes = Layout<kHeadDim, kConsumers>::kSharedBytes;
+  const auto kernel = HopperAttentionKernel<T, kHeadDim, kConsumers>;
+  const cudaError_t error = cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   if (error != cudaSuccess) return error;
-  HopperAttentionKernel<T, kHeadDim>
-      <<<grid, kThreads, kBytes, stream>>>(params, q_map, k_map, v_map);
+  kernel<<<grid, (kConsumers + 1) * 128, kBytes, stream>>>(params, q_map, k_map,
+                                                           v_map);
   return cudaGetLastError();
 }
 
-template <typename T>
+template <typename T, int kConsumers>
 cudaError_t LaunchForHeadDim(const Params& params, const CUtensorMap& q_map,
                              const CUtensorMap& k_map, const CUtensorMap& v_map,
                              dim3 grid, cudaStream_t stream) {
-  return params.head_dim <= 64
-             ? Launch<T, 64>(params, q_map, k_map, v_map, grid, stream)
-             : Launch<T, 128>(params, q_map, k_map, v_map, grid, stream);
+  return params.head_dim <= 64 ? Launch<T, 64, kConsumers>(params, q_map, k_map,
+                                                           v_map, grid, stream)
+                               : Launch<T, 128, kConsumers>(
+                                     params, q_map, k_map, v_map, grid, stream);
+}
+
+template <typename T>
+cudaError_t LaunchForConsumers(int consumers, const Params& params,
+                               const CUtensorMap& q_map,
+                               const CUtensorMap& k_map,
+                               const CUtensorMap& v_map, dim3 grid,
+                               cudaStream_t stream) {
+  return consumers == 1
+             ? LaunchForHeadDim<T, 1>(params, q_map, k_map, v_map, grid, stream)
+             : LaunchForHeadDim<T, 2>(params, q_map, k_map, v_map, grid,
+                                      stream);
+}
+
+// How many query heads share a thread block's tile (Params::pack): the
+// group of heads reading one K/V head where it is a power of two, the launch
+// takes the whole block and the packed rows (q_len * group) are at most
+// kMostPackedRows; 1 otherwise (a work list's tiles are rows of one head).
+int PackFor(const DeviceAttentionArgs& args) {
+  const int64_t group = args.q_heads / args.kv_heads;
+  const bool power_of_two = (group & (group - 1)) == 0;
+  return args.work.tile_count == 0 && power_of_two && group <= kConsumerRows &&
+                 args.q_len * group <= kMostPackedRows
+             ? static_cast<int>(group)
+             : 1;
+}
+
+// Consumer warpgroups per thread block: one where the whole query fits one
+// warpgroup's rows, packed or not; two otherwise and for work lists.
+int ConsumersFor(const DeviceAttentionArgs& args) {
+  return args.work.tile_count == 0 &&
+                 args.q_len * PackFor(args) <= kConsumerRows
+             ? 1
+             : kMostConsumers;
+}
+
+// Query rows per thread block (of each of its PackFor heads).
+int64_t TileRows(const DeviceAttentionArgs& args) {
+  return ConsumersFor(args) * kConsumerRows / PackFor(args);
+}
+
+// Thread blocks along the query rows: one per tile of TileRows, or one per
+// tile of the work list.
+int64_t QueryTiles(const DeviceAttentionArgs& args) {
+  if (args.work.tile_count > 0) return args.work.tile_count;
+  return (args.q_len + TileRows(args) - 1) / TileRows(args);
 }
 
 // The kernel's launch for `args`, writing O and LSE where the args say; the
 // caller may redirect them (key splits).
 struct Prepared {
+  int consumers;
   Params params;
   CUtensorMap q_map;
   CUtensorMap k_map;
@@ -666,16 +744,20 @@ cudaError_t Prepare(const DeviceAttentionArgs& args, Prepared& prepared) {
   if (listed && (args.work.tiles == nullptr || args.work.spans == nullptr)) {
     return cudaErrorInvalidValue;
   }
-  for (const auto& [map, tensor, seq, heads, rows] :
-       {std::tuple{&prepared.q_map, &args.q, args.q_len, args.q_heads, kBlockM},
-        std::tuple{&prepared.k_map, &args.k, args.kv_len, args.kv_heads,
+  const int pack = PackFor(args);
+  for (const auto& [map, tensor, seq, heads, box_heads, rows] :
+       {std::tuple{&prepared.q_map, &args.q, args.q_len, args.q_heads, pack,
+                   static_cast<int>(TileRows(args))},
+        std::tuple{&prepared.k_map, &args.k, args.kv_len, args.kv_heads, 1,
                    kBlockN},
-        std::tuple{&prepared.v_map, &args.v, args.kv_len, args.kv_heads,
+        std::tuple{&prepared.v_map, &args.v, args.kv_len, args.kv_heads, 1,
                    kBlockN}}) {
-    const cudaError_t error = EncodeOperand(
-        *map, args.dtype, *tensor, args.batch, seq, heads, args.head_dim, rows);
+    const cudaError_t error =
+        EncodeOperand(*map, args.dtype, *tensor, args.batch, seq, heads,
+                      args.head_dim, box_heads, rows);
     if (error != cudaSuccess) return error;
   }
+  prepared.consumers = ConsumersFor(args);
   Params& params = prepared.params;
   params.o = args.o.data;
   params.lse = args.lse;
@@ -685,6 +767,9 @@ cudaError_t Prepare(const DeviceAttentionArgs& args, Prepared& prepared) {
   params.kv_len = static_cast<int>(args.kv_len);
   params.q_heads = static_cast<int>(args.q_heads);
   params.group = static_cast<int>(args.q_heads / args.kv_heads);
+  params.pack = pack;
+  params.pack_log2 = 0;
+  while ((1 << params.pack_log2) < pack) ++params.pack_log2;
   params.head_dim = static_cast<int>(args.head_dim);
   params.scale_log2 = args.scale * kLog2e;
   params.causal = args.causal;
@@ -694,21 +779,20 @@ cudaError_t Prepare(const DeviceAttentionArgs& args, Prepared& prepared) {
   params.o_split_stride = 0;
   params.lse_split_stride = 0;
   prepared.grid =
-      dim3(static_cast<unsigned>(listed ? args.work.tile_count
-                                        : (args.q_len + kBlockM - 1) / kBlockM),
-           static_cast<unsigned>(args.batch * args.q_heads), 1);
+      dim3(static_cast<unsigned>(QueryTiles(args)),
+           static_cast<unsigned>(args.batch * args.q_heads / pack), 1);
   return cudaSuccess;
 }
 
 cudaError_t LaunchPrepared(const DeviceAttentionArgs& args,
                            const Prepared& prepared, cudaStream_t stream) {
   return args.dtype == DeviceDType::kBFloat16
-             ? LaunchForHeadDim<__nv_bfloat16>(prepared.params, prepared.q_map,
-                                               prepared.k_map, prepared.v_map,
-                                               prepared.grid, stream)
-             : LaunchForHeadDim<__half>(prepared.params, prepared.q_map,
-                                        prepared.k_map, prepared.v_map,
-                                        prepared.grid, stream);
+             ? LaunchForConsumers<__nv_bfloat16>(
+                   prepared.consumers, prepared.params, prepared.q_map,
+                   prepared.k_map, prepared.v_map, prepared.grid, stream)
+             : LaunchForConsumers<__half>(
+                   prepared.consumers, prepared.params, prepared.q_map,
+                   prepared.k_map, prepared.v_map, prepared.grid, stream);
 }
 
 // Rows of the key splits' partial results: (batch, query row, head).
@@ -756,13 +840,26 @@ int HopperKeySplits(const DeviceAttentionArgs& args) {
     cudaGetLastError();
     return 1;
   }
+  if (args.work.tile_count > 0 || args.kv_heads <= 0) return 1;
   const int64_t blocks =
-      (args.q_len + kBlockM - 1) / kBlockM * args.batch * args.q_heads;
-  if (args.work.tile_count > 0 || blocks == 0 || 2 * blocks > sms) return 1;
-  const int64_t to_fill = (2 * sms + blocks - 1) / blocks;
-  return static_cast<int>(
-      std::max<int64_t>(1, std::min({to_fill, args.kv_len / kMinKeysPerSplit,
-                                     int64_t{kMostKeySplits}})));
+      QueryTiles(args) * args.batch * args.q_heads / PackFor(args);
+  if (blocks == 0 || 2 * blocks > sms) return 1;
+  // An SM holds one thread block at a time, so the time is that of the waves:
+  // take the count whose waves are fullest, the fewest splits among equals.
+  const int64_t most = std::max<int64_t>(
+      1, std::min<int64_t>(args.kv_len / kMinKeysPerSplit, kMostKeySplits));
+  int best = 1;
+  double best_fill = 0.0;
+  for (int splits = 1; splits <= most; ++splits) {
+    const int64_t launched = blocks * splits;
+    const int64_t waves = (launched + sms - 1) / sms;
+    const double fill = static_cast<double>(launched) / (waves * sms);
+    if (fill > best_fill + 1e-9) {
+      best = splits;
+      best_fill = fill;
+    }
+  }
+  return best;
 }
 
 size_t HopperSplitWorkspaceBytes(const DeviceAttentionArgs& args, int splits) {

@@ -9,8 +9,12 @@
 // cores so that one's softmax runs beside the other's products. Each step's
 // P V is issued with the next step's Q K^T and runs beside that step's
 // softmax. 128 query rows per thread block, 176 keys per step; head dims 64
-// and 128 compiled, smaller multiples of 8 padded with zeros. Takes the whole
-// block or a work list (attention_work_list.h). Stateless and thread-safe.
+// and 128 compiled, smaller multiples of 8 padded with zeros. On a whole block
+// the query heads that share a K/V head (a power of two of them) are packed
+// into one tile, 128 / group rows of each, so every K/V byte is loaded once
+// for the group; a query of at most 64 such rows runs on one consumer
+// warpgroup. Takes the whole block or a work list (attention_work_list.h).
+// Stateless and thread-safe.
 
 #include <cuda_runtime.h>
 
@@ -40,11 +44,13 @@ cudaError_t LaunchHopperAttention(const DeviceAttentionArgs& args,
                                   cudaStream_t stream);
 
 // How many key splits fill the GPU for `args` (1: no split): where the
-// block's query tiles give at most one thread block per two SMs (a few
-// hundred query rows against many keys), enough splits for two thread blocks
-// per SM, each of at least 4096 keys, at most 32. 1 for work lists. (On one
-// H100 at 1M keys, Hq=32, Hkv=8: 128 and 256 rows ran 1.6x and 1.3x faster
-// split than cuDNN; 512 rows, 128 thread blocks, 0.90x of it split in 3.)
+// block's query tiles give at most one thread block per two SMs (up to a few
+// hundred query rows against many keys), the count of at most 32 splits, each
+// of at least 4096 keys, whose waves of thread blocks (one per SM at a time)
+// are fullest, the fewest among equals. 1 for work lists. (On one H100 at 1M
+// keys, Hq=32, Hkv=8, 256 rows: 6.95 ms in 2 splits, 128 thread blocks, one
+// wave; 8.3 ms in 5, 2.4 waves, the earlier rule's pick; 128 rows 3.65 ms in
+// 4 against 4.8 in 9.)
 int HopperKeySplits(const DeviceAttentionArgs& args);
 
 // Device scratch LaunchHopperAttentionSplit needs for `splits` splits.

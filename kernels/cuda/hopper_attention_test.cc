@@ -66,6 +66,15 @@ std::vector<AttentionCase> HopperCases() {
   add("LongDenseManyKeys", 300, 4099, 2, 1, 64, false);
   add("LongCausalMoreKeysHeadDim80", 517, 3001, 4, 4, 80, true);
   add("HeadDim8Dense", 129, 131, 2, 2, 8, false);
+  // Heads that share a K/V head packed into one tile: a full tile of 16 rows
+  // x 8 heads and a last one of 3 rows whose second warpgroup has none; one
+  // row of 32 heads on a single consumer warpgroup.
+  add("PackedGroup8Causal", 19, 2053, 8, 1, 128, true);
+  add("PackedGroup4DenseManyTiles", 300, 1000, 8, 2, 64, false);
+  add("PackedGroup32OneRowHeadDim80", 1, 997, 32, 1, 80, true);
+  add("PackedGroup64ThreeRows", 3, 300, 64, 1, 64, true);
+  add("Group128Unpacked", 3, 300, 128, 1, 64, true);
+  add("GroupOfThreeUnpacked", 70, 513, 6, 2, 128, true);
   return cases;
 }
 
@@ -188,6 +197,10 @@ std::vector<AttentionCase> SplitCases() {
            DeviceDType::kFloat16),
       Case("MoreQueriesThanSomeSplitsSee", 1, 300, 4099, 2, 1, 64, true,
            DeviceDType::kBFloat16),
+      Case("PackedDecodeStep", 1, 1, 9001, 8, 2, 128, true,
+           DeviceDType::kBFloat16),
+      Case("PackedSixteenRows", 1, 16, 12007, 32, 8, 128, false,
+           DeviceDType::kFloat16),
   };
 }
 
