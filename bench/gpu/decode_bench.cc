@@ -1,13 +1,16 @@
 // Times few query rows against a long K/V block on the GPU paths: our decode
 // kernel (kernels/cuda/decode_attention), cuDNN's fused SDPA as ringattn calls
-// it, and our flash kernel; bf16, Hq=32, Hkv=8, D=128, batch 1, dense. Prints
+// it, our flash kernel, our Hopper kernel with split keys, and whichever of
+// them the dispatcher picks (what ringattn runs, named in the table); bf16,
+// Hq=32, Hkv=8, D=128, batch 1, dense. Prints
 // a markdown table (median milliseconds after warm-up, the decode kernel's
 // K/V read rate and TFLOP/s) and, with --csv, one line per case for
 // bench/gpu/peer_decode.py. K/V bytes are 2 * Nk * Hkv * D * 2 (each byte read
 // once); FLOPs are 4 * Nq * Nk * Hq * D.
 //
 //   gpu_decode_bench [--kv_lengths=1048576,4194304] [--q_lengths=1,16,256,4096]
-//                    [--paths=decode,cudnn,flash,hopper] [--seconds=1]
+//                    [--paths=dispatch,decode,cudnn,flash,hopper]
+//                    [--hopper_splits=2,4,8] [--seconds=1]
 //                    [--csv=FILE]
 
 #include <cuda_runtime.h>
@@ -42,9 +45,14 @@ ABSL_FLAG(std::vector<std::string>, q_lengths,
           (std::vector<std::string>{"1", "16", "256", "4096"}),
           "query row counts Nq");
 ABSL_FLAG(std::vector<std::string>, paths,
-          (std::vector<std::string>{"decode", "cudnn", "flash", "hopper"}),
-          "which of decode, cudnn, flash, hopper (our Hopper kernel, keys "
-          "split as HopperKeySplits says) to time");
+          (std::vector<std::string>{"dispatch", "decode", "cudnn", "flash",
+                                    "hopper"}),
+          "which of dispatch (AttentionDispatcher's pick), decode, cudnn, "
+          "flash, hopper (our Hopper kernel, keys split as HopperKeySplits "
+          "says) to time");
+ABSL_FLAG(std::vector<std::string>, hopper_splits, {},
+          "also time our Hopper kernel with each of these key split counts "
+          "(1-32; path hopper/N), to see where HopperKeySplits's pick lies");
 ABSL_FLAG(double, seconds, 1.0,
           "timed calls per case: about this many seconds' worth, 3 to 20");
 ABSL_FLAG(std::string, csv, "",
@@ -169,6 +177,7 @@ int Main(int argc, char** argv) {
   if (!stream.created()) return fail(absl::InternalError("no stream"));
   absl::StatusOr<std::unique_ptr<CudnnAttention>> cudnn =
       CudnnAttention::Create();
+  AttentionDispatcher dispatcher;
   if (!cudnn.ok())
     std::fprintf(stderr, "%s\n", cudnn.status().ToString().c_str());
 
@@ -206,7 +215,16 @@ int Main(int argc, char** argv) {
       args.lse = lse->as<float>();
       args.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
 
-      std::vector<std::pair<const char*, std::function<absl::Status()>>> runs;
+      std::vector<std::pair<std::string, std::function<absl::Status()>>> runs;
+      if (wants("dispatch")) {
+        // One untimed call names the path; the timed ones take the same.
+        absl::StatusOr<AttentionPath> picked =
+            dispatcher.Forward(args, stream.get());
+        if (!picked.ok()) return fail(picked.status());
+        runs.push_back(
+            {absl::StrCat("dispatch:", AttentionPathName(*picked)),
+             [&] { return dispatcher.Forward(args, stream.get()).status(); }});
+      }
       DeviceBuffer workspace;
       if (wants("decode")) {
         const size_t bytes = DecodeAttentionWorkspaceBytes(args);
@@ -231,14 +249,32 @@ int Main(int argc, char** argv) {
         runs.push_back(
             {"flash", [&] { return RunFlashAttention(args, stream.get()); }});
       }
+      // The Hopper kernel with HopperKeySplits's pick ("hopper") and with
+      // each count of --hopper_splits; one workspace fits the largest.
+      std::vector<std::pair<std::string, int>> split_runs;
+      if (HopperAttentionTakes(args)) {
+        if (wants("hopper")) {
+          split_runs.push_back({"hopper", HopperKeySplits(args)});
+        }
+        for (const std::string& text : absl::GetFlag(FLAGS_hopper_splits)) {
+          split_runs.push_back(
+              {absl::StrCat("hopper/", text), std::stoi(text)});
+        }
+      }
+      size_t split_bytes = 1;
+      for (const auto& [name, splits] : split_runs) {
+        split_bytes =
+            std::max(split_bytes, HopperSplitWorkspaceBytes(args, splits));
+      }
       DeviceBuffer split_workspace;
-      const int splits = HopperAttentionTakes(args) ? HopperKeySplits(args) : 0;
-      if (wants("hopper") && splits > 0) {
-        absl::StatusOr<DeviceBuffer> buffer = DeviceBuffer::Allocate(
-            std::max<size_t>(1, HopperSplitWorkspaceBytes(args, splits)));
+      if (!split_runs.empty()) {
+        absl::StatusOr<DeviceBuffer> buffer =
+            DeviceBuffer::Allocate(split_bytes);
         if (!buffer.ok()) return fail(buffer.status());
         split_workspace = *std::move(buffer);
-        runs.push_back({"hopper", [&] {
+      }
+      for (const auto& [name, splits] : split_runs) {
+        runs.push_back({name, [&, splits = splits] {
                           return CudaStatus(
                               LaunchHopperAttentionSplit(
                                   args, splits, split_workspace.as<void>(),
@@ -253,7 +289,7 @@ int Main(int argc, char** argv) {
           return fail(ms.status());
         }
         results.push_back({path, nk, nq, ms.ok() ? *ms : NAN});
-        std::fprintf(stderr, "%s Nk=%lld Nq=%lld: %.3f ms\n", path,
+        std::fprintf(stderr, "%s Nk=%lld Nq=%lld: %.3f ms\n", path.c_str(),
                      static_cast<long long>(nk), static_cast<long long>(nq),
                      results.back().ms);
       }

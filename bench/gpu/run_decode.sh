@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The decode kernel on a GPU machine: its tests, gpu_decode_bench and the
-# PyTorch peer with the measured floor (peer_decode.py), from a bundle built
-# here.
+# The few-row paths (decode kernel, split Hopper kernel) on a GPU machine:
+# their tests, gpu_decode_bench and the PyTorch peer with the measured floor
+# (peer_decode.py), from a bundle built here.
 #
 #   bench/gpu/run_decode.sh bundle [DIR]   on the build machine: builds the
 #       binaries and copies them, their non-system libraries and these scripts
@@ -22,6 +22,7 @@ BINARIES=(
   bench/gpu/gpu_decode_bench
   kernels/cuda/decode_attention_test
   kernels/cuda/attention_dispatch_test
+  kernels/cuda/hopper_attention_test
 )
 
 bundle() {
@@ -73,7 +74,7 @@ run() {
 
   local passed=0 failed=0 skipped=0 status=0 summary="" name rc p s f
   if [[ " $stages " == *" tests "* ]]; then
-    for name in decode_attention_test attention_dispatch_test; do
+    for name in decode_attention_test attention_dispatch_test hopper_attention_test; do
       "$bin_dir/$name" --gtest_output="xml:$OUT/$name.xml" >"$OUT/$name.log" 2>&1
       rc=$?
       p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$OUT/$name.log" | tail -1)
@@ -90,7 +91,7 @@ run() {
   if [[ " $stages " == *" bench "* ]]; then
     # shellcheck disable=SC2086  # the lengths are meant to split
     "$bin_dir/gpu_decode_bench" --kv_lengths="$(echo $kv_lengths | tr ' ' ',')" \
-      --q_lengths="$(echo $q_lengths | tr ' ' ',')" --paths=decode,cudnn \
+      --q_lengths="$(echo $q_lengths | tr ' ' ',')" --paths=dispatch,decode,hopper,cudnn \
       --csv="$OUT/ours.csv" >"$OUT/decode_bench.md" 2>"$OUT/decode_bench.err" || status=1
   fi
   if [[ " $stages " == *" peer "* ]]; then

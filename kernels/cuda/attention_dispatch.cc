@@ -155,9 +155,7 @@ AttentionPathCounts& AttentionPathCounts::operator+=(
 }
 
 bool PrefersHopperSplit(const DeviceAttentionArgs& args) {
-  return args.work.tile_count == 0 && args.kv_heads > 0 &&
-         args.q_len * (args.q_heads / args.kv_heads) >
-             kHopperOverDecodePackedRows &&
+  return args.work.tile_count == 0 &&
          FindAttentionArgsProblem(args) == nullptr &&
          HopperAttentionTakes(args) && HopperKeySplits(args) > 1;
 }

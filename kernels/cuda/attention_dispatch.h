@@ -2,8 +2,9 @@
 #define RINGATTN_KERNELS_CUDA_ATTENTION_DISPATCH_H_
 
 // Picks the GPU attention path for each block: our Hopper kernel with split
-// keys for a few hundred query rows against many keys, our decode kernel
-// (decode_attention.h) for fewer, cuDNN's fused kernel where cuDNN takes the
+// keys for up to a few hundred query rows against many keys, our decode
+// kernel (decode_attention.h) for few rows where that does not run (other
+// GPUs, shorter blocks), cuDNN's fused kernel where cuDNN takes the
 // block, our own kernels where it does not (a work list, an odd head dim): the
 // Hopper one (hopper_attention.h) where it takes the block, else the mma.sync
 // one (flash_attention.h); and says which one ran.
@@ -68,17 +69,13 @@ absl::Status RunDecodeAttention(const DeviceAttentionArgs& args,
                                 DeviceBuffer& workspace, cudaStream_t stream);
 
 // Whether AttentionDispatcher runs `args` on our Hopper kernel with its keys
-// split (HopperKeySplits > 1): a whole block the Hopper kernel takes, more
-// than kHopperOverDecodePackedRows packed rows, too few query tiles to fill
-// the GPU. Measured on one H100 (README, "Decode kernel"): at 1M keys, Hq=32,
-// Hkv=8, 128 rows took 4.8 ms split against 7.8 on the decode kernel and 11.9
-// on cuDNN, 256 rows 9.1 against 11.7 on cuDNN; 64 rows 4.6 against 3.9 on
-// the decode kernel.
+// split (HopperKeySplits > 1): a whole block the Hopper kernel takes, too few
+// query tiles to fill the GPU. Measured on one H100 at 1M keys, Hq=32, Hkv=8
+// (README, "Decode kernel"), split Hopper against the decode kernel: 1 row
+// 1.39 against 1.50 ms, 16 rows 1.40 against 1.53, 64 rows 2.46 against 4.00,
+// 128 rows 4.37 against 7.84 (11.9 on cuDNN); 256 rows 8.2 against 11.7 on
+// cuDNN.
 bool PrefersHopperSplit(const DeviceAttentionArgs& args);
-
-// Packed rows (q_len * q_heads / kv_heads) up to which the decode kernel
-// keeps few-row blocks from the split Hopper kernel.
-inline constexpr int64_t kHopperOverDecodePackedRows = 256;
 
 // Enqueues our Hopper kernel with its keys split, first growing `workspace`
 // (after waiting for `stream`) to what it asks for. Errors as
@@ -90,13 +87,14 @@ absl::Status RunHopperSplit(const DeviceAttentionArgs& args,
 // (the CPU kernels have their own limit, kDecodeMaxPackedRows).
 inline constexpr int64_t kGpuDecodeMaxPackedRows = 512;
 
-// Whether AttentionDispatcher runs `args` on the decode kernel: few packed rows
-// (q_len * q_heads / kv_heads, the rows that share one K/V head) against
-// enough keys, where it beat cuDNN as measured on one H200 (README, "Decode
-// kernel"). A single query row goes there too although cuDNN reads K/V about
-// 8% faster for it: decode steps grow the keys by one row each, and cuDNN
-// would build and keep a plan for every length. Never for args with a work
-// list, which only our flash kernel takes.
+// Whether AttentionDispatcher runs `args` on the decode kernel where the
+// split Hopper kernel does not take them: few packed rows (q_len * q_heads /
+// kv_heads, the rows that share one K/V head) against enough keys, where it
+// beat cuDNN as measured on one H200 (README, "Decode kernel"). A single query
+// row goes there too although cuDNN reads K/V about 8% faster for it: decode
+// steps grow the keys by one row each, and cuDNN would build and keep a plan
+// for every length. Never for args with a work list, which only our flash
+// kernel takes.
 bool PrefersDecode(const DeviceAttentionArgs& args);
 
 class AttentionDispatcher {

@@ -86,24 +86,28 @@ INSTANTIATE_TEST_SUITE_P(Standard, AttentionDispatchTest,
                          ::testing::ValuesIn(StandardAttentionCases()),
                          AttentionCaseName);
 
-// A few hundred rows against many keys: too few query tiles to fill the GPU,
-// so the Hopper kernel runs with its keys split (where the GPU is a Hopper).
-TEST(AttentionSplitTest, SendsHundredsOfRowsAgainstManyKeysToTheSplitKernel) {
+// One to a few hundred rows against many keys: too few query tiles to fill
+// the GPU, so the Hopper kernel runs with its keys split (where the GPU is a
+// Hopper), a decode step's single row included.
+TEST(AttentionSplitTest, SendsFewRowsAgainstManyKeysToTheSplitKernel) {
   SkipWithoutGpu();
   if (IsSkipped()) return;
-  for (const bool causal : {false, true}) {
-    AttentionDispatcher dispatcher;
-    const Ran ran =
-        RunAndCheck(dispatcher, MakeAttentionCase("HundredsOfRowsGqa", 1, 150,
-                                                  12007, 4, 2, 128, causal));
-    if (!ran.split_expected) {
-      GTEST_SKIP() << "the Hopper kernel does not run on this GPU";
+  for (const int64_t rows : {1, 16, 150}) {
+    for (const bool causal : {false, true}) {
+      AttentionDispatcher dispatcher;
+      const Ran ran = RunAndCheck(
+          dispatcher,
+          MakeAttentionCase("FewRowsGqa", 1, rows, 12007, 8, 2, 128, causal));
+      if (!ran.split_expected) {
+        GTEST_SKIP() << "the Hopper kernel does not run on this GPU";
+      }
+      EXPECT_EQ(ran.path, AttentionPath::kHopper) << rows << " rows";
     }
-    EXPECT_EQ(ran.path, AttentionPath::kHopper);
   }
 }
 
-TEST(AttentionDecodeTest, SendsFewRowsAgainstManyKeysToTheDecodeKernel) {
+// Too few keys to split (under 8192): the decode kernel keeps few rows.
+TEST(AttentionDecodeTest, SendsFewRowsAgainstFewThousandKeysToTheDecodeKernel) {
   SkipWithoutGpu();
   if (IsSkipped()) return;
   AttentionDispatcher dispatcher;
