@@ -71,10 +71,10 @@ absl::Status RunDecodeAttention(const DeviceAttentionArgs& args,
 // Whether AttentionDispatcher runs `args` on our Hopper kernel with its keys
 // split (HopperKeySplits > 1): a whole block the Hopper kernel takes, too few
 // query tiles to fill the GPU. Measured on one H100 at 1M keys, Hq=32, Hkv=8
-// (README, "Decode kernel"), split Hopper against the decode kernel: 1 row
-// 1.39 against 1.50 ms, 16 rows 1.40 against 1.53, 64 rows 2.46 against 4.00,
-// 128 rows 4.37 against 7.84 (11.9 on cuDNN); 256 rows 8.2 against 11.7 on
-// cuDNN.
+// (README, "Few query rows against a long context"), split Hopper against the
+// decode kernel: 1 row 1.39 against 1.50 ms, 16 rows 1.40 against 1.53, 64
+// rows 2.46 against 4.00, 128 rows 4.37 against 7.84 (11.9 on cuDNN); 256
+// rows 8.2 against 11.7 on cuDNN.
 bool PrefersHopperSplit(const DeviceAttentionArgs& args);
 
 // Enqueues our Hopper kernel with its keys split, first growing `workspace`
@@ -90,11 +90,11 @@ inline constexpr int64_t kGpuDecodeMaxPackedRows = 512;
 // Whether AttentionDispatcher runs `args` on the decode kernel where the
 // split Hopper kernel does not take them: few packed rows (q_len * q_heads /
 // kv_heads, the rows that share one K/V head) against enough keys, where it
-// beat cuDNN as measured on one H200 (README, "Decode kernel"). A single query
-// row goes there too although cuDNN reads K/V about 8% faster for it: decode
-// steps grow the keys by one row each, and cuDNN would build and keep a plan
-// for every length. Never for args with a work list, which only our flash
-// kernel takes.
+// beat cuDNN as measured on one H200 (README, "Few query rows against a long
+// context"). A single query row goes there too although cuDNN reads K/V about
+// 8% faster for it: decode steps grow the keys by one row each, and cuDNN would
+// build and keep a plan for every length. Never for args with a work list,
+// which only our flash kernel takes.
 bool PrefersDecode(const DeviceAttentionArgs& args);
 
 class AttentionDispatcher {
