@@ -96,6 +96,20 @@ TEST(RingPlan, ShortCausalQueryBatchSeesWholeContext) {
   EXPECT_EQ(keys, 1000 * 3 - 0) << "each query row's worker sees every key";
 }
 
+// Broadcast-Q: a world of one holds every query row against its own keys. A
+// causal batch of 16 rows is one task per key chunk, so the keys are read
+// once (split in two, the rows read them twice).
+TEST(RingPlan, CausalQueriesOfAWorldOfOneAreOneTask) {
+  AttentionSpec spec = Spec(1000, true);
+  spec.q_len = 16;
+  const RingPlan plan = PlanFor(spec, 1);
+  ASSERT_EQ(plan.Step(0, 0).tasks.size(), 1u);
+  const AttentionTask& task = plan.Step(0, 0).tasks[0];
+  EXPECT_EQ(task.q, (Range{0, 16}));
+  EXPECT_EQ(task.k, (Range{0, 1000}));
+  EXPECT_EQ(task.kind, TaskKind::kCausal);
+}
+
 TEST(RingPlan, DilatedSegmentsInsideShardsSendNothing) {
   AttentionSpec spec = Spec(4096, false);
   spec.dilated = {{256, 1}, {512, 2}, {1024, 4}};

@@ -27,7 +27,9 @@ ShardLayout ShardLayout::Make(ShardKind kind, int64_t seq_len,
   layout.kind_ = kind;
   layout.seq_len_ = seq_len;
   layout.chunks_.resize(static_cast<size_t>(workers));
-  if (kind == ShardKind::kContiguous) {
+  // Zigzag over one worker would be two adjacent chunks: one run serves, and
+  // spares a world of one (broadcast-Q's queries) a second pass over its keys.
+  if (kind == ShardKind::kContiguous || workers == 1) {
     const std::vector<Range> runs = SplitEvenly(seq_len, workers);
     for (int64_t i = 0; i < workers; ++i) layout.chunks_[i] = {runs[i]};
   } else {

@@ -4,9 +4,9 @@
 // ShardLayout: which sequence positions each of p workers holds. Contiguous
 // layouts give worker i one run of about N/p positions; zigzag layouts cut the
 // sequence into 2p chunks and give worker i chunks i and 2p-1-i, so causal work
-// is the same on every worker. Chunk sizes differ by at most one; any N >= 1
-// and p >= 1 work (workers may be empty). Immutable; safe to share between
-// threads.
+// is the same on every worker (one run where p = 1). Chunk sizes differ by at
+// most one; any N >= 1 and p >= 1 work (workers may be empty). Immutable; safe
+// to share between threads.
 
 #include <cstdint>
 #include <vector>

@@ -51,6 +51,14 @@ TEST(ShardLayout, ZigzagPairsChunkIWithMirrorChunk) {
   EXPECT_EQ(layout.Chunks(3)[1], (Range{40, 50}));
 }
 
+// A world of one (broadcast-Q's queries) holds one run, so its tasks read
+// the keys once, not once per half.
+TEST(ShardLayout, ZigzagOverOneWorkerIsOneRun) {
+  const ShardLayout layout = ShardLayout::Make(ShardKind::kZigzag, 17, 1);
+  ASSERT_EQ(layout.Chunks(0).size(), 1u);
+  EXPECT_EQ(layout.Chunks(0)[0], (Range{0, 17}));
+}
+
 TEST(ShardLayout, FewerPositionsThanWorkersLeavesSomeEmpty) {
   const ShardLayout layout = ShardLayout::Make(ShardKind::kContiguous, 3, 8);
   EXPECT_EQ(layout.ShardLength(0), 1);
