@@ -57,7 +57,7 @@ constexpr char kUsage[] = R"(usage:
 
 Every command that talks to a server also takes:
   --timeout SECONDS   deadline of each call (default: none)
-  --chunk_bytes N     largest tensor chunk sent (default 1048576)
+  --chunk_bytes N     largest tensor chunk sent (default 4194304)
   --token_file FILE   file holding a bearer token, sent as
                       "authorization: Bearer TOKEN" on every call
   --tls_ca FILE       connect over TLS, verifying the server against this PEM

@@ -39,8 +39,11 @@ struct ClientOptions {
   // Limit on each call, from its start; InfiniteDuration() for none.
   absl::Duration deadline = absl::InfiniteDuration();
   // Upper bound on the tensor bytes of one chunk message (a single token row
-  // that is larger goes alone). >= 1.
-  int64_t chunk_bytes = 1 << 20;
+  // that is larger goes alone). >= 1. Uploading 1 GB through a local
+  // coordinator, 4 MiB chunks cost the client and the coordinator about a
+  // tenth less CPU than 1 MiB ones (2 and 8 MiB: in between); the coordinator
+  // accepts up to 16 MiB.
+  int64_t chunk_bytes = 4 << 20;
   // Sent as "authorization: Bearer <token>" metadata on every call.
   std::optional<std::string> bearer_token;
   // Called as chunks go out and come in: bytes_done rises to bytes_total in
