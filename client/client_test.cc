@@ -59,6 +59,7 @@ class ClientTest : public ::testing::Test {
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
                              &port_);
     builder.RegisterService(&service_);
+    builder.SetMaxReceiveMessageSize(16 << 20);  // as the real coordinator
     server_ = builder.BuildAndStart();
     ASSERT_NE(server_, nullptr);
   }

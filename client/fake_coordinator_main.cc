@@ -46,6 +46,9 @@ int main(int argc, char** argv) {
   builder.AddListeningPort(absl::StrCat("127.0.0.1:", *port),
                            grpc::InsecureServerCredentials());
   builder.RegisterService(&service);
+  // The real coordinator's limit: the client's 4 MiB chunks plus headers
+  // exceed gRPC's default of 4 MiB.
+  builder.SetMaxReceiveMessageSize(16 << 20);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr) {
     std::fprintf(stderr, "fake_coordinator: cannot serve on port %lld\n",
