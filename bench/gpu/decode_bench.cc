@@ -2,11 +2,10 @@
 // kernel (kernels/cuda/decode_attention), cuDNN's fused SDPA as ringattn calls
 // it, our flash kernel, our Hopper kernel with split keys, and whichever of
 // them the dispatcher picks (what ringattn runs, named in the table); bf16,
-// Hq=32, Hkv=8, D=128, batch 1, dense. Prints
-// a markdown table (median milliseconds after warm-up, the decode kernel's
-// K/V read rate and TFLOP/s) and, with --csv, one line per case for
-// bench/gpu/peer_decode.py. K/V bytes are 2 * Nk * Hkv * D * 2 (each byte read
-// once); FLOPs are 4 * Nq * Nk * Hq * D.
+// Hq=32, Hkv=8, D=128, batch 1, dense. Prints a markdown table (median
+// milliseconds after warm-up, K/V read rate and TFLOP/s) and, with --csv, one
+// line per case for bench/gpu/peer_decode.py. K/V bytes are
+// 2 * Nk * Hkv * D * 2 (each byte read once); FLOPs are 4 * Nq * Nk * Hq * D.
 //
 //   gpu_decode_bench [--kv_lengths=1048576,4194304] [--q_lengths=1,16,256,4096]
 //                    [--paths=dispatch,decode,cudnn,flash,hopper]
