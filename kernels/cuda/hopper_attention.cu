@@ -692,38 +692,35 @@ cudaError_t LaunchForConsumers(int consumers, const Params& params,
                                       stream);
 }
 
-// How many query heads share a thread block's tile (Params::pack): the
-// group of heads reading one K/V head where it is a power of two, the launch
-// takes the whole block and the packed rows (q_len * group) are at most
-// kMostPackedRows; 1 otherwise (a work list's tiles are rows of one head).
-int PackFor(const DeviceAttentionArgs& args) {
+// How a launch cuts the query rows into thread blocks.
+struct TileShape {
+  // Query heads per tile (Params::pack): the group of heads reading one K/V
+  // head where it is a power of two, the launch takes the whole block and the
+  // packed rows (q_len * group) are at most kMostPackedRows; 1 otherwise (a
+  // work list's tiles are rows of one head).
+  int pack;
+  // Consumer warpgroups per thread block: one where the whole query fits one
+  // warpgroup's rows, packed or not; two otherwise and for work lists.
+  int consumers;
+  int64_t rows;   // query rows per tile, of each of its `pack` heads
+  int64_t tiles;  // tiles along the query rows (a work list's own count)
+};
+
+TileShape TileShapeFor(const DeviceAttentionArgs& args) {
+  const bool listed = args.work.tile_count > 0;
   const int64_t group = args.q_heads / args.kv_heads;
   const bool power_of_two = (group & (group - 1)) == 0;
-  return args.work.tile_count == 0 && power_of_two && group <= kConsumerRows &&
-                 args.q_len * group <= kMostPackedRows
-             ? static_cast<int>(group)
-             : 1;
-}
-
-// Consumer warpgroups per thread block: one where the whole query fits one
-// warpgroup's rows, packed or not; two otherwise and for work lists.
-int ConsumersFor(const DeviceAttentionArgs& args) {
-  return args.work.tile_count == 0 &&
-                 args.q_len * PackFor(args) <= kConsumerRows
-             ? 1
-             : kMostConsumers;
-}
-
-// Query rows per thread block (of each of its PackFor heads).
-int64_t TileRows(const DeviceAttentionArgs& args) {
-  return ConsumersFor(args) * kConsumerRows / PackFor(args);
-}
-
-// Thread blocks along the query rows: one per tile of TileRows, or one per
-// tile of the work list.
-int64_t QueryTiles(const DeviceAttentionArgs& args) {
-  if (args.work.tile_count > 0) return args.work.tile_count;
-  return (args.q_len + TileRows(args) - 1) / TileRows(args);
+  TileShape shape;
+  shape.pack = !listed && power_of_two && group <= kConsumerRows &&
+                       args.q_len * group <= kMostPackedRows
+                   ? static_cast<int>(group)
+                   : 1;
+  shape.consumers =
+      !listed && args.q_len * shape.pack <= kConsumerRows ? 1 : kMostConsumers;
+  shape.rows = shape.consumers * kConsumerRows / shape.pack;
+  shape.tiles = listed ? args.work.tile_count
+                       : (args.q_len + shape.rows - 1) / shape.rows;
+  return shape;
 }
 
 // The kernel's launch for `args`, writing O and LSE where the args say; the
@@ -744,10 +741,10 @@ cudaError_t Prepare(const DeviceAttentionArgs& args, Prepared& prepared) {
   if (listed && (args.work.tiles == nullptr || args.work.spans == nullptr)) {
     return cudaErrorInvalidValue;
   }
-  const int pack = PackFor(args);
+  const TileShape shape = TileShapeFor(args);
   for (const auto& [map, tensor, seq, heads, box_heads, rows] :
-       {std::tuple{&prepared.q_map, &args.q, args.q_len, args.q_heads, pack,
-                   static_cast<int>(TileRows(args))},
+       {std::tuple{&prepared.q_map, &args.q, args.q_len, args.q_heads,
+                   shape.pack, static_cast<int>(shape.rows)},
         std::tuple{&prepared.k_map, &args.k, args.kv_len, args.kv_heads, 1,
                    kBlockN},
         std::tuple{&prepared.v_map, &args.v, args.kv_len, args.kv_heads, 1,
@@ -757,7 +754,7 @@ cudaError_t Prepare(const DeviceAttentionArgs& args, Prepared& prepared) {
                       args.head_dim, box_heads, rows);
     if (error != cudaSuccess) return error;
   }
-  prepared.consumers = ConsumersFor(args);
+  prepared.consumers = shape.consumers;
   Params& params = prepared.params;
   params.o = args.o.data;
   params.lse = args.lse;
@@ -767,9 +764,9 @@ cudaError_t Prepare(const DeviceAttentionArgs& args, Prepared& prepared) {
   params.kv_len = static_cast<int>(args.kv_len);
   params.q_heads = static_cast<int>(args.q_heads);
   params.group = static_cast<int>(args.q_heads / args.kv_heads);
-  params.pack = pack;
+  params.pack = shape.pack;
   params.pack_log2 = 0;
-  while ((1 << params.pack_log2) < pack) ++params.pack_log2;
+  while ((1 << params.pack_log2) < shape.pack) ++params.pack_log2;
   params.head_dim = static_cast<int>(args.head_dim);
   params.scale_log2 = args.scale * kLog2e;
   params.causal = args.causal;
@@ -779,8 +776,8 @@ cudaError_t Prepare(const DeviceAttentionArgs& args, Prepared& prepared) {
   params.o_split_stride = 0;
   params.lse_split_stride = 0;
   prepared.grid =
-      dim3(static_cast<unsigned>(QueryTiles(args)),
-           static_cast<unsigned>(args.batch * args.q_heads / pack), 1);
+      dim3(static_cast<unsigned>(shape.tiles),
+           static_cast<unsigned>(args.batch * args.q_heads / shape.pack), 1);
   return cudaSuccess;
 }
 
@@ -841,8 +838,8 @@ int HopperKeySplits(const DeviceAttentionArgs& args) {
     return 1;
   }
   if (args.work.tile_count > 0 || args.kv_heads <= 0) return 1;
-  const int64_t blocks =
-      QueryTiles(args) * args.batch * args.q_heads / PackFor(args);
+  const TileShape shape = TileShapeFor(args);
+  const int64_t blocks = shape.tiles * args.batch * args.q_heads / shape.pack;
   if (blocks == 0 || 2 * blocks > sms) return 1;
   // An SM holds one thread block at a time, so the time is that of the waves:
   // take the count whose waves are fullest, the fewest splits among equals.
