@@ -30,6 +30,17 @@ RandomInputs MakeRandomInputs(const AttentionSpec& spec, uint32_t seed,
   return in;
 }
 
+AttentionSpec SelfAttentionSpec(int64_t n, int64_t q_heads, int64_t kv_heads,
+                                int64_t head_dim, bool causal) {
+  AttentionSpec spec;
+  spec.q_len = spec.kv_len = n;
+  spec.q_heads = q_heads;
+  spec.kv_heads = kv_heads;
+  spec.head_dim = head_dim;
+  spec.causal = causal;
+  return spec;
+}
+
 v1::AttentionSpec RequestSpec(const AttentionSpec& spec, v1::DType wire) {
   v1::AttentionSpec proto = SpecToProto(spec);
   proto.set_wire_dtype(wire);

@@ -17,16 +17,6 @@
 namespace ringattn {
 namespace {
 
-AttentionSpec Spec(int64_t n, int64_t hq, int64_t hkv, int64_t d, bool causal) {
-  AttentionSpec spec;
-  spec.q_len = spec.kv_len = n;
-  spec.q_heads = hq;
-  spec.kv_heads = hkv;
-  spec.head_dim = d;
-  spec.causal = causal;
-  return spec;
-}
-
 // Sends the request for `spec` through a new client and checks it.
 void ExpectServiceMatchesReference(const TestCluster& cluster,
                                    const AttentionSpec& spec,
@@ -56,33 +46,37 @@ class ThreeWorkers : public testing::Test {
 TestCluster* ThreeWorkers::cluster_ = nullptr;
 
 TEST_F(ThreeWorkers, DenseGqaPrimeLengthMatchesReference) {
-  ExpectServiceMatchesReference(*cluster_, Spec(257, 8, 2, 64, false));
+  ExpectServiceMatchesReference(*cluster_,
+                                SelfAttentionSpec(257, 8, 2, 64, false));
 }
 
 TEST_F(ThreeWorkers, CausalMqaWithHeadDim80MatchesReference) {
-  ExpectServiceMatchesReference(*cluster_, Spec(301, 4, 1, 80, true));
+  ExpectServiceMatchesReference(*cluster_,
+                                SelfAttentionSpec(301, 4, 1, 80, true));
 }
 
 TEST_F(ThreeWorkers, FewerTokensThanWorkers) {
-  ExpectServiceMatchesReference(*cluster_, Spec(2, 2, 1, 64, true));
-  ExpectServiceMatchesReference(*cluster_, Spec(1, 2, 2, 64, false));
+  ExpectServiceMatchesReference(*cluster_,
+                                SelfAttentionSpec(2, 2, 1, 64, true));
+  ExpectServiceMatchesReference(*cluster_,
+                                SelfAttentionSpec(1, 2, 2, 64, false));
 }
 
 TEST_F(ThreeWorkers, CausalContinuationOfShortQueryBatch) {
-  AttentionSpec spec = Spec(301, 4, 2, 64, true);
+  AttentionSpec spec = SelfAttentionSpec(301, 4, 2, 64, true);
   spec.q_len = 17;
   ExpectServiceMatchesReference(*cluster_, spec);
 }
 
 TEST_F(ThreeWorkers, BatchOfTwoWithScale) {
-  AttentionSpec spec = Spec(100, 4, 2, 128, true);
+  AttentionSpec spec = SelfAttentionSpec(100, 4, 2, 128, true);
   spec.batch = 2;
   spec.scale = 0.2f;
   ExpectServiceMatchesReference(*cluster_, spec);
 }
 
 TEST_F(ThreeWorkers, DilatedBothCombineModesMatchReference) {
-  AttentionSpec spec = Spec(300, 8, 2, 64, true);
+  AttentionSpec spec = SelfAttentionSpec(300, 8, 2, 64, true);
   spec.dilated = {{64, 1}, {128, 2}, {256, 4}};
   ExpectServiceMatchesReference(*cluster_, spec);
   spec.combine = DilatedCombine::kHeadGroups;
@@ -91,7 +85,7 @@ TEST_F(ThreeWorkers, DilatedBothCombineModesMatchReference) {
 }
 
 TEST_F(ThreeWorkers, BlockSparseMatchesReferenceAndReturnsItsMask) {
-  AttentionSpec spec = Spec(250, 4, 2, 64, true);
+  AttentionSpec spec = SelfAttentionSpec(250, 4, 2, 64, true);
   BlockSparseRules rules;
   rules.block_size = 16;
   rules.local = 1;
@@ -118,19 +112,20 @@ TEST_F(ThreeWorkers, BlockSparseMatchesReferenceAndReturnsItsMask) {
 }
 
 TEST_F(ThreeWorkers, HilbertOrderOnNonSquareGrid) {
-  AttentionSpec spec = Spec(7 * 11, 2, 1, 64, true);
+  AttentionSpec spec = SelfAttentionSpec(7 * 11, 2, 1, 64, true);
   spec.hilbert = HilbertGrid{7, 11};
   ExpectServiceMatchesReference(*cluster_, spec);
 }
 
 TEST_F(ThreeWorkers, HalfAndBfloat16OnTheWire) {
-  ExpectServiceMatchesReference(*cluster_, Spec(130, 4, 2, 64, true), v1::FP16);
-  ExpectServiceMatchesReference(*cluster_, Spec(130, 4, 2, 64, false),
-                                v1::BF16);
+  ExpectServiceMatchesReference(
+      *cluster_, SelfAttentionSpec(130, 4, 2, 64, true), v1::FP16);
+  ExpectServiceMatchesReference(
+      *cluster_, SelfAttentionSpec(130, 4, 2, 64, false), v1::BF16);
 }
 
 TEST_F(ThreeWorkers, SixteenBitOutputIsTheRoundedFp32Output) {
-  const AttentionSpec spec = Spec(131, 4, 2, 80, true);
+  const AttentionSpec spec = SelfAttentionSpec(131, 4, 2, 80, true);
   const RandomInputs in = MakeRandomInputs(spec, 5, v1::BF16);
   std::unique_ptr<Client> client = cluster_->NewClient();
   absl::StatusOr<AttendResult> fp32 = client->Attend(
@@ -159,7 +154,7 @@ TEST_F(ThreeWorkers, SixteenBitOutputIsTheRoundedFp32Output) {
 }
 
 TEST_F(ThreeWorkers, StreamingAttendHandsOnEveryRowOnce) {
-  AttentionSpec spec = Spec(97, 4, 2, 64, true);
+  AttentionSpec spec = SelfAttentionSpec(97, 4, 2, 64, true);
   spec.batch = 2;
   const RandomInputs in = MakeRandomInputs(spec, 6);
   ClientOptions options;
@@ -194,7 +189,7 @@ TEST_F(ThreeWorkers, StreamingAttendHandsOnEveryRowOnce) {
 TEST_F(ThreeWorkers, ChunksLargerThanFourMebibytesReachTheWorkers) {
   // Q (16 MiB) goes in chunks of 12 MiB, under the coordinator's 16 MiB
   // limit; a worker's piece of one (5.3 MiB) is over gRPC's default 4 MiB.
-  const AttentionSpec spec = Spec(2048, 16, 4, 128, false);
+  const AttentionSpec spec = SelfAttentionSpec(2048, 16, 4, 128, false);
   const RandomInputs in = MakeRandomInputs(spec, 8);
   ClientOptions options;
   options.chunk_bytes = 12 << 20;
@@ -205,7 +200,7 @@ TEST_F(ThreeWorkers, ChunksLargerThanFourMebibytesReachTheWorkers) {
 }
 
 TEST_F(ThreeWorkers, StreamingAttendStopsAtTheConsumersError) {
-  const AttentionSpec spec = Spec(64, 2, 2, 64, false);
+  const AttentionSpec spec = SelfAttentionSpec(64, 2, 2, 64, false);
   const RandomInputs in = MakeRandomInputs(spec, 7);
   ChunkStream source(DType::kFloat32, 1 << 20);
   source.Add(v1::Q, in.q.view());
@@ -219,7 +214,7 @@ TEST_F(ThreeWorkers, StreamingAttendStopsAtTheConsumersError) {
 }
 
 TEST_F(ThreeWorkers, SummaryReportsWorkAndMemoryPerWorker) {
-  const AttentionSpec spec = Spec(600, 2, 2, 64, true);
+  const AttentionSpec spec = SelfAttentionSpec(600, 2, 2, 64, true);
   const RandomInputs in = MakeRandomInputs(spec, 4);
   absl::StatusOr<AttendResult> result = cluster_->NewClient()->Attend(
       RequestSpec(spec), in.q.view(), in.k.view(), in.v.view());
@@ -245,8 +240,10 @@ TEST_P(WorkerCounts, DenseAndCausalMatchReference) {
   absl::StatusOr<std::unique_ptr<TestCluster>> cluster =
       TestCluster::Start({.workers = GetParam()});
   ASSERT_TRUE(cluster.ok()) << cluster.status();
-  ExpectServiceMatchesReference(**cluster, Spec(131, 4, 2, 64, false));
-  ExpectServiceMatchesReference(**cluster, Spec(131, 4, 1, 64, true));
+  ExpectServiceMatchesReference(**cluster,
+                                SelfAttentionSpec(131, 4, 2, 64, false));
+  ExpectServiceMatchesReference(**cluster,
+                                SelfAttentionSpec(131, 4, 1, 64, true));
 }
 
 INSTANTIATE_TEST_SUITE_P(OneTwoFour, WorkerCounts, testing::Values(1, 2, 4));

@@ -36,16 +36,6 @@ double SeriesValue(const std::string& metrics, const std::string& series) {
 constexpr char kAttachedOk[] =
     "ringattn_requests_total{method=\"AttachUpload\",code=\"OK\"}";
 
-AttentionSpec Spec(int64_t n, int64_t hq, int64_t hkv, int64_t d, bool causal) {
-  AttentionSpec spec;
-  spec.q_len = spec.kv_len = n;
-  spec.q_heads = hq;
-  spec.kv_heads = hkv;
-  spec.head_dim = d;
-  spec.causal = causal;
-  return spec;
-}
-
 class UploadStreams : public testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -158,14 +148,15 @@ class UploadStreams : public testing::Test {
 TestCluster* UploadStreams::cluster_ = nullptr;
 
 TEST_F(UploadStreams, ManyStreamsGiveOneStreamsResultsExactly) {
-  AttentionSpec batched = Spec(301, 4, 1, 80, true);
+  AttentionSpec batched = SelfAttentionSpec(301, 4, 1, 80, true);
   batched.batch = 2;
   struct Case {
     AttentionSpec spec;
     int streams;
   };
-  for (const Case& c : {Case{Spec(257, 8, 2, 64, false), 4}, Case{batched, 3},
-                        Case{Spec(131, 6, 3, 32, true), 2}}) {
+  for (const Case& c :
+       {Case{SelfAttentionSpec(257, 8, 2, 64, false), 4}, Case{batched, 3},
+        Case{SelfAttentionSpec(131, 6, 3, 32, true), 2}}) {
     const RandomInputs in = MakeRandomInputs(c.spec, 5);
     const v1::AttentionSpec request = RequestSpec(c.spec);
     // Two or three rows a chunk: every stream carries many chunks.
@@ -192,7 +183,7 @@ TEST_F(UploadStreams, ManyStreamsGiveOneStreamsResultsExactly) {
 }
 
 TEST_F(UploadStreams, ProgressRisesToTheWholeUploadOverAllStreams) {
-  const AttentionSpec spec = Spec(199, 4, 2, 64, true);
+  const AttentionSpec spec = SelfAttentionSpec(199, 4, 2, 64, true);
   const RandomInputs in = MakeRandomInputs(spec, 6);
   std::vector<Progress> uploads;
   ClientOptions options;
@@ -267,7 +258,7 @@ class RepeatsFirstChunk : public ChunkSource {
 };
 
 TEST_F(UploadStreams, ClientReportsTheRefusedChunkWhicheverStreamCarriedIt) {
-  const AttentionSpec spec = Spec(97, 2, 1, 32, false);
+  const AttentionSpec spec = SelfAttentionSpec(97, 2, 1, 32, false);
   const RandomInputs in = MakeRandomInputs(spec, 9);
   for (int attempt = 0; attempt < 5; ++attempt) {
     ChunkStream chunks(DType::kFloat32, /*chunk_bytes=*/2 * 2 * 32 * 4);
@@ -397,7 +388,7 @@ TEST_F(UploadStreams, CancelledRequestEndsItsAttachedStreams) {
   const grpc::Status late = AttachOnly(*stub, TicketMessage(ticket));
   EXPECT_EQ(late.error_code(), grpc::StatusCode::NOT_FOUND)
       << late.error_message();
-  const AttentionSpec spec = Spec(64, 2, 1, 32, true);
+  const AttentionSpec spec = SelfAttentionSpec(64, 2, 1, 32, true);
   const RandomInputs in = MakeRandomInputs(spec, 7);
   absl::StatusOr<AttendResult> next = ClientWith(3, 1024)->Attend(
       RequestSpec(spec), in.q.view(), in.k.view(), in.v.view());
@@ -452,7 +443,7 @@ TEST_F(UploadStreams, StreamsThatNeverAttachEndTheRequestAfterRingTimeout) {
 
 TEST_F(UploadStreams, QueryRefusesAttachedStreams) {
   std::unique_ptr<Client> client = cluster_->NewClient();
-  const AttentionSpec spec = Spec(16, 2, 1, 32, false);
+  const AttentionSpec spec = SelfAttentionSpec(16, 2, 1, 32, false);
   const RandomInputs in = MakeRandomInputs(spec, 8);
   ASSERT_TRUE(client->CreateContext("streams", in.k.view(), in.v.view()).ok());
   v1::AttentionSpec request = RequestSpec(spec);
