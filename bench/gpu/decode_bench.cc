@@ -27,6 +27,7 @@
 #include "absl/flags/parse.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "bench/gpu/random_inputs.h"
@@ -167,6 +168,15 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
     return 1;
   };
+  std::vector<int> split_counts;
+  for (const std::string& text : absl::GetFlag(FLAGS_hopper_splits)) {
+    int splits = 0;
+    if (!absl::SimpleAtoi(text, &splits) || splits < 1 || splits > 32) {
+      return fail(absl::InvalidArgumentError(absl::StrCat(
+          "--hopper_splits: '", text, "' is not a split count from 1 to 32")));
+    }
+    split_counts.push_back(splits);
+  }
   if (absl::Status s =
           CudaStatus(cudaGetDeviceProperties(&properties, 0), "no GPU");
       !s.ok()) {
@@ -255,9 +265,8 @@ int Main(int argc, char** argv) {
         if (wants("hopper")) {
           split_runs.push_back({"hopper", HopperKeySplits(args)});
         }
-        for (const std::string& text : absl::GetFlag(FLAGS_hopper_splits)) {
-          split_runs.push_back(
-              {absl::StrCat("hopper/", text), std::stoi(text)});
+        for (const int splits : split_counts) {
+          split_runs.push_back({absl::StrCat("hopper/", splits), splits});
         }
       }
       size_t split_bytes = 1;
