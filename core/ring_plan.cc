@@ -116,6 +116,13 @@ ShardLayout LayoutFor(const AttentionSpec& spec, int64_t seq_len,
   return ShardLayout::Make(ChooseShardKind(spec), seq_len, workers);
 }
 
+ShardLayout QueryLayoutFor(const AttentionSpec& spec, int64_t workers) {
+  const bool short_batch = spec.q_len * kShortQueryRatio <= spec.kv_len;
+  return ShardLayout::Make(
+      short_batch ? ShardKind::kContiguous : ChooseShardKind(spec), spec.q_len,
+      workers);
+}
+
 absl::StatusOr<ShardLayout> KvLayoutFor(
     const AttentionSpec& spec, int64_t workers,
     std::optional<ShardLayout> explicit_layout) {

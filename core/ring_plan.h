@@ -95,6 +95,14 @@ absl::Status CheckRank(int64_t rank, int64_t world_size);
 ShardLayout LayoutFor(const AttentionSpec& spec, int64_t seq_len,
                       int64_t workers);
 
+// The query layout of a request on `workers` workers. Zigzag balances causal
+// work only where queries and keys are of comparable length: a short causal
+// batch against a long context (q_len * kShortQueryRatio <= kv_len, so every
+// row sees nearly every key) is laid out contiguously instead, which keeps
+// each worker's rows one run and lets a task read a K/V block once.
+inline constexpr int64_t kShortQueryRatio = 64;
+ShardLayout QueryLayoutFor(const AttentionSpec& spec, int64_t workers);
+
 // The K/V layout of a request on `workers` workers: `explicit_layout` if given
 // (a resident context's pieces; INVALID_ARGUMENT unless it partitions
 // spec.kv_len over that many workers), else LayoutFor(spec, spec.kv_len,

@@ -96,6 +96,37 @@ TEST(RingPlan, ShortCausalQueryBatchSeesWholeContext) {
   EXPECT_EQ(keys, 1000 * 3 - 0) << "each query row's worker sees every key";
 }
 
+TEST(QueryLayout, ShortCausalBatchIsOneRunPerWorker) {
+  AttentionSpec spec = Spec(128 * kShortQueryRatio, true);
+  spec.q_len = 128;
+  const ShardLayout short_batch = QueryLayoutFor(spec, 2);
+  EXPECT_EQ(short_batch.Chunks(0), (std::vector<Range>{{0, 64}}));
+  EXPECT_EQ(short_batch.Chunks(1), (std::vector<Range>{{64, 128}}));
+  spec.q_len = 129;
+  EXPECT_EQ(QueryLayoutFor(spec, 2).Chunks(0).size(), 2u)
+      << "a batch of comparable length keeps zigzag's balance";
+}
+
+// Pass-Q: a short causal batch's travelling block is one run, so each of its
+// tasks against a K/V block reads one of that block's chunks once.
+TEST(RingPlan, PassQReadsEachKeyChunkOnceForAShortCausalBatch) {
+  AttentionSpec spec = Spec(100003, true);
+  spec.q_len = 128;
+  const int64_t p = 2;
+  const ShardLayout kv_layout = LayoutFor(spec, spec.kv_len, p);
+  const RingPlan plan = RingPlan::Build(spec, QueryLayoutFor(spec, p),
+                                        kv_layout, /*blocks=*/nullptr);
+  for (int64_t owner = 0; owner < p; ++owner) {
+    const std::vector<std::vector<AttentionTask>> tasks =
+        plan.TasksAgainstBlock(owner);
+    for (int64_t w = 0; w < p; ++w) {
+      ASSERT_EQ(tasks[w].size(), kv_layout.Chunks(owner).size())
+          << w << " on " << owner;
+      for (const AttentionTask& t : tasks[w]) EXPECT_EQ(t.q.size(), 64);
+    }
+  }
+}
+
 // Broadcast-Q: a world of one holds every query row against its own keys. A
 // causal batch of 16 rows is one task per key chunk, so the keys are read
 // once (split in two, the rows read them twice).

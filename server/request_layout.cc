@@ -6,7 +6,7 @@
 namespace ringattn {
 
 RequestLayout::RequestLayout(const AttentionSpec& spec, int64_t workers)
-    : q_layout_(LayoutFor(spec, spec.q_len, workers)),
+    : q_layout_(QueryLayoutFor(spec, workers)),
       kv_layout_(LayoutFor(spec, spec.kv_len, workers)) {
   if (spec.hilbert.has_value()) {
     order_ = HilbertOrder(spec.hilbert->height, spec.hilbert->width);

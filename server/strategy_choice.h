@@ -40,8 +40,9 @@
 // blocks has at least kPassQFullRateRows rows: measured on 2x H200 (1M-token
 // context, Hq=32, Hkv=8), pass-Q's steps over blocks of 128 rows computed at
 // 0.55x broadcast-Q's rate for 256 rows, while blocks of 2048 rows matched it,
-// and the model does not know that (a causal query block is two zigzag chunks,
-// each of which reads the whole K/V shard). So broadcast-Q takes short query batches
+// and the model does not know that (then a causal query block was two zigzag
+// chunks, each of which read the whole K/V shard; QueryLayoutFor now keeps a
+// short causal batch one run per worker). So broadcast-Q takes short query batches
 // against long contexts (each shard is read once; the ring strategies read
 // it p times), pass-Q thousands of rows against long contexts on GPUs (its
 // rows cross gRPC once, not once per worker), and pass-KV Nq close to Nk.

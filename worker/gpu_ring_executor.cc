@@ -179,7 +179,7 @@ int64_t PoolBytesNeeded(const AttentionSpec& spec, int rank, int world_size,
                              ? *kv_layout
                              : LayoutFor(spec, spec.kv_len, world_size);
   return SaturatedBytes(PoolFor(spec, rank, world_size, config,
-                                LayoutFor(spec, spec.q_len, world_size), kv,
+                                QueryLayoutFor(spec, world_size), kv,
                                 pass_q)
                             .total);
 }
@@ -348,7 +348,7 @@ GpuRingExecutor::GpuRingExecutor(const AttentionSpec& spec, int rank,
       world_size_(world_size),
       config_(config),
       pass_q_(pass_q),
-      q_layout_(LayoutFor(spec, spec.q_len, world_size)),
+      q_layout_(QueryLayoutFor(spec, world_size)),
       kv_layout_(std::move(kv_layout)),
       blocks_(BlockMask::ForSpec(spec)),
       plan_(RingPlan::Build(spec, q_layout_, kv_layout_, blocks())),

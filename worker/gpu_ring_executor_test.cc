@@ -320,8 +320,7 @@ std::vector<RankResult> RunRing(const Problem& p, const Case& c,
 void RunAndAssemble(const Problem& p, const Case& c, int world_size,
                     Tensor<float>& o, Tensor<float>& lse) {
   const std::vector<RankResult> results = RunRing(p, c, world_size);
-  const ShardKind kind = ChooseShardKind(p.spec);
-  const ShardLayout q_layout = ShardLayout::Make(kind, c.q_len, world_size);
+  const ShardLayout q_layout = QueryLayoutFor(p.spec, world_size);
   o = Tensor<float>(p.q.shape());
   lse = Tensor<float>({c.batch, c.q_len, c.q_heads, 1});
   for (int r = 0; r < world_size; ++r) {

@@ -56,7 +56,7 @@ void CheckPlan(const Case& c) {
                                                 kp / blocks->block_size());
   };
   const ShardKind kind = ChooseShardKind(spec);
-  const ShardLayout q_layout = ShardLayout::Make(kind, c.q_len, c.world_size);
+  const ShardLayout q_layout = QueryLayoutFor(spec, c.world_size);
   const ShardLayout kv_layout = ShardLayout::Make(kind, c.kv_len, c.world_size);
   const RingPlan plan = RingPlan::Build(spec, q_layout, kv_layout, blocks);
   // Visible pairs the plan's tiles cover, over all ranks and steps.

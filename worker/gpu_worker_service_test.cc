@@ -119,7 +119,7 @@ std::vector<v1::ExecuteRequest> StreamOf(
   const std::vector<Range> q_chunks =
       strategy == v1::BROADCAST_Q
           ? std::vector<Range>{Range{0, spec.q_len}}
-          : LayoutFor(spec, spec.q_len, ranks).Chunks(rank);
+          : QueryLayoutFor(spec, ranks).Chunks(rank);
   for (int64_t b = 0; b < spec.batch; ++b) {
     for (const auto& [name, t] :
          {std::make_pair(v1::Q, &q), std::make_pair(v1::K, &k),
@@ -512,7 +512,7 @@ std::vector<v1::ExecuteRequest> ContextQueryOf(
   const std::vector<Range> q_chunks =
       strategy == v1::BROADCAST_Q
           ? std::vector<Range>{Range{0, spec.q_len}}
-          : LayoutFor(spec, spec.q_len, ranks).Chunks(rank);
+          : QueryLayoutFor(spec, ranks).Chunks(rank);
   for (const Range& chunk : q_chunks) {
     v1::ExecuteRequest request;
     *request.mutable_rows() =

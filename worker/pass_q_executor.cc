@@ -43,7 +43,7 @@ int64_t PassQExecutor::BytesNeeded(const AttentionSpec& spec, int rank,
                                    int world_size,
                                    const ShardLayout* kv_layout) {
   // In double, so that absurd shapes saturate instead of overflowing.
-  const ShardLayout q_layout = LayoutFor(spec, spec.q_len, world_size);
+  const ShardLayout q_layout = QueryLayoutFor(spec, world_size);
   const double batch = static_cast<double>(spec.batch);
   const double row_values = batch * spec.q_heads * (spec.head_dim + 1);
   const double own_rows = static_cast<double>(q_layout.ShardLength(rank));
@@ -68,7 +68,7 @@ PassQExecutor::PassQExecutor(const AttentionSpec& spec, int rank,
     : spec_(spec),
       rank_(rank),
       world_size_(world_size),
-      q_layout_(LayoutFor(spec, spec.q_len, world_size)),
+      q_layout_(QueryLayoutFor(spec, world_size)),
       kv_layout_(std::move(kv_layout)),
       blocks_(BlockMask::ForSpec(spec)) {
   // The plan lists, for every query shard, its tasks against every K/V block;

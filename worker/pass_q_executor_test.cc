@@ -152,7 +152,7 @@ void ExpectMatchesReference(
   SCOPED_TRACE(absl::StrCat("ranks=", p));
   const std::vector<RankRun> runs = RunRanks(in, p, TestOptions(), kv_layout);
   const AttentionSpec& spec = in.spec;
-  const ShardLayout q_layout = LayoutFor(spec, spec.q_len, p);
+  const ShardLayout q_layout = QueryLayoutFor(spec, p);
   Tensor<float> o(in.q.shape());
   Tensor<float> lse({spec.batch, spec.q_len, spec.q_heads, 1});
   for (int r = 0; r < p; ++r) {

@@ -43,7 +43,7 @@ int64_t RingExecutor::BytesNeeded(const AttentionSpec& spec, int rank,
                                   const ShardLayout* kv_layout) {
   // In double, so that absurd shapes saturate instead of overflowing.
   const double q_rows = static_cast<double>(
-      LayoutFor(spec, spec.q_len, world_size).ShardLength(rank));
+      QueryLayoutFor(spec, world_size).ShardLength(rank));
   const double block_rows = static_cast<double>(
       (kv_layout != nullptr ? *kv_layout
                             : LayoutFor(spec, spec.kv_len, world_size))
@@ -65,7 +65,7 @@ RingExecutor::RingExecutor(const AttentionSpec& spec, int rank, int world_size,
     : spec_(spec),
       rank_(rank),
       world_size_(world_size),
-      q_layout_(LayoutFor(spec, spec.q_len, world_size)),
+      q_layout_(QueryLayoutFor(spec, world_size)),
       kv_layout_(std::move(kv_layout)),
       blocks_(BlockMask::ForSpec(spec)),
       plan_(RingPlan::Build(spec, q_layout_, kv_layout_,

@@ -94,7 +94,7 @@ absl::StatusOr<AttentionOutput> SimulateRing(const AttentionSpec& spec,
     blocks = BlockMask::FromRules(*spec.block_sparse, spec.kv_len);
   }
   const ShardKind kind = ChooseShardKind(spec);
-  const ShardLayout q_layout = ShardLayout::Make(kind, spec.q_len, workers);
+  const ShardLayout q_layout = QueryLayoutFor(spec, workers);
   const ShardLayout kv_layout = ShardLayout::Make(kind, spec.kv_len, workers);
   const RingPlan plan =
       RingPlan::Build(spec, q_layout, kv_layout, blocks ? &*blocks : nullptr);
