@@ -37,15 +37,14 @@
 // The client's own upload and download are the same under all three and are
 // left out. AUTO takes the strategy estimated strictly fastest (ties go to
 // pass-KV, then broadcast-Q), considering pass-Q only where each of its
-// blocks has at least kPassQFullRateRows rows: measured on 2x H200 (1M-token
-// context, Hq=32, Hkv=8), pass-Q's steps over blocks of 128 rows computed at
-// 0.55x broadcast-Q's rate for 256 rows, while blocks of 2048 rows matched it,
-// and the model does not know that (then a causal query block was two zigzag
-// chunks, each of which read the whole K/V shard; QueryLayoutFor now keeps a
-// short causal batch one run per worker). So broadcast-Q takes short query batches
-// against long contexts (each shard is read once; the ring strategies read
-// it p times), pass-Q thousands of rows against long contexts on GPUs (its
-// rows cross gRPC once, not once per worker), and pass-KV Nq close to Nk.
+// blocks has at least kPassQFullRateRows rows: on 2x H200 (1M-token context,
+// Hq=32, Hkv=8) pass-Q took 3.6 ms end to end for 16 rows against
+// broadcast-Q's 2.8-3.4 (its GPUs read each shard twice, 1.1 ms against 0.55,
+// while its gRPC saving is a few hundred KiB), and 9.3 ms for 128 rows against
+// 9.4-9.7. So broadcast-Q takes short query batches against long contexts
+// (each shard is read once; the ring strategies read it p times), pass-Q a
+// hundred rows and more against long contexts on GPUs (its rows cross gRPC
+// once, not once per worker), and pass-KV Nq close to Nk.
 // Broadcast-Q does not run dilated, block-sparse or Hilbert specs. Pure
 // functions; thread-safe.
 
@@ -59,7 +58,7 @@
 namespace ringattn {
 
 // The fewest rows per block for which AUTO weighs pass-Q (above).
-inline constexpr int64_t kPassQFullRateRows = 1024;
+inline constexpr int64_t kPassQFullRateRows = 64;
 
 // The rates of the model for one kind of worker.
 struct StrategyRates {
