@@ -179,8 +179,7 @@ int64_t PoolBytesNeeded(const AttentionSpec& spec, int rank, int world_size,
                              ? *kv_layout
                              : LayoutFor(spec, spec.kv_len, world_size);
   return SaturatedBytes(PoolFor(spec, rank, world_size, config,
-                                QueryLayoutFor(spec, world_size), kv,
-                                pass_q)
+                                QueryLayoutFor(spec, world_size), kv, pass_q)
                             .total);
 }
 
@@ -520,6 +519,16 @@ Shape GpuRingExecutor::kv_shape() const {
 void* GpuRingExecutor::device_v() const {
   return static_cast<char*>(home_block_) +
          kv_shape().NumElements() * element_bytes_;
+}
+
+GpuRingConfig TunedRingConfig(const AttentionSpec& spec, GpuRingConfig config) {
+  if (spec.head_dim == 128 && !spec.block_sparse.has_value() &&
+      spec.dilated.empty()) {
+    config.prefer_own_kernel = true;
+    config.tile_q_rows = 32768;
+    config.tile_kv_rows = 131072;
+  }
+  return config;
 }
 
 int64_t KeyRowsPerTile(const GpuRingConfig& config, int64_t query_rows,

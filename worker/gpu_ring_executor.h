@@ -90,7 +90,8 @@ enum class BlockSparseRoute {
 struct GpuRingConfig {
   int device = 0;  // the CUDA device index
   // Run the tiles cuDNN would take on our Hopper kernel where it takes them
-  // (AttentionDispatcher::PreferOwnKernel).
+  // (AttentionDispatcher::PreferOwnKernel). TunedRingConfig sets it, and the
+  // tile sizes, where that ran faster.
   bool prefer_own_kernel = false;
   DeviceDType dtype = DeviceDType::kBFloat16;
   // Tasks are cut into tiles of at most this many query rows by this many
@@ -108,6 +109,16 @@ struct GpuRingConfig {
   // no K/V block); a ring copies them into its home block on the device.
   bool resident_kv = false;
 };
+
+// `config` with the kernel and tile sizes that computed `spec` fastest: for
+// dense and causal attention at D=128, our Hopper kernel on tiles of 32K query
+// by 128K key rows (on 2x H200, causal, TFLOP/s per GPU on 1 / 2 GPUs: 596-601
+// / 556-573 at 64K, 594-595 / 594-597 at 256K, 600 / 598 at 1M, against
+// cuDNN's 16K x 16K tiles' 579-584 / 563-582, 580 / 564-570 and 575 / 572;
+// dense 2-3% faster as well); otherwise cuDNN on 16K x 16K tiles, as
+// `config` has them (our kernel trails cuDNN at D=64, and block-sparse and
+// dilated requests were not measured on it).
+GpuRingConfig TunedRingConfig(const AttentionSpec& spec, GpuRingConfig config);
 
 // The most key rows one tile takes when a rank's query rows fit one tile.
 inline constexpr int64_t kMostKeyRowsPerLongTile = int64_t{1} << 20;

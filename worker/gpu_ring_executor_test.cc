@@ -85,6 +85,8 @@ struct Case {
   DilatedCombine combine = DilatedCombine::kLse;
   // Pass-Q (CreatePassQ) rather than pass-KV.
   bool pass_q = false;
+  // Tiles cuDNN would take run on our Hopper kernel (prefer_own_kernel).
+  bool own_kernel = false;
   // How block-sparse tasks run.
   BlockSparseRoute route = BlockSparseRoute::kAuto;
   // Where set, every rank's K/V positions (a resident context's pieces), read
@@ -188,6 +190,7 @@ GpuRingConfig ConfigOf(const Case& c, int device) {
   config.tile_kv_rows = c.tile_kv;
   config.resident_kv = c.resident_pieces.has_value();
   config.block_sparse_route = c.route;
+  config.prefer_own_kernel = c.own_kernel;
   return config;
 }
 
@@ -616,6 +619,55 @@ TEST(GpuRingExecutorTest, TwoGpuRingMatchesReference) {
     for (const DeviceDType dtype :
          {DeviceDType::kBFloat16, DeviceDType::kFloat16}) {
       Case c = base;
+      c.dtype = dtype;
+      ExpectMatchesReference(c, 2);
+    }
+  }
+}
+
+TEST(TunedRingConfig, OurKernelOnLargeTilesForDenseAndCausalAtD128Only) {
+  AttentionSpec spec;
+  spec.q_len = spec.kv_len = 1 << 16;
+  spec.q_heads = spec.kv_heads = 32;
+  spec.head_dim = 128;
+  spec.causal = true;
+  const GpuRingConfig tuned = TunedRingConfig(spec, GpuRingConfig());
+  EXPECT_TRUE(tuned.prefer_own_kernel);
+  EXPECT_EQ(tuned.tile_q_rows, 32768);
+  EXPECT_EQ(tuned.tile_kv_rows, 131072);
+  AttentionSpec d64 = spec;
+  d64.head_dim = 64;
+  AttentionSpec sparse = spec;
+  sparse.block_sparse = BlockSparseRules{.block_size = 4096, .local = 1};
+  AttentionSpec dilated = spec;
+  dilated.dilated = {{4096, 1}};
+  for (const AttentionSpec& other : {d64, sparse, dilated}) {
+    const GpuRingConfig kept = TunedRingConfig(other, GpuRingConfig());
+    EXPECT_FALSE(kept.prefer_own_kernel);
+    EXPECT_EQ(kept.tile_q_rows, GpuRingConfig().tile_q_rows);
+    EXPECT_EQ(kept.tile_kv_rows, GpuRingConfig().tile_kv_rows);
+  }
+}
+
+// The ring as the worker runs dense and causal D=128 requests: our Hopper
+// kernel on every tile, merged by LSE across tiles and ranks.
+TEST(GpuRingExecutorTest, TwoGpuRingOnOurKernelMatchesReference) {
+  SKIP_WITHOUT_GPUS(2);
+  std::vector<Case> cases;
+  Case gqa = Make("causal_gqa_tiled_own", 4099, 4099, true);
+  gqa.q_heads = 8;
+  gqa.kv_heads = 2;
+  gqa.tile_q = 512;
+  gqa.tile_kv = 700;
+  gqa.sampled_rows = 300;
+  cases.push_back(gqa);
+  cases.push_back(Make("dense_prime_own", 997, 997, false));
+  cases.push_back(Make("causal_fewer_queries_own", 301, 1000, true));
+  for (Case c : cases) {
+    c.head_dim = 128;
+    c.own_kernel = true;
+    for (const DeviceDType dtype :
+         {DeviceDType::kBFloat16, DeviceDType::kFloat16}) {
       c.dtype = dtype;
       ExpectMatchesReference(c, 2);
     }

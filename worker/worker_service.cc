@@ -317,6 +317,7 @@ class ExecuteReactor final
     config.device = options_.cuda_device;
     config.dtype = ComputeDTypeFor(wire_dtype_);
     config.host_staging = true;
+    config = TunedRingConfig(spec_, config);
     if (!header.context().empty()) {
       // Computed in the dtype the context is held in, read where it lies.
       absl::StatusOr<DeviceDType> held =

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -57,13 +58,16 @@ ABSL_FLAG(std::vector<std::string>, masks,
           "LongNet branches (4096,1), (16384,4), (65536,16), LSE-merged)");
 ABSL_FLAG(int32_t, heads, 32, "query heads = key/value heads");
 ABSL_FLAG(int32_t, head_dim, 128, "head dimension");
-ABSL_FLAG(int64_t, tile_q, 16384, "query rows per tile");
-ABSL_FLAG(int64_t, tile_kv, 16384, "key rows per tile");
-ABSL_FLAG(int64_t, sparse_block, 0,
-          "block size of the sparse mask in tokens (0: --tile_q)");
-ABSL_FLAG(bool, own_kernel, false,
+ABSL_FLAG(std::optional<int64_t>, tile_q, std::nullopt,
+          "query rows per tile (default: TunedRingConfig's)");
+ABSL_FLAG(std::optional<int64_t>, tile_kv, std::nullopt,
+          "key rows per tile (default: TunedRingConfig's)");
+ABSL_FLAG(int64_t, sparse_block, 16384,
+          "block size of the sparse mask in tokens");
+ABSL_FLAG(std::optional<bool>, own_kernel, std::nullopt,
           "run the tiles cuDNN would take on our Hopper kernel where it "
-          "takes them");
+          "takes them (true) or on cuDNN (false); default: TunedRingConfig's "
+          "choice");
 ABSL_FLAG(bool, skip_transfers, false,
           "also run every multi-GPU case without its transfers");
 ABSL_FLAG(std::vector<std::string>, long_lengths, {},
@@ -150,7 +154,7 @@ class Barrier {
 struct Case {
   int64_t n = 0;
   bool causal = false;
-  // Causal and block-sparse: blocks of one tile (or --sparse_block), each
+  // Causal and block-sparse: blocks of --sparse_block tokens, each
   // query block seeing itself, kSparseLocalBlocks before it and the first
   // block.
   bool sparse = false;
@@ -224,6 +228,19 @@ constexpr int64_t kSparseLocalBlocks = 2;
 constexpr DilatedBranch kDilatedBranches[] = {
     {4096, 1}, {16384, 4}, {65536, 16}};
 
+// The tile sizes and kernel the flags force, or TunedRingConfig's.
+std::string TilesNote() {
+  const std::optional<int64_t> q = absl::GetFlag(FLAGS_tile_q);
+  const std::optional<int64_t> kv = absl::GetFlag(FLAGS_tile_kv);
+  const std::optional<bool> own = absl::GetFlag(FLAGS_own_kernel);
+  return absl::StrCat(q ? absl::StrCat(*q) : "tuned", " x ",
+                      kv ? absl::StrCat(*kv) : "tuned", ", ",
+                      own ? (*own ? "our kernel" : "cuDNN") : "tuned kernel",
+                      " (TunedRingConfig: our kernel on 32768 x 131072 for "
+                      "dense and causal at D=128, else cuDNN on 16384 x "
+                      "16384)");
+}
+
 AttentionSpec SpecOf(const Case& c) {
   AttentionSpec spec;
   spec.q_len = spec.kv_len = c.n;
@@ -232,9 +249,7 @@ AttentionSpec SpecOf(const Case& c) {
   spec.causal = c.causal;
   if (c.sparse) {
     BlockSparseRules rules;
-    rules.block_size = absl::GetFlag(FLAGS_sparse_block) > 0
-                           ? absl::GetFlag(FLAGS_sparse_block)
-                           : absl::GetFlag(FLAGS_tile_q);
+    rules.block_size = absl::GetFlag(FLAGS_sparse_block);
     rules.local = kSparseLocalBlocks;
     rules.global = 1;
     spec.block_sparse = rules;
@@ -356,9 +371,16 @@ void RunRank(int rank, int world_size, const ncclUniqueId& id,
     RankMeasure& m = measures[i];
     GpuRingConfig config;
     config.device = rank;
-    config.tile_q_rows = absl::GetFlag(FLAGS_tile_q);
-    config.tile_kv_rows = absl::GetFlag(FLAGS_tile_kv);
-    config.prefer_own_kernel = absl::GetFlag(FLAGS_own_kernel);
+    config = TunedRingConfig(SpecOf(c), config);
+    if (const std::optional<int64_t> rows = absl::GetFlag(FLAGS_tile_q)) {
+      config.tile_q_rows = *rows;
+    }
+    if (const std::optional<int64_t> rows = absl::GetFlag(FLAGS_tile_kv)) {
+      config.tile_kv_rows = *rows;
+    }
+    if (const std::optional<bool> own = absl::GetFlag(FLAGS_own_kernel)) {
+      config.prefer_own_kernel = *own;
+    }
     absl::StatusOr<std::unique_ptr<GpuRingExecutor>> executor =
         GpuRingExecutor::Create(SpecOf(c), rank, world_size, config);
     if (!AllOk(shared, rank, executor.ok())) {
@@ -525,11 +547,10 @@ int Main() {
   ncclGetVersion(&nccl_version);
   std::printf(
       "\nringattn ring attention, %d x %s (%.0f GiB), NCCL %d, bf16, B=1, "
-      "Hq=Hkv=%d, D=%d, tiles %lld x %lld\n\n",
+      "Hq=Hkv=%d, D=%d, tiles %s\n\n",
       devices, info->name.c_str(), info->total_bytes / kGiB, nccl_version,
       absl::GetFlag(FLAGS_heads), absl::GetFlag(FLAGS_head_dim),
-      static_cast<long long>(absl::GetFlag(FLAGS_tile_q)),
-      static_cast<long long>(absl::GetFlag(FLAGS_tile_kv)));
+      TilesNote().c_str());
   std::printf(
       "| implementation | GPUs | mask | N | ms | TFLOP/s per GPU | pool GiB "
       "per GPU | device GiB used per GPU | cuDNN tiles | ms not computing | "
