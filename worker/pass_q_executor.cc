@@ -78,15 +78,15 @@ PassQExecutor::PassQExecutor(const AttentionSpec& spec, int rank,
                .TasksAgainstBlock(rank);
   const Shape kv_shape{spec.batch, kv_layout_.ShardLength(rank), spec.kv_heads,
                        spec.head_dim};
-  k_ = Tensor<float>(kv_shape);
-  v_ = Tensor<float>(kv_shape);
+  k_ = TypedTensor(DType::kFloat32, kv_shape);
+  v_ = TypedTensor(DType::kFloat32, kv_shape);
   int64_t largest = 0;
   for (int64_t owner = 0; owner < world_size; ++owner) {
     largest = std::max(largest, BlockValues(owner));
   }
-  block_storage_.resize(static_cast<size_t>(2 * largest));
-  front_ = block_storage_.data();
-  back_ = block_storage_.data() + largest;
+  block_storage_.reset(new float[2 * largest]);
+  front_ = block_storage_.get();
+  back_ = block_storage_.get() + largest;
   // The rank's own block starts with O = 0 and LSE = -inf.
   View<float> o = BlockOutput(front_, rank);
   std::fill(o.data(), o.data() + o.shape().NumElements(), 0.0f);
@@ -161,8 +161,8 @@ absl::StatusOr<RingOutput> PassQExecutor::Run(RingCommunicator& communicator,
     }
     const absl::Time compute_start = absl::Now();
     const WorkerBuffers buffers{BlockQueries(front_, held),
-                                k_.view(),
-                                v_.view(),
+                                k_.floats(),
+                                v_.floats(),
                                 BlockOutput(front_, held),
                                 BlockLse(front_, held),
                                 &task_scratch_};

@@ -26,6 +26,7 @@
 #include "core/ring_plan.h"
 #include "core/shard_layout.h"
 #include "core/tensor.h"
+#include "core/typed_tensor.h"
 #include "worker/communicator.h"
 #include "worker/ring_executor.h"
 
@@ -59,8 +60,8 @@ class PassQExecutor {
   // q_layout().Chunks(rank), K and V rows of kv_layout().Chunks(rank), in
   // chunk order ([B, n, H, D]). Valid until Run.
   View<float> q() { return BlockQueries(front_, rank_); }
-  View<float> k() { return k_.view(); }
-  View<float> v() { return v_.view(); }
+  View<float> k() { return k_.floats(); }
+  View<float> v() { return v_.floats(); }
 
   // Runs the ring over `communicator` (rank and world size must match) and
   // returns this rank's output rows in the order of q_layout().Chunks(rank).
@@ -97,11 +98,12 @@ class PassQExecutor {
   // tasks_[owner]: the query shard of `owner` against this rank's K/V.
   std::vector<std::vector<AttentionTask>> tasks_;
 
-  Tensor<float> k_;
-  Tensor<float> v_;
+  // fp32, filled by the caller: not zeroed (as RingExecutor's blocks).
+  TypedTensor k_;
+  TypedTensor v_;
   std::vector<float> task_scratch_;  // one task's partial result
   // Two travelling blocks of the largest size: [front | back].
-  std::vector<float> block_storage_;
+  std::unique_ptr<float[]> block_storage_;
   float* front_ = nullptr;
   float* back_ = nullptr;
   bool ran_ = false;

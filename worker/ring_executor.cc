@@ -42,8 +42,8 @@ int64_t RingExecutor::BytesNeeded(const AttentionSpec& spec, int rank,
                                   int world_size,
                                   const ShardLayout* kv_layout) {
   // In double, so that absurd shapes saturate instead of overflowing.
-  const double q_rows = static_cast<double>(
-      QueryLayoutFor(spec, world_size).ShardLength(rank));
+  const double q_rows =
+      static_cast<double>(QueryLayoutFor(spec, world_size).ShardLength(rank));
   const double block_rows = static_cast<double>(
       (kv_layout != nullptr ? *kv_layout
                             : LayoutFor(spec, spec.kv_len, world_size))
@@ -72,16 +72,16 @@ RingExecutor::RingExecutor(const AttentionSpec& spec, int rank, int world_size,
                             blocks_.has_value() ? &*blocks_ : nullptr)) {
   const Shape q_shape{spec.batch, q_layout_.ShardLength(rank), spec.q_heads,
                       spec.head_dim};
-  q_ = Tensor<float>(q_shape);
+  q_ = TypedTensor(DType::kFloat32, q_shape);
   o_ = Tensor<float>(q_shape);
   lse_ = Tensor<float>(Shape{q_shape.batch, q_shape.seq, q_shape.heads, 1});
   std::fill(lse_.values().begin(), lse_.values().end(), -INFINITY);
   const size_t block_values =
       static_cast<size_t>(2 * spec.batch * kv_layout_.LargestShard() *
                           spec.kv_heads * spec.head_dim);
-  block_storage_.resize(2 * block_values);
-  front_ = block_storage_.data();
-  back_ = block_storage_.data() + block_values;
+  block_storage_.reset(new float[2 * block_values]);
+  front_ = block_storage_.get();
+  back_ = block_storage_.get() + block_values;
 }
 
 int64_t RingExecutor::BlockRows(int64_t owner) const {
@@ -156,7 +156,7 @@ absl::StatusOr<RingOutput> RingExecutor::Run(RingCommunicator& communicator,
       stats.bytes_sent += BlockBytes(held);
     }
     const absl::Time compute_start = absl::Now();
-    const WorkerBuffers buffers{q_.view(),
+    const WorkerBuffers buffers{q_.floats(),
                                 BlockKeys(front_, held),
                                 BlockValues(front_, held),
                                 o_.view(),

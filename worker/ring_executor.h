@@ -91,7 +91,7 @@ class RingExecutor {
   // Where the caller loads the rank's shard before Run, fp32: Q rows of
   // q_layout().Chunks(rank), K and V rows of kv_layout().Chunks(rank), in
   // chunk order ([B, n, H, D]). Valid until Run.
-  View<float> q() { return q_.view(); }
+  View<float> q() { return q_.floats(); }
   View<float> k() { return BlockKeys(front_, rank_); }
   View<float> v() { return BlockValues(front_, rank_); }
 
@@ -126,12 +126,15 @@ class RingExecutor {
   const std::optional<BlockMask> blocks_;
   const RingPlan plan_;
 
-  Tensor<float> q_;
+  TypedTensor q_;  // fp32, filled by the caller: not zeroed
   Tensor<float> o_;
   Tensor<float> lse_;
   std::vector<float> task_scratch_;  // one task's partial result
-  // Two K/V blocks of the largest size, each K then V: [front | back].
-  std::vector<float> block_storage_;
+  // Two K/V blocks of the largest size, each K then V: [front | back]. Not
+  // zeroed: rows arrive before they are read, and a world of one never
+  // touches the back block (zeroing gigabytes of K/V that are written next
+  // was most of a CPU worker's time on an upload).
+  std::unique_ptr<float[]> block_storage_;
   float* front_ = nullptr;
   float* back_ = nullptr;
   bool ran_ = false;
