@@ -404,6 +404,31 @@ Case Make(std::string name, int64_t q_len, int64_t kv_len, bool causal) {
   return c;
 }
 
+// ExpectMatchesReference for each case in bf16 and in fp16.
+void ExpectMatchesReferenceInBothDtypes(const std::vector<Case>& cases,
+                                        int world_size) {
+  for (const Case& base : cases) {
+    for (const DeviceDType dtype :
+         {DeviceDType::kBFloat16, DeviceDType::kFloat16}) {
+      Case c = base;
+      c.dtype = dtype;
+      ExpectMatchesReference(c, world_size);
+    }
+  }
+}
+
+// Causal GQA of 4099 tokens at D=128 cut into many small tiles.
+Case TiledGqa(std::string name) {
+  Case c = Make(std::move(name), 4099, 4099, true);
+  c.q_heads = 8;
+  c.kv_heads = 2;
+  c.head_dim = 128;
+  c.tile_q = 512;
+  c.tile_kv = 700;
+  c.sampled_rows = 300;
+  return c;
+}
+
 std::vector<Case> OneGpuCases() {
   std::vector<Case> cases;
   cases.push_back(Make("dense", 257, 257, false));
@@ -525,14 +550,7 @@ std::vector<Case> OnBothRoutes(const std::vector<Case>& cases) {
 
 TEST(GpuRingExecutorTest, OneGpuBlockSparseMatchesReferenceOnBothRoutes) {
   SKIP_WITHOUT_GPUS(1);
-  for (const Case& base : OnBothRoutes(OneGpuBlockSparseCases())) {
-    for (const DeviceDType dtype :
-         {DeviceDType::kBFloat16, DeviceDType::kFloat16}) {
-      Case c = base;
-      c.dtype = dtype;
-      ExpectMatchesReference(c, 1);
-    }
-  }
+  ExpectMatchesReferenceInBothDtypes(OnBothRoutes(OneGpuBlockSparseCases()), 1);
 }
 
 // Block-sparse cases both ring strategies run on two GPUs: a causal local
@@ -570,26 +588,12 @@ TEST(GpuRingExecutorTest, TwoGpuRingBlockSparseMatchesReferenceOnBothRoutes) {
   gqa.tile_kv = 700;
   gqa.sampled_rows = 300;
   cases.push_back(gqa);
-  for (const Case& base : OnBothRoutes(cases)) {
-    for (const DeviceDType dtype :
-         {DeviceDType::kBFloat16, DeviceDType::kFloat16}) {
-      Case c = base;
-      c.dtype = dtype;
-      ExpectMatchesReference(c, 2);
-    }
-  }
+  ExpectMatchesReferenceInBothDtypes(OnBothRoutes(cases), 2);
 }
 
 TEST(GpuRingExecutorTest, OneGpuMatchesReference) {
   SKIP_WITHOUT_GPUS(1);
-  for (const Case& base : OneGpuCases()) {
-    for (const DeviceDType dtype :
-         {DeviceDType::kBFloat16, DeviceDType::kFloat16}) {
-      Case c = base;
-      c.dtype = dtype;
-      ExpectMatchesReference(c, 1);
-    }
-  }
+  ExpectMatchesReferenceInBothDtypes(OneGpuCases(), 1);
 }
 
 TEST(GpuRingExecutorTest, TwoGpuRingMatchesReference) {
@@ -599,14 +603,7 @@ TEST(GpuRingExecutorTest, TwoGpuRingMatchesReference) {
   cases.push_back(Make("causal_prime", 997, 997, true));
   cases.push_back(Make("dense_one_token", 1, 1, false));
   cases.push_back(Make("causal_one_token", 1, 1, true));
-  Case gqa = Make("causal_gqa_tiled", 4099, 4099, true);
-  gqa.q_heads = 8;
-  gqa.kv_heads = 2;
-  gqa.head_dim = 128;
-  gqa.tile_q = 512;
-  gqa.tile_kv = 700;
-  gqa.sampled_rows = 300;
-  cases.push_back(gqa);
+  cases.push_back(TiledGqa("causal_gqa_tiled"));
   Case continuation = Make("causal_fewer_queries", 301, 1000, true);
   continuation.head_dim = 128;
   cases.push_back(continuation);
@@ -615,14 +612,7 @@ TEST(GpuRingExecutorTest, TwoGpuRingMatchesReference) {
   big.head_dim = 128;
   big.sampled_rows = 64;
   cases.push_back(big);
-  for (const Case& base : cases) {
-    for (const DeviceDType dtype :
-         {DeviceDType::kBFloat16, DeviceDType::kFloat16}) {
-      Case c = base;
-      c.dtype = dtype;
-      ExpectMatchesReference(c, 2);
-    }
-  }
+  ExpectMatchesReferenceInBothDtypes(cases, 2);
 }
 
 TEST(TunedRingConfig, OurKernelOnLargeTilesForDenseAndCausalAtD128Only) {
@@ -653,25 +643,14 @@ TEST(TunedRingConfig, OurKernelOnLargeTilesForDenseAndCausalAtD128Only) {
 // kernel on every tile, merged by LSE across tiles and ranks.
 TEST(GpuRingExecutorTest, TwoGpuRingOnOurKernelMatchesReference) {
   SKIP_WITHOUT_GPUS(2);
-  std::vector<Case> cases;
-  Case gqa = Make("causal_gqa_tiled_own", 4099, 4099, true);
-  gqa.q_heads = 8;
-  gqa.kv_heads = 2;
-  gqa.tile_q = 512;
-  gqa.tile_kv = 700;
-  gqa.sampled_rows = 300;
-  cases.push_back(gqa);
-  cases.push_back(Make("dense_prime_own", 997, 997, false));
-  cases.push_back(Make("causal_fewer_queries_own", 301, 1000, true));
-  for (Case c : cases) {
+  std::vector<Case> cases = {TiledGqa("causal_gqa_tiled_own"),
+                             Make("dense_prime_own", 997, 997, false),
+                             Make("causal_fewer_queries_own", 301, 1000, true)};
+  for (Case& c : cases) {
     c.head_dim = 128;
     c.own_kernel = true;
-    for (const DeviceDType dtype :
-         {DeviceDType::kBFloat16, DeviceDType::kFloat16}) {
-      c.dtype = dtype;
-      ExpectMatchesReference(c, 2);
-    }
   }
+  ExpectMatchesReferenceInBothDtypes(cases, 2);
 }
 
 TEST(GpuRingExecutorTest, TakesDilatedAndBlockSparseSpecs) {
