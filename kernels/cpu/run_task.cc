@@ -22,10 +22,39 @@ View<T> StridedHead(View<T> view, int64_t first, int64_t stride, int64_t count,
                  view.seq_stride() * stride);
 }
 
-// Computes args with `kernel` into scratch and merges the result into (o, lse).
+void Attend(CpuKernel kernel, const BlockAttentionArgs& args, View<float> o,
+            View<float> lse) {
+  if (kernel == CpuKernel::kDecode) {
+    DecodeAttention(args, o, lse);
+  } else {
+    BlockAttention(args, o, lse);
+  }
+}
+
+// Whether no task has reached any row of `lse` yet (all -inf).
+bool HoldsNoKeys(View<float> lse) {
+  const Shape& s = lse.shape();
+  for (int64_t b = 0; b < s.batch; ++b) {
+    for (int64_t n = 0; n < s.seq; ++n) {
+      for (int64_t h = 0; h < s.heads; ++h) {
+        if (*lse.Row(b, n, h) != -INFINITY) return false;
+      }
+    }
+  }
+  return true;
+}
+
+// Computes args with `kernel` into scratch and merges the result into (o, lse);
+// straight into (o, lse) where they hold no keys yet (the first task of its
+// rows, the only one for a worker of one shard), which spares an O-sized
+// scratch and the merge pass.
 void AttendAndMerge(CpuKernel kernel, const BlockAttentionArgs& args,
                     View<float> o, View<float> lse,
                     std::vector<float>& scratch) {
+  if (HoldsNoKeys(lse)) {
+    Attend(kernel, args, o, lse);
+    return;
+  }
   const Shape o_shape = o.shape();
   Shape lse_shape = o_shape;
   lse_shape.dim = 1;
@@ -34,11 +63,7 @@ void AttendAndMerge(CpuKernel kernel, const BlockAttentionArgs& args,
   if (scratch.size() < needed) scratch.resize(needed);
   const View<float> part_o(scratch.data(), o_shape);
   const View<float> part_lse(scratch.data() + o_shape.NumElements(), lse_shape);
-  if (kernel == CpuKernel::kDecode) {
-    DecodeAttention(args, part_o, part_lse);
-  } else {
-    BlockAttention(args, part_o, part_lse);
-  }
+  Attend(kernel, args, part_o, part_lse);
   MergeWithLse(o, lse, part_o, part_lse);
 }
 
