@@ -117,9 +117,8 @@ std::vector<v1::ExecuteRequest> StreamOf(
   const std::vector<Range> kv_chunks =
       LayoutFor(spec, spec.kv_len, ranks).Chunks(rank);
   const std::vector<Range> q_chunks =
-      strategy == v1::BROADCAST_Q
-          ? std::vector<Range>{Range{0, spec.q_len}}
-          : QueryLayoutFor(spec, ranks).Chunks(rank);
+      strategy == v1::BROADCAST_Q ? std::vector<Range>{Range{0, spec.q_len}}
+                                  : QueryLayoutFor(spec, ranks).Chunks(rank);
   for (int64_t b = 0; b < spec.batch; ++b) {
     for (const auto& [name, t] :
          {std::make_pair(v1::Q, &q), std::make_pair(v1::K, &k),
@@ -510,9 +509,8 @@ std::vector<v1::ExecuteRequest> ContextQueryOf(
     }
   }
   const std::vector<Range> q_chunks =
-      strategy == v1::BROADCAST_Q
-          ? std::vector<Range>{Range{0, spec.q_len}}
-          : QueryLayoutFor(spec, ranks).Chunks(rank);
+      strategy == v1::BROADCAST_Q ? std::vector<Range>{Range{0, spec.q_len}}
+                                  : QueryLayoutFor(spec, ranks).Chunks(rank);
   for (const Range& chunk : q_chunks) {
     v1::ExecuteRequest request;
     *request.mutable_rows() =

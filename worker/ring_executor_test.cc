@@ -163,8 +163,7 @@ void ExpectMatchesReference(const Problem& in, int p) {
   const std::vector<RankRun> runs =
       RunRanks(in, p, TestOptions(), absl::Seconds(20));
   const AttentionSpec& spec = in.spec;
-  const ShardLayout q_layout =
-      QueryLayoutFor(spec, p);
+  const ShardLayout q_layout = QueryLayoutFor(spec, p);
   Tensor<float> o(in.q.shape());
   Tensor<float> lse({spec.batch, spec.q_len, spec.q_heads, 1});
   for (int r = 0; r < p; ++r) {

@@ -650,8 +650,7 @@ TEST_P(WorkerServiceRing, TwoWorkersMatchTheReference) {
 
     gloo::rendezvous::HashStore store;
     std::vector<std::unique_ptr<TestWorker>> workers = Workers(store, kRanks);
-    const ShardLayout layout =
-        QueryLayoutFor(spec, kRanks);
+    const ShardLayout layout = QueryLayoutFor(spec, kRanks);
     const std::string prefix =
         std::string("ring-") + DTypeName(dtype) + v1::Strategy_Name(GetParam());
     std::vector<ExecuteResult> results(kRanks);
@@ -743,8 +742,7 @@ std::vector<v1::ExecuteRequest> KeyedRingRequests(const AttentionSpec& spec,
   std::vector<v1::ExecuteRequest> requests = {
       Header(spec, DType::kFloat32, rank, kRanks, prefix, timeout_seconds)};
   requests[0].mutable_header()->set_communicator_key(key);
-  const ShardLayout layout =
-      QueryLayoutFor(spec, kRanks);
+  const ShardLayout layout = QueryLayoutFor(spec, kRanks);
   for (int64_t b = 0; b < spec.batch; ++b) {
     for (const Range& chunk : layout.Chunks(rank)) {
       for (v1::TensorName name : {v1::Q, v1::K, v1::V}) {
