@@ -119,17 +119,49 @@ class UploadStreams : public testing::Test {
     return request;
   }
 
+  // An Attend call in flight, its header written.
+  struct AttendCall {
+    grpc::ClientContext context;
+    std::unique_ptr<
+        grpc::ClientReaderWriter<v1::AttendRequest, v1::AttendResponse>>
+        stream;
+  };
+
+  // Starts an Attend call whose header announces `streams` streams.
+  static std::unique_ptr<AttendCall> StartAttend(v1::Attention::Stub& stub,
+                                                 int streams) {
+    auto call = std::make_unique<AttendCall>();
+    LimitCall(&call->context);
+    call->stream = stub.Attend(&call->context);
+    call->stream->Write(Header(streams));
+    return call;
+  }
+
+  // An AttachUpload stream in flight, its first message written.
+  struct AttachCall {
+    grpc::ClientContext context;
+    v1::AttachUploadResponse carried;
+    std::unique_ptr<grpc::ClientWriter<v1::AttachUploadRequest>> stream;
+    bool first_written = false;
+  };
+
+  // Starts an AttachUpload stream with `first` (a ticket, as a rule).
+  static std::unique_ptr<AttachCall> StartAttach(
+      v1::Attention::Stub& stub, const v1::AttachUploadRequest& first) {
+    auto call = std::make_unique<AttachCall>();
+    LimitCall(&call->context);
+    call->stream = stub.AttachUpload(&call->context, &call->carried);
+    call->first_written = call->stream->Write(first);
+    return call;
+  }
+
   // Sends `first` on an AttachUpload stream, half-closes it, and returns how
   // it ended.
   static grpc::Status AttachOnly(v1::Attention::Stub& stub,
                                  const v1::AttachUploadRequest& first) {
-    grpc::ClientContext context;
-    LimitCall(&context);
-    v1::AttachUploadResponse response;
-    auto writer = stub.AttachUpload(&context, &response);
-    writer->Write(first);
-    writer->WritesDone();
-    return writer->Finish();
+    std::unique_ptr<AttachCall> call = StartAttach(stub, first);
+    call->stream->WritesDone();
+    return call->stream->Finish();
   }
 
   // Half-closes an Attend stream, drains its output and returns its status.
@@ -279,31 +311,22 @@ TEST_F(UploadStreams, ClientReportsTheRefusedChunkWhicheverStreamCarriedIt) {
 
 TEST_F(UploadStreams, RowsMissingAcrossStreamsFailAsOnOneStream) {
   auto stub = Stub();
-  grpc::ClientContext one_context;
-  LimitCall(&one_context);
-  auto one = stub->Attend(&one_context);
-  one->Write(Header(1));
-  one->Write(OnAttend(Rows(v1::Q, 0, 8)));
-  one->Write(OnAttend(Rows(v1::K, 0, 8)));
-  one->Write(OnAttend(Rows(v1::V, 0, 6)));
-  const grpc::Status on_one = Close(*one);
+  std::unique_ptr<AttendCall> one = StartAttend(*stub, 1);
+  one->stream->Write(OnAttend(Rows(v1::Q, 0, 8)));
+  one->stream->Write(OnAttend(Rows(v1::K, 0, 8)));
+  one->stream->Write(OnAttend(Rows(v1::V, 0, 6)));
+  const grpc::Status on_one = Close(*one->stream);
 
-  grpc::ClientContext context;
-  LimitCall(&context);
-  auto attend = stub->Attend(&context);
-  attend->Write(Header(2));
-  attend->WaitForInitialMetadata();
-  grpc::ClientContext attached_context;
-  LimitCall(&attached_context);
-  v1::AttachUploadResponse carried;
-  auto attached = stub->AttachUpload(&attached_context, &carried);
-  attached->Write(TicketMessage(TicketOf(context)));
-  attached->Write(OnAttached(Rows(v1::K, 0, 8)));
-  attached->Write(OnAttached(Rows(v1::V, 0, 6)));
-  attached->WritesDone();
-  ASSERT_TRUE(attached->Finish().ok());
-  attend->Write(OnAttend(Rows(v1::Q, 0, 8)));
-  const grpc::Status on_two = Close(*attend);
+  std::unique_ptr<AttendCall> two = StartAttend(*stub, 2);
+  two->stream->WaitForInitialMetadata();
+  std::unique_ptr<AttachCall> attached =
+      StartAttach(*stub, TicketMessage(TicketOf(two->context)));
+  attached->stream->Write(OnAttached(Rows(v1::K, 0, 8)));
+  attached->stream->Write(OnAttached(Rows(v1::V, 0, 6)));
+  attached->stream->WritesDone();
+  ASSERT_TRUE(attached->stream->Finish().ok());
+  two->stream->Write(OnAttend(Rows(v1::Q, 0, 8)));
+  const grpc::Status on_two = Close(*two->stream);
 
   EXPECT_EQ(on_one.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(on_one.error_message().find("missing tokens [6, 8)"),
@@ -315,12 +338,9 @@ TEST_F(UploadStreams, RowsMissingAcrossStreamsFailAsOnOneStream) {
 
 TEST_F(UploadStreams, TicketsAreCheckedAndFailedAttachesLeaveTheRequest) {
   auto stub = Stub();
-  grpc::ClientContext context;
-  LimitCall(&context);
-  auto attend = stub->Attend(&context);
-  attend->Write(Header(2));
-  attend->WaitForInitialMetadata();
-  const v1::UploadTicket ticket = TicketOf(context);
+  std::unique_ptr<AttendCall> attend = StartAttend(*stub, 2);
+  attend->stream->WaitForInitialMetadata();
+  const v1::UploadTicket ticket = TicketOf(attend->context);
 
   v1::UploadTicket wrong_token = ticket;
   wrong_token.set_token("0123456789abcdef0123456789abcdef");
@@ -340,49 +360,42 @@ TEST_F(UploadStreams, TicketsAreCheckedAndFailedAttachesLeaveTheRequest) {
       AttachOnly(*stub, OnAttached(Rows(v1::K, 0, 8)));
   EXPECT_EQ(no_ticket.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 
-  grpc::ClientContext attached_context;
-  LimitCall(&attached_context);
-  v1::AttachUploadResponse carried;
-  auto attached = stub->AttachUpload(&attached_context, &carried);
-  ASSERT_TRUE(attached->Write(TicketMessage(ticket)));
-  ASSERT_TRUE(attached->Write(OnAttached(Rows(v1::K, 0, 8))));
-  attached->WaitForInitialMetadata();
+  std::unique_ptr<AttachCall> attached =
+      StartAttach(*stub, TicketMessage(ticket));
+  ASSERT_TRUE(attached->first_written);
+  ASSERT_TRUE(attached->stream->Write(OnAttached(Rows(v1::K, 0, 8))));
+  attached->stream->WaitForInitialMetadata();
   // The header announced one attached stream, and it has joined.
   const grpc::Status one_too_many = AttachOnly(*stub, TicketMessage(ticket));
   EXPECT_EQ(one_too_many.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
       << one_too_many.error_message();
 
-  attached->Write(OnAttached(Rows(v1::V, 0, 8)));
-  attached->WritesDone();
-  EXPECT_TRUE(attached->Finish().ok());
-  attend->Write(OnAttend(Rows(v1::Q, 0, 8)));
-  const grpc::Status status = Close(*attend);
+  attached->stream->Write(OnAttached(Rows(v1::V, 0, 8)));
+  attached->stream->WritesDone();
+  EXPECT_TRUE(attached->stream->Finish().ok());
+  attend->stream->Write(OnAttend(Rows(v1::Q, 0, 8)));
+  const grpc::Status status = Close(*attend->stream);
   EXPECT_TRUE(status.ok()) << status.error_message();
 }
 
 TEST_F(UploadStreams, CancelledRequestEndsItsAttachedStreams) {
   auto stub = Stub();
-  grpc::ClientContext context;
-  LimitCall(&context);
-  auto attend = stub->Attend(&context);
-  attend->Write(Header(3));
-  attend->WaitForInitialMetadata();
-  const v1::UploadTicket ticket = TicketOf(context);
-  grpc::ClientContext attached_context;
-  LimitCall(&attached_context);
-  v1::AttachUploadResponse carried;
-  auto attached = stub->AttachUpload(&attached_context, &carried);
-  ASSERT_TRUE(attached->Write(TicketMessage(ticket)));
-  ASSERT_TRUE(attached->Write(OnAttached(Rows(v1::K, 0, 8))));
-  attached->WaitForInitialMetadata();
+  std::unique_ptr<AttendCall> attend = StartAttend(*stub, 3);
+  attend->stream->WaitForInitialMetadata();
+  const v1::UploadTicket ticket = TicketOf(attend->context);
+  std::unique_ptr<AttachCall> attached =
+      StartAttach(*stub, TicketMessage(ticket));
+  ASSERT_TRUE(attached->first_written);
+  ASSERT_TRUE(attached->stream->Write(OnAttached(Rows(v1::K, 0, 8))));
+  attached->stream->WaitForInitialMetadata();
 
-  context.TryCancel();
+  attend->context.TryCancel();
   // The attached stream never half-closes: only the coordinator ending it
   // makes Finish return before the call's limit.
-  const grpc::Status ended = attached->Finish();
+  const grpc::Status ended = attached->stream->Finish();
   EXPECT_EQ(ended.error_code(), grpc::StatusCode::CANCELLED)
       << ended.error_message();
-  EXPECT_EQ(attend->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(attend->stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
 
   // The request is gone from the coordinator, which serves the next one.
   const grpc::Status late = AttachOnly(*stub, TicketMessage(ticket));
@@ -398,27 +411,22 @@ TEST_F(UploadStreams, CancelledRequestEndsItsAttachedStreams) {
 
 TEST_F(UploadStreams, BrokenAttachedStreamFailsTheRequestSayingWhich) {
   auto stub = Stub();
-  grpc::ClientContext context;
-  LimitCall(&context);
-  auto attend = stub->Attend(&context);
-  attend->Write(Header(2));
-  attend->WaitForInitialMetadata();
-  attend->Write(OnAttend(Rows(v1::Q, 0, 8)));
-  attend->WritesDone();
-  grpc::ClientContext attached_context;
-  LimitCall(&attached_context);
-  v1::AttachUploadResponse carried;
-  auto attached = stub->AttachUpload(&attached_context, &carried);
-  ASSERT_TRUE(attached->Write(TicketMessage(TicketOf(context))));
-  ASSERT_TRUE(attached->Write(OnAttached(Rows(v1::K, 0, 8))));
-  attached->WaitForInitialMetadata();
-  attached_context.TryCancel();
-  attached->Finish();
+  std::unique_ptr<AttendCall> attend = StartAttend(*stub, 2);
+  attend->stream->WaitForInitialMetadata();
+  attend->stream->Write(OnAttend(Rows(v1::Q, 0, 8)));
+  attend->stream->WritesDone();
+  std::unique_ptr<AttachCall> attached =
+      StartAttach(*stub, TicketMessage(TicketOf(attend->context)));
+  ASSERT_TRUE(attached->first_written);
+  ASSERT_TRUE(attached->stream->Write(OnAttached(Rows(v1::K, 0, 8))));
+  attached->stream->WaitForInitialMetadata();
+  attached->context.TryCancel();
+  attached->stream->Finish();
 
   v1::AttendResponse response;
-  while (attend->Read(&response)) {
+  while (attend->stream->Read(&response)) {
   }
-  const grpc::Status status = attend->Finish();
+  const grpc::Status status = attend->stream->Finish();
   EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED);
   EXPECT_NE(status.error_message().find("attached upload stream 1"),
             std::string::npos)
@@ -427,14 +435,11 @@ TEST_F(UploadStreams, BrokenAttachedStreamFailsTheRequestSayingWhich) {
 
 TEST_F(UploadStreams, StreamsThatNeverAttachEndTheRequestAfterRingTimeout) {
   auto stub = Stub();
-  grpc::ClientContext context;
-  LimitCall(&context);
-  auto attend = stub->Attend(&context);
-  attend->Write(Header(2));
-  attend->Write(OnAttend(Rows(v1::Q, 0, 8)));
-  attend->Write(OnAttend(Rows(v1::K, 0, 8)));
-  attend->Write(OnAttend(Rows(v1::V, 0, 8)));
-  const grpc::Status status = Close(*attend);
+  std::unique_ptr<AttendCall> attend = StartAttend(*stub, 2);
+  attend->stream->Write(OnAttend(Rows(v1::Q, 0, 8)));
+  attend->stream->Write(OnAttend(Rows(v1::K, 0, 8)));
+  attend->stream->Write(OnAttend(Rows(v1::V, 0, 8)));
+  const grpc::Status status = Close(*attend->stream);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   EXPECT_NE(status.error_message().find("only 0 of the 1 attached"),
             std::string::npos)

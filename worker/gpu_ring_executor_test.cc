@@ -742,14 +742,9 @@ Case WithHeads(Case c, int64_t q_heads, int64_t kv_heads, int64_t head_dim) {
 
 void ExpectPassQMatchesReference(const std::vector<Case>& cases,
                                  int world_size) {
-  for (const Case& base : cases) {
-    for (const DeviceDType dtype :
-         {DeviceDType::kBFloat16, DeviceDType::kFloat16}) {
-      Case c = PassQ(base);
-      c.dtype = dtype;
-      ExpectMatchesReference(c, world_size);
-    }
-  }
+  std::vector<Case> pass_q;
+  for (const Case& base : cases) pass_q.push_back(PassQ(base));
+  ExpectMatchesReferenceInBothDtypes(pass_q, world_size);
 }
 
 TEST(GpuPassQTest, GpuPassQMatchesReferenceOnOneGpu) {

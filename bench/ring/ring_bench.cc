@@ -233,12 +233,16 @@ std::string TilesNote() {
   const std::optional<int64_t> q = absl::GetFlag(FLAGS_tile_q);
   const std::optional<int64_t> kv = absl::GetFlag(FLAGS_tile_kv);
   const std::optional<bool> own = absl::GetFlag(FLAGS_own_kernel);
-  return absl::StrCat(q ? absl::StrCat(*q) : "tuned", " x ",
-                      kv ? absl::StrCat(*kv) : "tuned", ", ",
-                      own ? (*own ? "our kernel" : "cuDNN") : "tuned kernel",
-                      " (TunedRingConfig: our kernel on 32768 x 131072 for "
-                      "dense and causal at D=128, else cuDNN on 16384 x "
-                      "16384)");
+  AttentionSpec dense;
+  dense.head_dim = 128;
+  const GpuRingConfig tuned = TunedRingConfig(dense, GpuRingConfig());
+  const GpuRingConfig untuned;
+  return absl::StrCat(
+      q ? absl::StrCat(*q) : "tuned", " x ", kv ? absl::StrCat(*kv) : "tuned",
+      ", ", own ? (*own ? "our kernel" : "cuDNN") : "tuned kernel",
+      " (TunedRingConfig: our kernel on ", tuned.tile_q_rows, " x ",
+      tuned.tile_kv_rows, " for dense and causal at D=128, else cuDNN on ",
+      untuned.tile_q_rows, " x ", untuned.tile_kv_rows, ")");
 }
 
 AttentionSpec SpecOf(const Case& c) {

@@ -154,18 +154,23 @@ AttentionPathCounts& AttentionPathCounts::operator+=(
   return *this;
 }
 
-bool PrefersHopperSplit(const DeviceAttentionArgs& args) {
+int HopperSplitsFor(const DeviceAttentionArgs& args) {
   return args.work.tile_count == 0 &&
-         FindAttentionArgsProblem(args) == nullptr &&
-         HopperAttentionTakes(args) && HopperKeySplits(args) > 1;
+                 FindAttentionArgsProblem(args) == nullptr &&
+                 HopperAttentionTakes(args)
+             ? HopperKeySplits(args)
+             : 1;
 }
 
-absl::Status RunHopperSplit(const DeviceAttentionArgs& args,
+bool PrefersHopperSplit(const DeviceAttentionArgs& args) {
+  return HopperSplitsFor(args) > 1;
+}
+
+absl::Status RunHopperSplit(const DeviceAttentionArgs& args, int splits,
                             DeviceBuffer& workspace, cudaStream_t stream) {
   if (const char* problem = FindAttentionArgsProblem(args)) {
     return absl::InvalidArgumentError(problem);
   }
-  const int splits = HopperKeySplits(args);
   RINGATTN_RETURN_IF_ERROR(GrowWorkspace(
       HopperSplitWorkspaceBytes(args, splits), workspace, stream));
   return CudaStatus(
@@ -194,8 +199,10 @@ AttentionDispatcher::AttentionDispatcher() {
 
 absl::StatusOr<AttentionPath> AttentionDispatcher::Forward(
     const DeviceAttentionArgs& args, cudaStream_t stream) {
-  if (PrefersHopperSplit(args)) {
-    RINGATTN_RETURN_IF_ERROR(RunHopperSplit(args, split_workspace_, stream));
+  // The split count is asked for once: it reads the device's SM count.
+  if (const int splits = HopperSplitsFor(args); splits > 1) {
+    RINGATTN_RETURN_IF_ERROR(
+        RunHopperSplit(args, splits, split_workspace_, stream));
     return AttentionPath::kHopper;
   }
   if (PrefersDecode(args)) {

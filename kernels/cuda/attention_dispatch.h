@@ -77,10 +77,15 @@ absl::Status RunDecodeAttention(const DeviceAttentionArgs& args,
 // rows 8.2 against 11.7 on cuDNN.
 bool PrefersHopperSplit(const DeviceAttentionArgs& args);
 
-// Enqueues our Hopper kernel with its keys split, first growing `workspace`
-// (after waiting for `stream`) to what it asks for. Errors as
-// RunDecodeAttention's.
-absl::Status RunHopperSplit(const DeviceAttentionArgs& args,
+// The key splits AttentionDispatcher runs `args` with on our Hopper kernel:
+// HopperKeySplits for a whole block the Hopper kernel takes, else 1 (no
+// split). PrefersHopperSplit is HopperSplitsFor > 1.
+int HopperSplitsFor(const DeviceAttentionArgs& args);
+
+// Enqueues our Hopper kernel with its keys cut into `splits` (from
+// HopperSplitsFor), first growing `workspace` (after waiting for `stream`) to
+// what it asks for. Errors as RunDecodeAttention's.
+absl::Status RunHopperSplit(const DeviceAttentionArgs& args, int splits,
                             DeviceBuffer& workspace, cudaStream_t stream);
 
 // The most packed rows per K/V head PrefersDecode sends to the decode kernel
