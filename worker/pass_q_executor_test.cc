@@ -195,7 +195,9 @@ TEST(PassQExecutor, GqaAndMqaWithHeadDim80AndBatch) {
 }
 
 TEST(PassQExecutor, ShortQueryBatchesContinueTheContextCausally) {
-  for (int64_t q_len : {1, 3, 17, 300}) {
+  // 1, 3 and 6 rows are laid out contiguously (QueryLayoutFor), 17 and 300
+  // zigzag.
+  for (int64_t q_len : {1, 3, 6, 17, 300}) {
     SCOPED_TRACE(absl::StrCat("q_len=", q_len));
     AttentionSpec spec = Spec(401, 4, 2, 64, true);
     spec.q_len = q_len;

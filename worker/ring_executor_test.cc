@@ -210,6 +210,17 @@ TEST(RingExecutor, CausalContinuationOfShortQueryBatch) {
   ExpectMatchesReference(MakeProblem(spec, 5), 3);
 }
 
+// A causal batch of q_len * kShortQueryRatio <= kv_len rows is one run per
+// worker (QueryLayoutFor), several rows each.
+TEST(RingExecutor, ContiguousShortCausalBatchMatchesReference) {
+  AttentionSpec spec = Spec(701, 2, 1, 64, true);
+  spec.q_len = 10;
+  for (int p : {3, 4}) {
+    ASSERT_EQ(QueryLayoutFor(spec, p).Chunks(0).size(), 1u);
+    ExpectMatchesReference(MakeProblem(spec, 6), p);
+  }
+}
+
 TEST(RingExecutor, DilatedLseAndHeadGroupsMatchReference) {
   AttentionSpec spec = Spec(200, 4, 2, 64, true);
   spec.dilated = {{50, 1}, {120, 2}};
