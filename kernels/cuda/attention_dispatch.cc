@@ -22,6 +22,11 @@ constexpr int64_t kMaxBatchKvHeads = 65535;
 // PrefersDecode's threshold on keys: at least this many.
 constexpr int64_t kDecodeMinKeys = 1024;
 
+// PrefersHopperWhole's thresholds: head dims above this, at least this many
+// keys.
+constexpr int64_t kHopperWholeAboveHeadDim = 64;
+constexpr int64_t kHopperWholeMinKeys = 16384;
+
 }  // namespace
 
 const char* AttentionPathName(AttentionPath path) {
@@ -179,6 +184,14 @@ absl::Status RunHopperSplit(const DeviceAttentionArgs& args, int splits,
       "launching the Hopper attention kernel with split keys");
 }
 
+bool PrefersHopperWhole(const DeviceAttentionArgs& args) {
+  return args.work.tile_count == 0 &&
+         args.head_dim > kHopperWholeAboveHeadDim &&
+         args.kv_len >= kHopperWholeMinKeys &&
+         FindAttentionArgsProblem(args) == nullptr &&
+         HopperAttentionTakes(args);
+}
+
 bool PrefersDecode(const DeviceAttentionArgs& args) {
   return args.work.tile_count == 0 && args.kv_heads > 0 &&
          args.q_len * (args.q_heads / args.kv_heads) <=
@@ -213,8 +226,9 @@ absl::StatusOr<AttentionPath> AttentionDispatcher::Forward(
     }
     return AttentionPath::kDecode;
   }
-  if (prefer_own_kernel_ && FindAttentionArgsProblem(args) == nullptr &&
-      HopperAttentionTakes(args)) {
+  if (PrefersHopperWhole(args) ||
+      (prefer_own_kernel_ && FindAttentionArgsProblem(args) == nullptr &&
+       HopperAttentionTakes(args))) {
     return RunOwnAttention(args, stream);
   }
   if (cudnn_ != nullptr) {

@@ -4,8 +4,9 @@
 // Picks the GPU attention path for each block: our Hopper kernel with split
 // keys for up to a few hundred query rows against many keys, our decode
 // kernel (decode_attention.h) for few rows where that does not run (other
-// GPUs, shorter blocks), cuDNN's fused kernel where cuDNN takes the
-// block, our own kernels where it does not (a work list, an odd head dim): the
+// GPUs, shorter blocks), our Hopper kernel whole for long blocks at head dims
+// above 64, cuDNN's fused kernel for the other blocks cuDNN takes, our own
+// kernels where it does not (a work list, an odd head dim): the
 // Hopper one (hopper_attention.h) where it takes the block, else the mma.sync
 // one (flash_attention.h); and says which one ran.
 // AttentionDispatcher is thread-compatible (it owns a CudnnAttention);
@@ -88,6 +89,16 @@ int HopperSplitsFor(const DeviceAttentionArgs& args);
 absl::Status RunHopperSplit(const DeviceAttentionArgs& args, int splits,
                             DeviceBuffer& workspace, cudaStream_t stream);
 
+// Whether AttentionDispatcher runs `args` on our Hopper kernel whole rather
+// than on cuDNN: a block without a work list that the Hopper kernel takes,
+// head dim above 64, at least 16384 keys (enough key steps per thread block
+// to cover its start). Measured on one H200 (ninth session), TFLOP/s ours
+// against cuDNN in the same run: D=128 dense 16K 627-629 / 607-610, 64K
+// 646-647 / 611-614, causal 64K 623 / 599-605; 4096 rows against 1M keys
+// (Hq=32, Hkv=8) 109.1 / 113.5 ms, against 4M 437 / 480 ms. At D=64 cuDNN
+// stays ahead (461-486 against 436-449).
+bool PrefersHopperWhole(const DeviceAttentionArgs& args);
+
 // The most packed rows per K/V head PrefersDecode sends to the decode kernel
 // (the CPU kernels have their own limit, kDecodeMaxPackedRows).
 inline constexpr int64_t kGpuDecodeMaxPackedRows = 512;
@@ -113,7 +124,8 @@ class AttentionDispatcher {
 
   // Enqueues attention of `args` on `stream` and returns the path that took
   // it: the split Hopper kernel where PrefersHopperSplit, else the decode
-  // kernel where PrefersDecode, else cuDNN, or our own kernel
+  // kernel where PrefersDecode, else the whole Hopper kernel where
+  // PrefersHopperWhole, else cuDNN, or our own kernel
   // (RunOwnAttention) where cuDNN answered UNIMPLEMENTED for the shape (always
   // for args with a work list).
   // Malformed args (INVALID_ARGUMENT) and failures of a path that accepted the

@@ -23,11 +23,13 @@ TEST(AttentionPathTest, NamesReadAsWords) {
 }
 
 // Runs `c` through a dispatcher; returns the path taken and whether the
-// split Hopper kernel or the decode kernel should have taken it.
+// split Hopper kernel, the decode kernel or the whole Hopper kernel should
+// have taken it.
 struct Ran {
   AttentionPath path = AttentionPath::kFlash;
   bool split_expected = false;
   bool decode_expected = false;
+  bool whole_expected = false;
 };
 
 Ran RunAndCheck(AttentionDispatcher& dispatcher, const AttentionCase& c) {
@@ -43,7 +45,7 @@ Ran RunAndCheck(AttentionDispatcher& dispatcher, const AttentionCase& c) {
   EXPECT_TRUE(problem->OutputsMatchReference())
       << "path " << AttentionPathName(*path) << ", seed " << seed;
   return {*path, PrefersHopperSplit(problem->args()),
-          PrefersDecode(problem->args())};
+          PrefersDecode(problem->args()), PrefersHopperWhole(problem->args())};
 }
 
 class AttentionDispatchTest : public ::testing::TestWithParam<AttentionCase> {};
@@ -58,6 +60,8 @@ TEST_P(AttentionDispatchTest, MatchesFloat64ReferenceOnWhicheverPathRuns) {
     EXPECT_EQ(ran.path, AttentionPath::kHopper);
   } else if (ran.decode_expected) {
     EXPECT_EQ(ran.path, AttentionPath::kDecode);
+  } else if (ran.whole_expected) {
+    EXPECT_EQ(ran.path, AttentionPath::kHopper);
   } else if (dispatcher.cudnn_status().ok()) {
     EXPECT_EQ(ran.path, AttentionPath::kCudnn)
         << "cuDNN refused a shape it takes on Hopper with cuDNN 9.19";
@@ -116,6 +120,49 @@ TEST(AttentionDecodeTest, SendsFewRowsAgainstFewThousandKeysToTheDecodeKernel) {
       MakeAttentionCase("ThreeRowsGqa", 1, 3, 4099, 8, 2, 128, true));
   EXPECT_TRUE(ran.decode_expected);
   EXPECT_EQ(ran.path, AttentionPath::kDecode);
+}
+
+// Args of a whole bf16 block with contiguous rows at aligned (never read)
+// addresses: enough for the dispatcher's predicates.
+DeviceAttentionArgs WholeBlockArgs(int64_t q_len, int64_t kv_len,
+                                   int64_t head_dim) {
+  alignas(16) static char placeholder[16];
+  DeviceAttentionArgs args;
+  args.q_len = q_len;
+  args.kv_len = kv_len;
+  args.q_heads = 32;
+  args.kv_heads = 8;
+  args.head_dim = head_dim;
+  const int64_t q_row = args.q_heads * head_dim;
+  const int64_t kv_row = args.kv_heads * head_dim;
+  args.q = {placeholder, q_len * q_row, q_row};
+  args.k = {placeholder, kv_len * kv_row, kv_row};
+  args.v = {placeholder, kv_len * kv_row, kv_row};
+  args.o = {placeholder, q_len * q_row, q_row};
+  args.scale = 0.125f;
+  args.causal = true;
+  return args;
+}
+
+// Long blocks above D=64 go to our Hopper kernel whole, where it runs; D=64,
+// short blocks and work lists do not.
+TEST(AttentionWholeBlockTest, SendsLongBlocksAboveHeadDim64ToTheHopperKernel) {
+  SkipWithoutGpu();
+  if (IsSkipped()) return;
+  if (!HopperAttentionAvailable(128)) {
+    EXPECT_FALSE(PrefersHopperWhole(WholeBlockArgs(4096, 1 << 20, 128)));
+    GTEST_SKIP() << "the Hopper kernel does not run on this GPU";
+  }
+  EXPECT_TRUE(PrefersHopperWhole(WholeBlockArgs(4096, 1 << 20, 128)));
+  EXPECT_TRUE(PrefersHopperWhole(WholeBlockArgs(16384, 16384, 128)));
+  EXPECT_TRUE(PrefersHopperWhole(WholeBlockArgs(300, 16411, 80)));
+  EXPECT_FALSE(PrefersHopperWhole(WholeBlockArgs(16384, 16384, 64)));
+  EXPECT_FALSE(PrefersHopperWhole(WholeBlockArgs(16384, 16383, 128)));
+  DeviceAttentionArgs listed = WholeBlockArgs(16384, 16384, 128);
+  static QueryTile tile;
+  static KeySpan span;
+  listed.work = {&tile, 1, &span, 1};
+  EXPECT_FALSE(PrefersHopperWhole(listed));
 }
 
 class AttentionFallbackTest : public ::testing::TestWithParam<AttentionCase> {};
