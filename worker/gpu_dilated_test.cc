@@ -253,6 +253,9 @@ void ExpectMatchesReference(const Case& c, int world_size) {
       absl::StrCat(Describe(c), ", ", world_size, " rank(s)");
   SCOPED_TRACE(what);
   std::printf("%s\n", what.c_str());
+  // Out before the ranks start: an abort in a two-rank run (seen once, ninth
+  // session) should name its case.
+  std::fflush(stdout);
   const Problem p = MakeProblem(c);
   ASSERT_TRUE(p.spec.Validate().ok()) << p.spec.Validate();
   const std::vector<RankResult> results = RunRing(p, c, world_size);
