@@ -117,10 +117,10 @@ ShardLayout LayoutFor(const AttentionSpec& spec, int64_t seq_len,
 }
 
 ShardLayout QueryLayoutFor(const AttentionSpec& spec, int64_t workers) {
-  const bool short_batch = spec.q_len * kShortQueryRatio <= spec.kv_len;
-  return ShardLayout::Make(
-      short_batch ? ShardKind::kContiguous : ChooseShardKind(spec), spec.q_len,
-      workers);
+  if (spec.q_len * kShortQueryRatio <= spec.kv_len) {
+    return ShardLayout::Make(ShardKind::kContiguous, spec.q_len, workers);
+  }
+  return LayoutFor(spec, spec.q_len, workers);
 }
 
 absl::StatusOr<ShardLayout> KvLayoutFor(

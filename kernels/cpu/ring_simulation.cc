@@ -93,9 +93,8 @@ absl::StatusOr<AttentionOutput> SimulateRing(const AttentionSpec& spec,
   if (spec.block_sparse.has_value()) {
     blocks = BlockMask::FromRules(*spec.block_sparse, spec.kv_len);
   }
-  const ShardKind kind = ChooseShardKind(spec);
   const ShardLayout q_layout = QueryLayoutFor(spec, workers);
-  const ShardLayout kv_layout = ShardLayout::Make(kind, spec.kv_len, workers);
+  const ShardLayout kv_layout = LayoutFor(spec, spec.kv_len, workers);
   const RingPlan plan =
       RingPlan::Build(spec, q_layout, kv_layout, blocks ? &*blocks : nullptr);
 

@@ -27,6 +27,12 @@ constexpr int64_t kDecodeMinKeys = 1024;
 constexpr int64_t kHopperWholeAboveHeadDim = 64;
 constexpr int64_t kHopperWholeMinKeys = 16384;
 
+// Whether our Hopper kernel takes well-formed `args` on this device.
+bool HopperTakes(const DeviceAttentionArgs& args) {
+  return FindAttentionArgsProblem(args) == nullptr &&
+         HopperAttentionTakes(args);
+}
+
 }  // namespace
 
 const char* AttentionPathName(AttentionPath path) {
@@ -71,7 +77,7 @@ absl::Status RunFlashAttention(const DeviceAttentionArgs& args,
 
 absl::StatusOr<AttentionPath> RunOwnAttention(const DeviceAttentionArgs& args,
                                               cudaStream_t stream) {
-  if (FindAttentionArgsProblem(args) == nullptr && HopperAttentionTakes(args)) {
+  if (HopperTakes(args)) {
     if (absl::Status status =
             CudaStatus(LaunchHopperAttention(args, stream),
                        "launching the Hopper attention kernel");
@@ -160,11 +166,8 @@ AttentionPathCounts& AttentionPathCounts::operator+=(
 }
 
 int HopperSplitsFor(const DeviceAttentionArgs& args) {
-  return args.work.tile_count == 0 &&
-                 FindAttentionArgsProblem(args) == nullptr &&
-                 HopperAttentionTakes(args)
-             ? HopperKeySplits(args)
-             : 1;
+  return args.work.tile_count == 0 && HopperTakes(args) ? HopperKeySplits(args)
+                                                        : 1;
 }
 
 bool PrefersHopperSplit(const DeviceAttentionArgs& args) {
@@ -187,9 +190,7 @@ absl::Status RunHopperSplit(const DeviceAttentionArgs& args, int splits,
 bool PrefersHopperWhole(const DeviceAttentionArgs& args) {
   return args.work.tile_count == 0 &&
          args.head_dim > kHopperWholeAboveHeadDim &&
-         args.kv_len >= kHopperWholeMinKeys &&
-         FindAttentionArgsProblem(args) == nullptr &&
-         HopperAttentionTakes(args);
+         args.kv_len >= kHopperWholeMinKeys && HopperTakes(args);
 }
 
 bool PrefersDecode(const DeviceAttentionArgs& args) {
@@ -226,9 +227,7 @@ absl::StatusOr<AttentionPath> AttentionDispatcher::Forward(
     }
     return AttentionPath::kDecode;
   }
-  if (PrefersHopperWhole(args) ||
-      (prefer_own_kernel_ && FindAttentionArgsProblem(args) == nullptr &&
-       HopperAttentionTakes(args))) {
+  if (PrefersHopperWhole(args) || (prefer_own_kernel_ && HopperTakes(args))) {
     return RunOwnAttention(args, stream);
   }
   if (cudnn_ != nullptr) {
