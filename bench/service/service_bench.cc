@@ -285,6 +285,15 @@ double RowZeroError(const RowPool& pool, Shapes s, int64_t n, int64_t nq,
   return rms > 0 ? worst / rms : worst;
 }
 
+// The compute seconds of the request's slowest worker.
+double SlowestWorkerCompute(const v1::Summary& summary) {
+  double slowest = 0;
+  for (const v1::WorkerUsage& w : summary.workers()) {
+    slowest = std::max(slowest, w.compute_seconds());
+  }
+  return slowest;
+}
+
 // Times `repeats` queries of `nq` rows (rows of the pool) against context
 // `name` of `n` tokens, no rows appended; returns a table row (end to end and
 // the slowest worker's compute, p50), or the failure.
@@ -315,11 +324,7 @@ std::string TimeQueries(Client& client, const RowPool& pool, const Shapes& s,
                           " | failed: ", result.status().ToString(), " |");
     }
     latencies.push_back(Seconds(begin, Clock::now()));
-    double slowest = 0;
-    for (const v1::WorkerUsage& w : result->summary.workers()) {
-      slowest = std::max(slowest, w.compute_seconds());
-    }
-    computes.push_back(slowest);
+    computes.push_back(SlowestWorkerCompute(result->summary));
   }
   const double error = RowZeroError(pool, s, n, nq, result->output, threads);
   const double bytes = 2.0 * n * s.hkv * s.d * 2;
@@ -365,7 +370,7 @@ bool RunDecodeSteps(Client& client, const RowPool& pool, Shapes s, int steps,
   }
   if (steps == 0) {
     client.DeleteContext(name).IgnoreError();
-    std::printf("| %lld | %.2f | %.2f | 0 | | | | | | |\n",
+    std::printf("| %lld | %.2f | %.2f | 0 | | | | | | | | | |\n",
                 static_cast<long long>(s.n), info->bytes() / 1e9,
                 info->bytes() / 1e9 / upload);
     std::fflush(stdout);
@@ -380,7 +385,10 @@ bool RunDecodeSteps(Client& client, const RowPool& pool, Shapes s, int steps,
   spec.set_causal(s.causal);
   spec.set_wire_dtype(v1::BF16);
   const Tensor<float> q = PoolRow(pool, s, 0, 0);
-  std::vector<double> latencies;
+  // Where a step's time goes: end to end at the client, inside the
+  // coordinator (header read to summary written), waiting for the workers
+  // (its compute phase), and the slowest worker's own compute.
+  std::vector<double> latencies, coordinator, waiting, computes;
   absl::StatusOr<AttendResult> result;
   std::string strategy;
   for (int step = 0; step < steps; ++step) {
@@ -391,6 +399,11 @@ bool RunDecodeSteps(Client& client, const RowPool& pool, Shapes s, int steps,
     latencies.push_back(Seconds(begin, Clock::now()));
     if (!result.ok()) break;
     strategy = v1::Strategy_Name(result->summary.strategy());
+    coordinator.push_back(result->summary.seconds());
+    for (const v1::PhaseTiming& timing : result->summary.timings()) {
+      if (timing.phase() == "compute") waiting.push_back(timing.seconds());
+    }
+    computes.push_back(SlowestWorkerCompute(result->summary));
   }
   if (result.ok()) {
     for (int64_t nq : query_rows) {
@@ -412,11 +425,13 @@ bool RunDecodeSteps(Client& client, const RowPool& pool, Shapes s, int steps,
       RowZeroError(pool, s, s.n + steps, 1, result->output, threads);
   constexpr double kTolerance = 3e-2;
   std::printf(
-      "| %lld | %.2f | %.2f | %d | %s | %.2f | %.2f | %.2f | %.2g | %s |\n",
+      "| %lld | %.2f | %.2f | %d | %s | %.2f | %.2f | %.2f | %.2f | %.2f | "
+      "%.2f | %.2g | %s |\n",
       static_cast<long long>(s.n), info->bytes() / 1e9,
       info->bytes() / 1e9 / upload, steps, strategy.c_str(),
       1e3 * Quantile(latencies, 0.5), 1e3 * Quantile(latencies, 0.99),
-      1e3 * Quantile(latencies, 1.0), worst,
+      1e3 * Quantile(latencies, 1.0), 1e3 * Quantile(coordinator, 0.5),
+      1e3 * Quantile(waiting, 0.5), 1e3 * Quantile(computes, 0.5), worst,
       worst <= kTolerance ? "ok" : "FAILED");
   std::fflush(stdout);
   return worst <= kTolerance;
@@ -459,8 +474,11 @@ int Run() {
       steps > 0 || absl::GetFlag(FLAGS_upload_only)) {
     std::printf(
         "| context tokens | context GB | upload GB/s | decode steps | strategy "
-        "| p50 ms | p99 ms | max ms | max err / RMS (last step) | check |\n"
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+        "| p50 ms | p99 ms | max ms | coordinator p50 ms | waiting for "
+        "workers p50 ms | slowest worker's compute p50 ms | max err / RMS "
+        "(last step) | check |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | "
+        "--- | --- |\n");
     std::vector<int64_t> query_rows;
     for (absl::string_view text : absl::StrSplit(
              absl::GetFlag(FLAGS_query_rows), ',', absl::SkipEmpty())) {
