@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <type_traits>
 #include <utility>
@@ -22,6 +23,10 @@ namespace {
 constexpr int kMaxReceiveMessageBytes = 64 << 20;
 // Most streams one Attend call may upload over (the server's limit too).
 constexpr int kMostUploadStreams = 64;
+// Calls that upload at most this much run on the calling thread
+// (RunOnThisThread); larger ones overlap their upload and download through
+// gRPC's asynchronous API.
+constexpr int64_t kMostBlockingUploadBytes = 1 << 20;
 
 std::string ShapeString(const Shape& shape) {
   return absl::StrCat("[", shape.batch, ", ", shape.seq, ", ", shape.heads,
@@ -128,8 +133,66 @@ class RequestSequence {
   int64_t uploaded_ = 0;
 };
 
+// What the responses of an Attend or Query call bring: output rows into an
+// OutputAssembler, reporting download progress, then one summary.
+class ResponseIntake {
+ public:
+  ResponseIntake(OutputAssembler* output, ProgressReporter* progress)
+      : output_(output), progress_(progress) {}
+
+  // INTERNAL for a response that breaks the API.
+  absl::Status Accept(const v1::AttendResponse& response) {
+    switch (response.kind_case()) {
+      case v1::AttendResponse::kOutput:
+        if (has_summary_) {
+          return absl::InternalError(
+              "the server sent output after the summary");
+        }
+        if (output_->bytes_received() == 0) {
+          progress_->Report(Progress::Phase::kDownload, 0,
+                            output_->total_bytes());
+        }
+        RINGATTN_RETURN_IF_ERROR(output_->Add(response.output()));
+        progress_->Report(Progress::Phase::kDownload, output_->bytes_received(),
+                          output_->total_bytes());
+        return absl::OkStatus();
+      case v1::AttendResponse::kSummary:
+        if (has_summary_) {
+          return absl::InternalError("the server sent two summaries");
+        }
+        summary_ = response.summary();
+        has_summary_ = true;
+        return absl::OkStatus();
+      case v1::AttendResponse::KIND_NOT_SET:
+        break;
+    }
+    return absl::InternalError("the server sent an empty response message");
+  }
+
+  // Once the call ended with `status`: the first failure of a response that
+  // broke the API (`response_error`), the status, a missing summary or
+  // missing output rows.
+  absl::Status Finish(const absl::Status& response_error,
+                      const grpc::Status& status) {
+    RINGATTN_RETURN_IF_ERROR(response_error);
+    RINGATTN_RETURN_IF_ERROR(FromGrpcStatus(status));
+    if (!has_summary_) {
+      return absl::DataLossError("the server ended the call without a summary");
+    }
+    return output_->CheckComplete();
+  }
+
+  v1::Summary& summary() { return summary_; }
+
+ private:
+  OutputAssembler* output_;
+  ProgressReporter* progress_;
+  bool has_summary_ = false;
+  v1::Summary summary_;
+};
+
 // One Attend or Query call: writes the request stream while reading the
-// response stream into an OutputAssembler, with one write and one read
+// response stream into a ResponseIntake, with one write and one read
 // outstanding at a time (which is the flow control). With `attached`, the
 // upload ticket in the call's initial metadata goes to those streams, and
 // progress is theirs to report. Bind it to a call with the stub's async()
@@ -144,27 +207,20 @@ class OutputCall final
       : context_(context),
         requests_(std::move(header), chunks,
                   attached == nullptr ? progress : nullptr),
-        output_(output),
-        progress_(progress),
+        intake_(output, progress),
         attached_(attached) {}
 
-  // Starts the call and waits for it to end. The first failure: a response
-  // that breaks the API, the call's status, a missing summary or missing
-  // output rows.
+  // Starts the call and waits for it to end; ResponseIntake::Finish's
+  // failures.
   absl::Status Run() {
     this->StartWrite(requests_.First());
     this->StartRead(&response_);
     this->StartCall();
     const grpc::Status status = completion_.Wait();
-    RINGATTN_RETURN_IF_ERROR(response_error_);
-    RINGATTN_RETURN_IF_ERROR(FromGrpcStatus(status));
-    if (!has_summary_) {
-      return absl::DataLossError("the server ended the call without a summary");
-    }
-    return output_->CheckComplete();
+    return intake_.Finish(response_error_, status);
   }
 
-  v1::Summary& summary() { return summary_; }
+  v1::Summary& summary() { return intake_.summary(); }
 
  private:
   void OnWriteDone(bool ok) override {
@@ -185,7 +241,7 @@ class OutputCall final
 
   void OnReadDone(bool ok) override {
     if (!ok) return;
-    response_error_ = Accept();
+    response_error_ = intake_.Accept(response_);
     if (!response_error_.ok()) {
       context_->TryCancel();
       return;
@@ -197,46 +253,47 @@ class OutputCall final
     completion_.Finish(status);
   }
 
-  absl::Status Accept() {
-    switch (response_.kind_case()) {
-      case v1::AttendResponse::kOutput:
-        if (has_summary_) {
-          return absl::InternalError(
-              "the server sent output after the summary");
-        }
-        if (output_->bytes_received() == 0) {
-          progress_->Report(Progress::Phase::kDownload, 0,
-                            output_->total_bytes());
-        }
-        RINGATTN_RETURN_IF_ERROR(output_->Add(response_.output()));
-        progress_->Report(Progress::Phase::kDownload, output_->bytes_received(),
-                          output_->total_bytes());
-        return absl::OkStatus();
-      case v1::AttendResponse::kSummary:
-        if (has_summary_) {
-          return absl::InternalError("the server sent two summaries");
-        }
-        summary_ = response_.summary();
-        has_summary_ = true;
-        return absl::OkStatus();
-      case v1::AttendResponse::KIND_NOT_SET:
-        break;
-    }
-    return absl::InternalError("the server sent an empty response message");
-  }
-
   grpc::ClientContext* context_;
   RequestSequence<Request> requests_;
-  OutputAssembler* output_;
-  ProgressReporter* progress_;
+  ResponseIntake intake_;
   AttachedUploads* attached_;
   v1::AttendResponse response_;
   // Written by read reactions, read by Run() after OnDone.
   absl::Status response_error_;
-  bool has_summary_ = false;
-  v1::Summary summary_;
   Completion completion_;
 };
+
+// A small Attend or Query call on the calling thread, through gRPC's
+// synchronous API: its whole upload written, then its responses read. The
+// asynchronous API runs each reaction on a gRPC thread and hands over to the
+// next, which a decode step's latency feels; here no thread changes hands.
+// Writing everything first cannot deadlock: the coordinator reads a request's
+// whole upload before it writes any output.
+template <typename Request>
+absl::Status RunOnThisThread(
+    grpc::ClientContext& context,
+    grpc::ClientReaderWriter<Request, v1::AttendResponse>& stream,
+    RequestSequence<Request>& requests, ResponseIntake& intake) {
+  // A failed write means the call is over; Finish brings its status.
+  bool open = true;
+  for (Request* message = requests.First(); message != nullptr && open;
+       message = requests.Next()) {
+    open = stream.Write(*message);
+  }
+  if (open) stream.WritesDone();
+  absl::Status response_error;
+  v1::AttendResponse response;
+  while (stream.Read(&response)) {
+    response_error = intake.Accept(response);
+    if (!response_error.ok()) {
+      context.TryCancel();
+      while (stream.Read(&response)) {
+      }
+      break;
+    }
+  }
+  return intake.Finish(response_error, stream.Finish());
+}
 
 // One CreateContext or AppendContext call: writes the upload stream, one
 // message outstanding at a time. Bind it to a call with the stub's async()
@@ -407,6 +464,22 @@ absl::StatusOr<v1::Summary> Client::Run(Request header, ChunkSource& source,
       RINGATTN_RETURN_IF_ERROR(attached.Finish(call.Run()));
       return std::move(call.summary());
     }
+  }
+  if (source.total_bytes() <= kMostBlockingUploadBytes) {
+    // The metadata goes out with the first message.
+    context.set_initial_metadata_corked(true);
+    std::unique_ptr<grpc::ClientReaderWriter<Request, v1::AttendResponse>>
+        stream;
+    if constexpr (std::is_same_v<Request, v1::AttendRequest>) {
+      stream = stub_->Attend(&context);
+    } else {
+      stream = stub_->Query(&context);
+    }
+    RequestSequence<Request> requests(std::move(header), &source, &progress);
+    ResponseIntake intake(&output, &progress);
+    RINGATTN_RETURN_IF_ERROR(
+        RunOnThisThread(context, *stream, requests, intake));
+    return std::move(intake.summary());
   }
   OutputCall<Request> call(&context, std::move(header), &source, &output,
                            &progress, /*attached=*/nullptr);
