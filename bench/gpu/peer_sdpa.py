@@ -1,7 +1,10 @@
 """The PyTorch peer of gpu_attention_bench: SDPA on the same GPU and shapes.
 
 torch.nn.functional.scaled_dot_product_attention restricted to its
-FlashAttention-2 backend and to its cuDNN backend, bf16, head_dim --head-dim (128), 32 heads,
+FlashAttention-2 backend and to its cuDNN backend, the latter also with its softmax
+statistics (the LSE, which ringattn's kernels always write, as a ring needs it to
+merge: PyTorch's cuDNN call computes them only when autograd will need them, so that
+column's inputs require grad), bf16, head_dim --head-dim (128), 32 heads,
 batch 1, dense and causal, on tensors laid out [B, N, H, D] as ringattn's are
 (SDPA sees them transposed to [B, H, N, D]). Prints a markdown table of TFLOP/s
 (4 * N^2 * H * D per dense call, half of it causal), each the median of
@@ -19,9 +22,11 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 HEADS = 32
 WARMUP_CALLS = 2
+# (column, backend, whether the inputs require grad)
 BACKENDS = (
-    ("SDPA flash", SDPBackend.FLASH_ATTENTION),
-    ("SDPA cuDNN", SDPBackend.CUDNN_ATTENTION),
+    ("SDPA flash", SDPBackend.FLASH_ATTENTION, False),
+    ("SDPA cuDNN", SDPBackend.CUDNN_ATTENTION, False),
+    ("SDPA cuDNN with LSE", SDPBackend.CUDNN_ATTENTION, True),
 )
 
 
@@ -55,11 +60,12 @@ def measure(n, causal, seconds, head_dim):
     q, k, v = operand(), operand(), operand()
     flops = 4.0 * n * n * HEADS * head_dim * (0.5 if causal else 1.0)
     cells = []
-    for _, backend in BACKENDS:
+    for _, backend, with_lse in BACKENDS:
+        inputs = [x.detach().requires_grad_(with_lse) for x in (q, k, v)]
         try:
             with sdpa_kernel(backend):
                 ms = median_milliseconds(
-                    lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+                    lambda: F.scaled_dot_product_attention(*inputs, is_causal=causal),
                     seconds,
                 )
             cells.append(f"{flops / (ms * 1e-3) / 1e12:.0f}")
@@ -84,7 +90,7 @@ def main():
         f"cuDNN {torch.backends.cudnn.version()}, bf16, D={args.head_dim}, "
         f"Hq=Hkv={HEADS}, B=1 (TFLOP/s, median)\n"
     )
-    print("| N | mask | " + " | ".join(name for name, _ in BACKENDS) + " |")
+    print("| N | mask | " + " | ".join(name for name, _, _ in BACKENDS) + " |")
     print("| --- | --- |" + " --- |" * len(BACKENDS))
     for n, mask, cells in rows:
         print(f"| {n} | {mask} | " + " | ".join(cells) + " |")
