@@ -190,6 +190,59 @@ TEST_F(ClientTest, MissingSummaryIsDataLoss) {
             std::string::npos);
 }
 
+// Calls that upload at most 1 MiB run on the caller's thread through gRPC's
+// synchronous API, larger ones on its callback API: each reassembles the
+// output and refuses the same broken responses. The parameter is the query
+// rows of a [1, rows, 4, 64] fp32 Q, K and V: 8 rows upload 24 KiB, 1024
+// rows 3 MiB.
+class ClientBothPathsTest : public ClientTest,
+                            public ::testing::WithParamInterface<int64_t> {
+ protected:
+  absl::StatusOr<AttendResult> Attend(FakeBehavior behavior) {
+    service_.set_behavior(behavior);
+    ClientOptions options;
+    options.chunk_bytes = 256 << 10;
+    std::unique_ptr<Client> client = Connect(options);
+    return client->Attend(SpecFor(shape_, shape_), tensor_.view(),
+                          tensor_.view(), tensor_.view());
+  }
+
+  const Shape shape_{1, GetParam(), 4, 64};
+  const Tensor<float> tensor_ = Random(shape_, 5);
+};
+
+TEST_P(ClientBothPathsTest, ReassemblesTheEchoedOutput) {
+  absl::StatusOr<AttendResult> result = Attend(FakeBehavior::kEcho);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->output.values(), tensor_.values());
+  EXPECT_EQ(result->summary.request_id(), "fake-1");
+}
+
+TEST_P(ClientBothPathsTest, ServerErrorKeepsCodeAndMessage) {
+  absl::StatusOr<AttendResult> result = Attend(FakeBehavior::kFail);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(result.status().message(), kFakeFailMessage);
+}
+
+TEST_P(ClientBothPathsTest, DuplicateOutputRowIsInternal) {
+  EXPECT_EQ(Attend(FakeBehavior::kDuplicateRow).status().code(),
+            absl::StatusCode::kInternal);
+}
+
+TEST_P(ClientBothPathsTest, MissingRowOrSummaryIsDataLoss) {
+  EXPECT_EQ(Attend(FakeBehavior::kMissingRow).status().code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(Attend(FakeBehavior::kNoSummary).status().code(),
+            absl::StatusCode::kDataLoss);
+}
+
+INSTANTIATE_TEST_SUITE_P(SmallAndLarge, ClientBothPathsTest,
+                         ::testing::Values(8, 1024),
+                         [](const ::testing::TestParamInfo<int64_t>& info) {
+                           return info.param == 8 ? std::string("OnThisThread")
+                                                  : std::string("Callbacks");
+                         });
+
 TEST_F(ClientTest, ShapeMismatchFailsBeforeAnyCall) {
   std::unique_ptr<Client> client = Connect();
   v1::AttentionSpec spec = SpecFor(q_shape_, kv_shape_);
