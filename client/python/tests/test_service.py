@@ -320,6 +320,45 @@ def test_unreachable_server_is_unavailable(rng):
             c.info()
 
 
+def test_decode_steps_append_and_attend_in_one_call(client, rng):
+    """query(k_new=, v_new=): the rows join the context, the queries see them."""
+    q, k, v = random_qkv(rng, 1, 1, 4, 8, nk=23, hkv=2)  # GQA, N prime
+    client.create_context("pytest-decode", k, v)
+    try:
+        for rows in (1, 3, 1):  # appended in uneven pieces
+            q, k_new, v_new = random_qkv(rng, 1, rows, 4, 8, hkv=2)
+            o, lse = client.query("pytest-decode", q, causal=True,
+                                  k_new=k_new, v_new=v_new, return_lse=True)
+            k = np.concatenate([k, k_new], axis=1)
+            v = np.concatenate([v, v_new], axis=1)
+            ro, rl = reference.attention(q, k, v, causal=True)
+            np.testing.assert_allclose(o, ro, atol=2e-5, rtol=1e-4)
+            np.testing.assert_allclose(lse, rl, atol=1e-4, rtol=1e-5)
+        lengths = {c.name: c.length for c in client.list_contexts()}
+        assert lengths["pytest-decode"] == 23 + 5
+        # A step the server refuses (three K/V heads against the context's
+        # two) leaves the context as it was.
+        q, k_new, v_new = random_qkv(rng, 1, 1, 3, 8, hkv=3)
+        with pytest.raises(ringattn.RingattnError) as info:
+            client.query("pytest-decode", q, k_new=k_new, v_new=v_new)
+        assert info.value.code == grpc.StatusCode.INVALID_ARGUMENT
+        lengths = {c.name: c.length for c in client.list_contexts()}
+        assert lengths["pytest-decode"] == 23 + 5
+    finally:
+        client.delete_context("pytest-decode")
+
+
+def test_bad_decode_steps_are_caught_client_side(rng):
+    q, k, v = random_qkv(rng, 1, 1, 4, 8, hkv=2)
+    with ringattn.Client(f"127.0.0.1:{_unused_port()}") as nowhere:
+        with pytest.raises(ValueError, match="both or neither"):
+            nowhere.query("ctx", q, k_new=k)
+        with pytest.raises(ValueError, match="kv_heads is 4"):
+            nowhere.query("ctx", q, kv_heads=4, k_new=k, v_new=v)
+        with pytest.raises(ValueError, match="head_dim"):
+            nowhere.query("ctx", q, k_new=k[..., :4], v_new=v[..., :4])
+
+
 def test_resident_context_rpcs(client, rng):
     """UNIMPLEMENTED today; once the server has them, a create/query/delete."""
     q, k, v = random_qkv(rng, 1, 24, 2, 8)

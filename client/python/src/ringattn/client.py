@@ -235,21 +235,41 @@ class Client:
     def query(self, name, q, causal=False, scale=None, dilated=None,
               dilated_combine="lse", block_sparse=None, hilbert=None,
               return_lse=False, wire_dtype=None, *, kv_heads=None,
-              progress=None, strategy=None, timeout=None):
+              k_new=None, v_new=None, progress=None, strategy=None,
+              timeout=None):
         """Attention of q over resident context `name` (its K/V).
 
         Arguments and result as attend(); causal is a continuation of the
         context (bottom-right aligned). kv_heads: the context's K/V heads if
-        the caller knows them (None: left to the server).
+        the caller knows them (None: left to the server). k_new, v_new: K and
+        V rows [B, n, Hkv, D] (or [n, Hkv, D], as q) appended to the context
+        before the queries run, in the same call (a decode step in one round
+        trip): the context grows by n tokens and the queries see them; if the
+        call fails, the context is left as it was.
         """
-        q4, wire = self._check_q(q, wire_dtype)
+        if (k_new is None) != (v_new is None):
+            raise InvalidArgumentError(
+                "k_new and v_new come together: give both or neither")
+        if k_new is None:
+            q4, wire = self._check_q(q, wire_dtype)
+            tensors = [(pb.Q, q4)]
+        else:
+            q4, k4, v4, wire = self._check_qkv(q, k_new, v_new, wire_dtype)
+            hkv = _tensors.shape_of(k4)[2]
+            if kv_heads is not None and kv_heads != hkv:
+                raise InvalidArgumentError(
+                    f"kv_heads is {kv_heads} but k_new has {hkv} heads")
+            kv_heads = hkv
+            tensors = [(pb.Q, q4), (pb.K, k4), (pb.V, v4)]
         batch, nq, hq, dim = _tensors.shape_of(q4)
         spec = self._spec(batch, nq, 0, hq, kv_heads or 0, dim, causal, scale,
                           dilated, dilated_combine, block_sparse, hilbert,
                           return_lse, wire, strategy)
         header = pb.QueryRequest(header=pb.QueryHeader(context=name, spec=spec))
+        if k_new is not None:
+            header.header.append_length = _tensors.shape_of(tensors[1][1])[1]
         return self._stream_attention(
-            self._stub.Query, header, pb.QueryRequest, [(pb.Q, q4)], wire, q,
+            self._stub.Query, header, pb.QueryRequest, tensors, wire, q,
             return_lse, progress, timeout)
 
     # -- resident contexts --------------------------------------------------
