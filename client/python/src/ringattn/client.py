@@ -250,12 +250,13 @@ class Client:
         if (k_new is None) != (v_new is None):
             raise InvalidArgumentError(
                 "k_new and v_new come together: give both or neither")
+        appended = 0
         if k_new is None:
             q4, wire = self._check_q(q, wire_dtype)
             tensors = [(pb.Q, q4)]
         else:
             q4, k4, v4, wire = self._check_qkv(q, k_new, v_new, wire_dtype)
-            hkv = _tensors.shape_of(k4)[2]
+            _, appended, hkv, _ = _tensors.shape_of(k4)
             if kv_heads is not None and kv_heads != hkv:
                 raise InvalidArgumentError(
                     f"kv_heads is {kv_heads} but k_new has {hkv} heads")
@@ -265,9 +266,8 @@ class Client:
         spec = self._spec(batch, nq, 0, hq, kv_heads or 0, dim, causal, scale,
                           dilated, dilated_combine, block_sparse, hilbert,
                           return_lse, wire, strategy)
-        header = pb.QueryRequest(header=pb.QueryHeader(context=name, spec=spec))
-        if k_new is not None:
-            header.header.append_length = _tensors.shape_of(tensors[1][1])[1]
+        header = pb.QueryRequest(header=pb.QueryHeader(
+            context=name, spec=spec, append_length=appended))
         return self._stream_attention(
             self._stub.Query, header, pb.QueryRequest, tensors, wire, q,
             return_lse, progress, timeout)
