@@ -276,6 +276,9 @@ absl::Status Call::UseResidentContext() {
   };
   RINGATTN_RETURN_IF_ERROR(
       check("batch", spec_proto_.batch(), resident_->batch));
+  if (spec_proto_.kv_heads() == 0) {
+    spec_proto_.set_kv_heads(resident_->kv_heads);
+  }
   RINGATTN_RETURN_IF_ERROR(
       check("kv_heads", spec_proto_.kv_heads(), resident_->kv_heads));
   RINGATTN_RETURN_IF_ERROR(

@@ -121,6 +121,25 @@ TEST_F(Contexts, FewerTokensThanWorkers) {
   EXPECT_TRUE(client->DeleteContext("tiny").ok());
 }
 
+// A query that leaves kv_heads at 0 takes the context's.
+TEST_F(Contexts, QueryWithoutKvHeadsTakesTheContexts) {
+  const int64_t n = 41;
+  const RandomInputs context = MakeRandomInputs(ContextSpec(n, n, false), 40);
+  std::unique_ptr<Client> client = cluster_->NewClient();
+  Upload(*client, "heads", context, {n});
+  const AttentionSpec spec = ContextSpec(5, n, true);
+  RandomInputs in = MakeRandomInputs(spec, 41);
+  in.k.values() = context.k.values();
+  in.v.values() = context.v.values();
+  v1::AttentionSpec unset = RequestSpec(spec);
+  unset.set_kv_heads(0);
+  absl::StatusOr<AttendResult> result =
+      client->Query("heads", unset, in.q.view());
+  ASSERT_TRUE(result.ok()) << result.status();
+  ExpectMatchesReference(spec, in, *result);
+  EXPECT_TRUE(client->DeleteContext("heads").ok());
+}
+
 // Decoding: each call appends the new token's K/V and attends its query row to
 // the whole context, new token included; a failed step leaves the context as it
 // was.
