@@ -24,7 +24,8 @@ class ChunkSource {
  public:
   virtual ~ChunkSource() = default;
   // Fills `chunk` with the next chunk, reusing its buffers, and returns true;
-  // returns false once every chunk has been handed out.
+  // returns false once every chunk has been handed out, and on every call
+  // after that.
   virtual bool Next(v1::TensorChunk* chunk) = 0;
   // Data bytes of all chunks, for progress reports.
   virtual int64_t total_bytes() const = 0;

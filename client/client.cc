@@ -475,6 +475,13 @@ absl::StatusOr<v1::Summary> Client::Run(Request header, ChunkSource& source,
     } else {
       stream = stub_->Query(&context);
     }
+    if constexpr (std::is_same_v<Request, v1::QueryRequest>) {
+      // Its chunks ride in the header: the whole upload is one message.
+      v1::QueryHeader* query = header.mutable_header();
+      while (source.Next(query->add_chunks())) {
+      }
+      query->mutable_chunks()->RemoveLast();
+    }
     RequestSequence<Request> requests(std::move(header), &source, &progress);
     ResponseIntake intake(&output, &progress);
     RINGATTN_RETURN_IF_ERROR(

@@ -74,7 +74,7 @@ grpc::Status FakeAttention::Attend(
     grpc::ServerReaderWriter<v1::AttendResponse, v1::AttendRequest>* stream) {
   v1::AttendRequest request;
   if (!stream->Read(&request) || !request.has_header()) return NoHeader();
-  return Answer(context, request.header(), stream);
+  return Answer(context, request.header(), {}, stream);
 }
 
 grpc::Status FakeAttention::Query(
@@ -91,7 +91,7 @@ grpc::Status FakeAttention::Query(
     }
     spec.set_kv_len(it->second.length());
   }
-  return Answer(context, spec, stream);
+  return Answer(context, spec, request.header().chunks(), stream);
 }
 
 grpc::Status FakeAttention::CreateContext(
@@ -104,7 +104,7 @@ grpc::Status FakeAttention::CreateContext(
   const Shape shape{header.batch(), header.length(), header.kv_heads(),
                     header.head_dim()};
   grpc::Status status =
-      ReadChunks(reader, header.wire_dtype(), shape, shape, shape);
+      ReadChunks({}, reader, header.wire_dtype(), shape, shape, shape);
   if (!status.ok()) return status;
   info->set_name(header.name());
   info->set_batch(header.batch());
@@ -159,11 +159,12 @@ void FakeAttention::Start(grpc::ServerContext* context) {
                        : std::string(it->second.data(), it->second.size());
 }
 
-// Reads every chunk of the stream into received_, checking each chunk fits
-// the tensor it names.
+// Reads every chunk, carried ones first, into received_, checking each chunk
+// fits the tensor it names.
 template <typename Reader>
-grpc::Status FakeAttention::ReadChunks(Reader* reader, v1::DType wire, Shape q,
-                                       Shape k, Shape v) {
+grpc::Status FakeAttention::ReadChunks(const Chunks& carried, Reader* reader,
+                                       v1::DType wire, Shape q, Shape k,
+                                       Shape v) {
   const DType dtype = wire == v1::FP16   ? DType::kFloat16
                       : wire == v1::BF16 ? DType::kBFloat16
                                          : DType::kFloat32;
@@ -174,9 +175,7 @@ grpc::Status FakeAttention::ReadChunks(Reader* reader, v1::DType wire, Shape q,
     received[name].tensor = Tensor<float>(shape);
     received[name].row_count.assign(shape.batch * shape.seq, 0);
   }
-  typename MessageOf<Reader>::Type message;
-  while (reader->Read(&message)) {
-    const v1::TensorChunk& chunk = message.chunk();
+  const auto take = [&](const v1::TensorChunk& chunk) {
     ReceivedTensor& into = received[chunk.tensor()];
     const Shape& shape = into.tensor.shape();
     const std::vector<float> values = Floats(chunk.data(), dtype);
@@ -185,7 +184,7 @@ grpc::Status FakeAttention::ReadChunks(Reader* reader, v1::DType wire, Shape q,
         chunk.token_offset() + chunk.token_count() > shape.seq ||
         static_cast<int64_t>(values.size()) !=
             chunk.token_count() * shape.heads * shape.dim) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad chunk");
+      return false;
     }
     std::memcpy(into.tensor.view().Row(chunk.batch(), chunk.token_offset(), 0),
                 values.data(), values.size() * sizeof(float));
@@ -195,6 +194,15 @@ grpc::Status FakeAttention::ReadChunks(Reader* reader, v1::DType wire, Shape q,
     into.chunks.push_back(chunk);
     into.chunks.back().clear_data();
     order.push_back(chunk.tensor());
+    return true;
+  };
+  const grpc::Status bad(grpc::StatusCode::INVALID_ARGUMENT, "bad chunk");
+  for (const v1::TensorChunk& chunk : carried) {
+    if (!take(chunk)) return bad;
+  }
+  typename MessageOf<Reader>::Type message;
+  while (reader->Read(&message)) {
+    if (!take(message.chunk())) return bad;
   }
   std::lock_guard<std::mutex> lock(mu_);
   received_ = std::move(received);
@@ -205,6 +213,7 @@ grpc::Status FakeAttention::ReadChunks(Reader* reader, v1::DType wire, Shape q,
 template <typename Request>
 grpc::Status FakeAttention::Answer(
     grpc::ServerContext* context, const v1::AttentionSpec& spec,
+    const Chunks& carried,
     grpc::ServerReaderWriter<v1::AttendResponse, Request>* stream) {
   Start(context);
   FakeBehavior behavior;
@@ -221,7 +230,8 @@ grpc::Status FakeAttention::Answer(
   }
   const Shape q{spec.batch(), spec.q_len(), spec.q_heads(), spec.head_dim()};
   const Shape kv{spec.batch(), spec.kv_len(), spec.kv_heads(), spec.head_dim()};
-  grpc::Status status = ReadChunks(stream, spec.wire_dtype(), q, kv, kv);
+  grpc::Status status =
+      ReadChunks(carried, stream, spec.wire_dtype(), q, kv, kv);
   if (!status.ok()) return status;
   const Tensor<float> output = received(v1::Q).tensor;
 

@@ -77,12 +77,15 @@ class FakeAttention final : public v1::Attention::Service {
 
  private:
   void Start(grpc::ServerContext* context);
+  // The chunks a Query header carried, then those of the stream's messages.
+  using Chunks = google::protobuf::RepeatedPtrField<v1::TensorChunk>;
   template <typename Reader>
-  grpc::Status ReadChunks(Reader* reader, v1::DType wire, Shape q, Shape k,
-                          Shape v);
+  grpc::Status ReadChunks(const Chunks& carried, Reader* reader, v1::DType wire,
+                          Shape q, Shape k, Shape v);
   template <typename Request>
   grpc::Status Answer(
       grpc::ServerContext* context, const v1::AttentionSpec& spec,
+      const Chunks& carried,
       grpc::ServerReaderWriter<v1::AttendResponse, Request>* stream);
 
   std::mutex mu_;

@@ -127,20 +127,27 @@ class AttendStream final : public RequestStream {
 };
 
 // Query's stream, seen as Attend messages: the header's spec becomes the
-// header, and the context it names is remembered.
+// header, the chunks it carries come next as chunk messages, and the context
+// it names is remembered.
 class QueryStream final : public RequestStream {
  public:
   explicit QueryStream(
       grpc::ServerReaderWriter<v1::AttendResponse, v1::QueryRequest>* stream)
       : stream_(stream) {}
   bool Read(v1::AttendRequest* request) override {
+    request->Clear();
+    if (next_carried_ < carried_.size()) {
+      *request->mutable_chunk() = std::move(carried_[next_carried_++]);
+      return true;
+    }
     v1::QueryRequest query;
     if (!stream_->Read(&query)) return false;
-    request->Clear();
     if (query.has_header()) {
       context_ = query.header().context();
       if (context_.empty()) context_ = "(unnamed)";
       append_length_ = query.header().append_length();
+      carried_ = std::move(*query.mutable_header()->mutable_chunks());
+      next_carried_ = 0;
       *request->mutable_header() =
           std::move(*query.mutable_header()->mutable_spec());
     } else if (query.has_chunk()) {
@@ -163,6 +170,9 @@ class QueryStream final : public RequestStream {
   grpc::ServerReaderWriter<v1::AttendResponse, v1::QueryRequest>* const stream_;
   std::string context_;
   int64_t append_length_ = 0;
+  // The chunks the header carried, handed out by Read before the next message.
+  google::protobuf::RepeatedPtrField<v1::TensorChunk> carried_;
+  int next_carried_ = 0;
 };
 
 }  // namespace

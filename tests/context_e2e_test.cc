@@ -1,7 +1,9 @@
 // Resident contexts end to end: K/V uploaded once in uneven appends, queried
-// with new rows (causal continuation), listed, deleted; bad uses get precise
-// statuses.
+// with new rows (causal continuation), listed, deleted; chunks carried in a
+// query's header; bad uses get precise statuses.
 
+#include <chrono>
+#include <cstring>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -261,6 +263,103 @@ TEST_F(Contexts, DecodeStepsThatFailMidwayLeaveTheContextAsItWas) {
   }
   EXPECT_GT(failed, 0) << "no step was cut short; shorten the deadlines";
   EXPECT_TRUE(client->DeleteContext("cut").ok());
+}
+
+// Q rows [begin, end) of `q` (fp32 on the wire) as a chunk.
+v1::TensorChunk QueryRows(const Tensor<float>& q, int64_t begin, int64_t end) {
+  const int64_t row_values = q.shape().heads * q.shape().dim;
+  v1::TensorChunk chunk;
+  chunk.set_tensor(v1::Q);
+  chunk.set_token_offset(begin);
+  chunk.set_token_count(end - begin);
+  chunk.set_data(reinterpret_cast<const char*>(q.view().Row(0, begin, 0)),
+                 (end - begin) * row_values * sizeof(float));
+  return chunk;
+}
+
+// A raw Query call whose header carries `carried` and whose stream then
+// brings `streamed`; the output and LSE it returns (fp32, batch 1).
+grpc::Status RawQuery(const TestCluster& cluster, const std::string& name,
+                      const AttentionSpec& spec,
+                      std::vector<v1::TensorChunk> carried,
+                      std::vector<v1::TensorChunk> streamed,
+                      AttendResult& result) {
+  auto stub = v1::Attention::NewStub(grpc::CreateChannel(
+      cluster.target(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(60));
+  auto stream = stub->Query(&context);
+  v1::QueryRequest header;
+  header.mutable_header()->set_context(name);
+  *header.mutable_header()->mutable_spec() = RequestSpec(spec);
+  for (v1::TensorChunk& chunk : carried) {
+    *header.mutable_header()->add_chunks() = std::move(chunk);
+  }
+  bool open = stream->Write(header);
+  for (v1::TensorChunk& chunk : streamed) {
+    v1::QueryRequest message;
+    *message.mutable_chunk() = std::move(chunk);
+    open = open && stream->Write(message);
+  }
+  if (open) stream->WritesDone();
+  const int64_t row_values = spec.q_heads * spec.head_dim;
+  result.output = Tensor<float>({1, spec.q_len, spec.q_heads, spec.head_dim});
+  result.lse.assign(spec.q_len * spec.q_heads, 0.0f);
+  v1::AttendResponse response;
+  while (stream->Read(&response)) {
+    if (!response.has_output()) continue;
+    const v1::OutputChunk& out = response.output();
+    std::memcpy(result.output.view().Row(0, out.token_offset(), 0),
+                out.data().data(),
+                std::min<size_t>(out.data().size(),
+                                 out.token_count() * row_values * 4));
+    const float* lse = reinterpret_cast<const float*>(out.lse().data());
+    for (int64_t h = 0; h < spec.q_heads; ++h) {
+      for (int64_t t = 0; t < out.token_count(); ++t) {
+        result.lse[h * spec.q_len + out.token_offset() + t] =
+            lse[h * out.token_count() + t];
+      }
+    }
+  }
+  return stream->Finish();
+}
+
+// A small query goes up as one message, its chunks carried in the header;
+// the coordinator takes them as if each had come on its own, before the
+// stream's own chunk messages, with the same checks.
+TEST_F(Contexts, HeaderCarriesChunksBesideStreamedOnes) {
+  const int64_t n = 53;
+  const RandomInputs context = MakeRandomInputs(ContextSpec(n, n, true), 90);
+  std::unique_ptr<Client> client = cluster_->NewClient();
+  Upload(*client, "carried", context, {n});
+  const AttentionSpec spec = ContextSpec(9, n, true);
+  RandomInputs in = MakeRandomInputs(spec, 91);
+  in.k.values() = context.k.values();
+  in.v.values() = context.v.values();
+  AttendResult result;
+  const grpc::Status mixed =
+      RawQuery(*cluster_, "carried", spec,
+               {QueryRows(in.q, 0, 2), QueryRows(in.q, 2, 5)},
+               {QueryRows(in.q, 5, 9)}, result);
+  ASSERT_TRUE(mixed.ok()) << mixed.error_message();
+  ExpectMatchesReference(spec, in, result);
+  const grpc::Status all_carried =
+      RawQuery(*cluster_, "carried", spec, {QueryRows(in.q, 0, 9)}, {}, result);
+  ASSERT_TRUE(all_carried.ok()) << all_carried.error_message();
+  ExpectMatchesReference(spec, in, result);
+
+  const grpc::Status twice =
+      RawQuery(*cluster_, "carried", spec, {QueryRows(in.q, 0, 5)},
+               {QueryRows(in.q, 4, 9)}, result);
+  EXPECT_EQ(twice.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(twice.error_message().find("already sent"), std::string::npos)
+      << twice.error_message();
+  const grpc::Status missing =
+      RawQuery(*cluster_, "carried", spec, {QueryRows(in.q, 0, 5)}, {}, result);
+  EXPECT_EQ(missing.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << missing.error_message();
+  EXPECT_TRUE(client->DeleteContext("carried").ok());
 }
 
 TEST_F(Contexts, BadUsesGetPreciseStatuses) {
