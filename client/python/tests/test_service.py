@@ -348,6 +348,24 @@ def test_decode_steps_append_and_attend_in_one_call(client, rng):
         client.delete_context("pytest-decode")
 
 
+def test_small_and_large_queries_match_reference(client, rng):
+    """Up to 1 MiB a query's chunks ride in its header; above, they stream.
+
+    kv_heads is left to the server, which takes the context's.
+    """
+    _, k, v = random_qkv(rng, 1, 1, 8, 128, nk=37, hkv=2)
+    client.create_context("pytest-sizes", k, v)
+    try:
+        for rows in (3, 300):  # 12 KiB and 1.2 MB of fp32 query rows
+            q, _, _ = random_qkv(rng, 1, rows, 8, 128, hkv=2)
+            o = client.query("pytest-sizes", q, causal=True)
+            np.testing.assert_allclose(
+                o, reference.attention(q, k, v, causal=True)[0], atol=2e-5,
+                rtol=1e-4)
+    finally:
+        client.delete_context("pytest-sizes")
+
+
 def test_bad_decode_steps_are_caught_client_side(rng):
     q, k, v = random_qkv(rng, 1, 1, 4, 8, hkv=2)
     with ringattn.Client(f"127.0.0.1:{_unused_port()}") as nowhere:

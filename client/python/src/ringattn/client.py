@@ -17,6 +17,9 @@ from .v1 import attention_pb2_grpc as pb_grpc
 # Output chunks are ~1 MiB; the limit leaves room for larger ones while bounding
 # what a single message can make the client allocate (as the C++ client does).
 _MAX_RECEIVE_MESSAGE_BYTES = 64 << 20
+# A query uploading at most this much sends its chunks inside its header
+# message (QueryHeader.chunks): the whole upload is one message.
+_MOST_CARRIED_BYTES = 1 << 20
 # Requests moving more than this many bytes show a progress bar (when stderr
 # is a terminal, or with progress=True).
 PROGRESS_THRESHOLD_BYTES = 8 << 20
@@ -381,13 +384,22 @@ class Client:
             spec.strategy = names[name]
         return spec
 
-    def _requests(self, header, message_type, tensors, wire, bar, errors):
-        """The request stream: the header, then every chunk of every tensor."""
+    def _requests(self, header, message_type, tensors, wire, bar, errors,
+                  carry=False):
+        """The request stream: the header, then every chunk of every tensor.
+
+        With `carry` (a Query header), the chunks ride inside the header.
+        """
         try:
-            yield header
-            for name, x in tensors:
-                for chunk in _chunking.tensor_chunks(
-                        pb, name, x, wire, self.chunk_bytes, bar.update):
+            chunks = (chunk for name, x in tensors
+                      for chunk in _chunking.tensor_chunks(
+                          pb, name, x, wire, self.chunk_bytes, bar.update))
+            if carry:
+                header.header.chunks.extend(chunks)
+                yield header
+            else:
+                yield header
+                for chunk in chunks:
                     yield message_type(chunk=chunk)
             bar.phase("compute")
         except Exception as e:  # surfaces in the caller, not in gRPC's thread
@@ -405,8 +417,11 @@ class Client:
         errors = []
         summary = None
         self._local.summary = None
+        carry = (message_type is pb.QueryRequest
+                 and upload <= _MOST_CARRIED_BYTES)
         responses = method(
-            self._requests(header, message_type, tensors, wire, bar, errors),
+            self._requests(header, message_type, tensors, wire, bar, errors,
+                           carry),
             timeout=self._timeout(timeout), metadata=self._metadata)
         try:
             for response in responses:
