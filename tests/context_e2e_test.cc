@@ -61,6 +61,15 @@ AttentionSpec ContextSpec(int64_t nq, int64_t nk, bool causal) {
   return spec;
 }
 
+// Random queries for `spec` against the K/V of `context` (all of it).
+RandomInputs QueryInputs(const RandomInputs& context, const AttentionSpec& spec,
+                         uint32_t seed) {
+  RandomInputs in = MakeRandomInputs(spec, seed);
+  in.k.values() = context.k.values();
+  in.v.values() = context.v.values();
+  return in;
+}
+
 // The first `n` K/V rows of `all` (ContextSpec's heads), to upload as a
 // context that later steps append to.
 RandomInputs KvPrefix(const RandomInputs& all, int64_t n) {
@@ -113,9 +122,7 @@ TEST_F(Contexts, FewerTokensThanWorkers) {
   std::unique_ptr<Client> client = cluster_->NewClient();
   Upload(*client, "tiny", context, {1, 1});
   const AttentionSpec spec = ContextSpec(2, 2, true);
-  RandomInputs in = MakeRandomInputs(spec, 6);
-  in.k.values() = context.k.values();
-  in.v.values() = context.v.values();
+  const RandomInputs in = QueryInputs(context, spec, 6);
   absl::StatusOr<AttendResult> result =
       client->Query("tiny", RequestSpec(spec), in.q.view());
   ASSERT_TRUE(result.ok()) << result.status();
@@ -130,9 +137,7 @@ TEST_F(Contexts, QueryWithoutKvHeadsTakesTheContexts) {
   std::unique_ptr<Client> client = cluster_->NewClient();
   Upload(*client, "heads", context, {n});
   const AttentionSpec spec = ContextSpec(5, n, true);
-  RandomInputs in = MakeRandomInputs(spec, 41);
-  in.k.values() = context.k.values();
-  in.v.values() = context.v.values();
+  const RandomInputs in = QueryInputs(context, spec, 41);
   v1::AttentionSpec unset = RequestSpec(spec);
   unset.set_kv_heads(0);
   absl::StatusOr<AttendResult> result =
@@ -334,9 +339,7 @@ TEST_F(Contexts, HeaderCarriesChunksBesideStreamedOnes) {
   std::unique_ptr<Client> client = cluster_->NewClient();
   Upload(*client, "carried", context, {n});
   const AttentionSpec spec = ContextSpec(9, n, true);
-  RandomInputs in = MakeRandomInputs(spec, 91);
-  in.k.values() = context.k.values();
-  in.v.values() = context.v.values();
+  const RandomInputs in = QueryInputs(context, spec, 91);
   AttendResult result;
   const grpc::Status mixed =
       RawQuery(*cluster_, "carried", spec,
