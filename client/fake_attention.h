@@ -77,7 +77,7 @@ class FakeAttention final : public v1::Attention::Service {
 
  private:
   void Start(grpc::ServerContext* context);
-  // The chunks a Query header carried, then those of the stream's messages.
+  // Chunks a Query header carries (QueryHeader.chunks).
   using Chunks = google::protobuf::RepeatedPtrField<v1::TensorChunk>;
   template <typename Reader>
   grpc::Status ReadChunks(const Chunks& carried, Reader* reader, v1::DType wire,
