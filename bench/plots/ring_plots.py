@@ -9,6 +9,7 @@ Reads the markdown tables that bench/ring/ring_bench and peer_context_parallel.p
 plots causal TFLOP/s per GPU and memory per GPU against N for ringattn and PyTorch's
 context parallel, measured in the same session on the same machine. Needs matplotlib.
 """
+import re
 import sys
 
 import matplotlib
@@ -34,6 +35,16 @@ def read_rows(paths):
     return rows
 
 
+def gpu_name(paths):
+    """The GPU model the tables name ("H200", "H100"), or "" if none does."""
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            found = re.search(r"NVIDIA (H\d+)", f.read())
+        if found:
+            return found.group(1)
+    return ""
+
+
 def series(rows, implementation, gpus, mask, column):
     points = sorted(
         (int(r["N"]), float(r[column]))
@@ -52,6 +63,8 @@ def memory_column(row_keys):
 
 def main(prefix, paths):
     rows = read_rows(paths)
+    gpu = gpu_name(paths)
+    on = f" ({gpu})" if gpu else ""
     lines = [
         ("ringattn", 1, "ringattn, 1 GPU", "-o"),
         ("ringattn", 2, "ringattn, 2 GPUs", "-s"),
@@ -63,9 +76,9 @@ def main(prefix, paths):
         ("PyTorch CP cuDNN (alltoall)", 4, "PyTorch CP alltoall, 4 GPUs", ":^"),
     ]
     for column, title, out, label in (
-        ("TFLOP/s per GPU", "Causal attention, bf16, 32 heads, D=128 (H200)",
+        ("TFLOP/s per GPU", "Causal attention, bf16, 32 heads, D=128" + on,
          prefix + "_scaling.png", "TFLOP/s per GPU"),
-        (None, "Memory per GPU, causal (H200)", prefix + "_memory.png",
+        (None, "Memory per GPU, causal" + on, prefix + "_memory.png",
          "GiB per GPU"),
     ):
         plt.figure(figsize=(7, 4.2))
