@@ -87,7 +87,9 @@ grpc::Status FakeAttention::Query(
     std::lock_guard<std::mutex> lock(mu_);
     auto it = contexts_.find(request.header().context());
     if (it == contexts_.end()) {
-      return grpc::Status(grpc::StatusCode::NOT_FOUND, "no such context");
+      return grpc::Status(
+          grpc::StatusCode::NOT_FOUND,
+          "no context named '" + request.header().context() + "'");
     }
     spec.set_kv_len(it->second.length());
   }
