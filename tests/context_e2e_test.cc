@@ -3,13 +3,13 @@
 // query's header; bad uses get precise statuses.
 
 #include <chrono>
-#include <cstring>
 #include <memory>
 #include <numeric>
 #include <string>
 #include <vector>
 
 #include "absl/time/time.h"
+#include "client/chunking.h"
 #include "gtest/gtest.h"
 #include "tests/attention_checks.h"
 #include "tests/test_cluster.h"
@@ -283,7 +283,8 @@ v1::TensorChunk QueryRows(const Tensor<float>& q, int64_t begin, int64_t end) {
 }
 
 // A raw Query call whose header carries `carried` and whose stream then
-// brings `streamed`; the output and LSE it returns (fp32, batch 1).
+// brings `streamed`; the output and LSE it returns (fp32, batch 1), put
+// together and checked by the client library's OutputAssembler.
 grpc::Status RawQuery(const TestCluster& cluster, const std::string& name,
                       const AttentionSpec& spec,
                       std::vector<v1::TensorChunk> carried,
@@ -308,26 +309,22 @@ grpc::Status RawQuery(const TestCluster& cluster, const std::string& name,
     open = open && stream->Write(message);
   }
   if (open) stream->WritesDone();
-  const int64_t row_values = spec.q_heads * spec.head_dim;
-  result.output = Tensor<float>({1, spec.q_len, spec.q_heads, spec.head_dim});
-  result.lse.assign(spec.q_len * spec.q_heads, 0.0f);
+  OutputAssembler output({1, spec.q_len, spec.q_heads, spec.head_dim},
+                         /*with_lse=*/true);
   v1::AttendResponse response;
   while (stream->Read(&response)) {
     if (!response.has_output()) continue;
-    const v1::OutputChunk& out = response.output();
-    std::memcpy(result.output.view().Row(0, out.token_offset(), 0),
-                out.data().data(),
-                std::min<size_t>(out.data().size(),
-                                 out.token_count() * row_values * 4));
-    const float* lse = reinterpret_cast<const float*>(out.lse().data());
-    for (int64_t h = 0; h < spec.q_heads; ++h) {
-      for (int64_t t = 0; t < out.token_count(); ++t) {
-        result.lse[h * spec.q_len + out.token_offset() + t] =
-            lse[h * out.token_count() + t];
-      }
-    }
+    const absl::Status added = output.Add(response.output());
+    EXPECT_TRUE(added.ok()) << added;
   }
-  return stream->Finish();
+  const grpc::Status status = stream->Finish();
+  if (status.ok()) {
+    const absl::Status complete = output.CheckComplete();
+    EXPECT_TRUE(complete.ok()) << complete;
+  }
+  result.output = std::move(output.output());
+  result.lse = std::move(output.lse());
+  return status;
 }
 
 // A small query goes up as one message, its chunks carried in the header;
