@@ -1,5 +1,6 @@
 // OneMessageExecutes against fake workers over real gRPC: responses and the
-// end of every stream reach the calling thread in order, a silent worker
+// end of every stream reach the calling thread in order (the status a worker
+// ends with even when asked for right after its done), a silent worker
 // leaves Next empty-handed (so the call can look at its client) until its
 // stream is cancelled, and an unreachable worker ends with UNAVAILABLE.
 
@@ -17,10 +18,13 @@ namespace ringattn {
 namespace {
 
 // Answers the one message of each stream with its rank as the output's batch
-// and then a done message, or (silent) waits until the stream is cancelled.
+// and then a done message (and, failing after done, an error status), or
+// (silent) waits until the stream is cancelled.
+enum class Behaviour { kAnswers, kSilent, kFailsAfterDone };
+
 class FakeWorker final : public v1::Worker::Service {
  public:
-  explicit FakeWorker(bool silent) : silent_(silent) {}
+  explicit FakeWorker(Behaviour behaviour) : behaviour_(behaviour) {}
 
   grpc::Status Execute(
       grpc::ServerContext* context,
@@ -30,7 +34,7 @@ class FakeWorker final : public v1::Worker::Service {
     if (!stream->Read(&request)) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "no message");
     }
-    if (silent_) {
+    if (behaviour_ == Behaviour::kSilent) {
       while (!context->IsCancelled()) {
         cancelled_.WaitForNotificationWithTimeout(absl::Milliseconds(10));
       }
@@ -42,17 +46,20 @@ class FakeWorker final : public v1::Worker::Service {
     v1::ExecuteResponse done;
     done.mutable_done()->set_ring_steps(1);
     stream->Write(done);
+    if (behaviour_ == Behaviour::kFailsAfterDone) {
+      return grpc::Status(grpc::StatusCode::DATA_LOSS, "lost after done");
+    }
     return grpc::Status::OK;
   }
 
  private:
-  const bool silent_;
+  const Behaviour behaviour_;
   absl::Notification cancelled_;  // never notified: a wait that wakes
 };
 
 class Server {
  public:
-  explicit Server(bool silent) : worker_(silent) {
+  explicit Server(Behaviour behaviour) : worker_(behaviour) {
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
@@ -86,7 +93,7 @@ void Prepare(grpc::ClientContext& context) {
 }
 
 TEST(OneMessageExecutes, DeliversEveryResponseThenTheEndOfEachStream) {
-  Server server(/*silent=*/false);
+  Server server(Behaviour::kAnswers);
   grpc::ClientContext contexts[2];
   OneMessageExecutes executes;
   for (int rank = 0; rank < 2; ++rank) {
@@ -114,8 +121,31 @@ TEST(OneMessageExecutes, DeliversEveryResponseThenTheEndOfEachStream) {
   EXPECT_EQ(dones[0] + dones[1], 2);
 }
 
+// After a worker's done the call asks for the stream's status at once; that
+// must still be the status the worker ended with.
+TEST(OneMessageExecutes, StatusAfterDoneIsTheWorkers) {
+  Server server(Behaviour::kFailsAfterDone);
+  grpc::ClientContext context;
+  Prepare(context);
+  OneMessageExecutes executes;
+  executes.Start(server.stub(), &context, 0, Message(0));
+  bool done = false;
+  for (;;) {
+    std::optional<WorkerEvent> event = executes.Next(absl::Seconds(30));
+    ASSERT_TRUE(event.has_value());
+    if (event->response.has_value()) {
+      done = done || event->response->has_done();
+      continue;
+    }
+    EXPECT_TRUE(done) << "the end came before done";
+    EXPECT_EQ(event->status.error_code(), grpc::StatusCode::DATA_LOSS);
+    EXPECT_EQ(event->status.error_message(), "lost after done");
+    break;
+  }
+}
+
 TEST(OneMessageExecutes, SilentWorkerLeavesNextEmptyUntilItsStreamIsCancelled) {
-  Server server(/*silent=*/true);
+  Server server(Behaviour::kSilent);
   grpc::ClientContext context;
   Prepare(context);
   OneMessageExecutes executes;
@@ -129,7 +159,7 @@ TEST(OneMessageExecutes, SilentWorkerLeavesNextEmptyUntilItsStreamIsCancelled) {
 }
 
 TEST(OneMessageExecutes, CancelledStreamsAreLetGoOfWithoutBeingRead) {
-  Server server(/*silent=*/true);
+  Server server(Behaviour::kSilent);
   grpc::ClientContext context;
   Prepare(context);
   {
@@ -143,7 +173,7 @@ TEST(OneMessageExecutes, UnreachableWorkerEndsWithUnavailable) {
   // The port of a worker that is gone.
   std::unique_ptr<v1::Worker::Stub> stub;
   {
-    FakeWorker worker(/*silent=*/false);
+    FakeWorker worker(Behaviour::kAnswers);
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
