@@ -5,6 +5,7 @@
 namespace ringattn {
 
 void KeepLargeBuffersInTheHeap() {
+  mallopt(M_ARENA_MAX, 1);
   mallopt(M_MMAP_THRESHOLD, 256 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }

@@ -4,12 +4,17 @@
 // Process-wide malloc tuning for programs that move tensors through gRPC.
 // glibc maps every allocation above its mmap threshold afresh and unmaps it on
 // free, so each multi-MiB message buffer costs page faults and zeroed pages:
-// at a few GB/s that was a fifth of the coordinator's CPU time.
+// at a few GB/s that was a fifth of the coordinator's CPU time. Threads other
+// than the first allocate from arenas of at most 64 MiB each, so a larger
+// buffer made there (a CPU worker's executor is made on a gRPC thread) was
+// mapped afresh whatever the threshold: half of a decode step against a 64K
+// context on CPU workers went to faulting in and clearing its K/V copy.
 
 namespace ringattn {
 
-// Serves allocations up to 256 MiB from the heap and keeps freed heap memory
-// for reuse. Call once, early in main.
+// Serves allocations up to 256 MiB from the heap, from one arena for all
+// threads, and keeps freed heap memory for reuse. Call once, early in main,
+// before any thread starts.
 void KeepLargeBuffersInTheHeap();
 
 }  // namespace ringattn
