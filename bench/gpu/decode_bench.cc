@@ -2,15 +2,16 @@
 // kernel (kernels/cuda/decode_attention), cuDNN's fused SDPA as ringattn calls
 // it, our flash kernel, our Hopper kernel with split keys, and whichever of
 // them the dispatcher picks (what ringattn runs, named in the table); bf16,
-// Hq=32, Hkv=8, D=128, batch 1, dense. Prints a markdown table (median
-// milliseconds after warm-up, K/V read rate and TFLOP/s) and, with --csv, one
-// line per case for bench/gpu/peer_decode.py. K/V bytes are
-// 2 * Nk * Hkv * D * 2 (each byte read once); FLOPs are 4 * Nq * Nk * Hq * D.
+// Hq=32 and Hkv=8 unless --q_heads and --kv_heads say otherwise, D=128, batch
+// 1, dense. Prints a markdown table (median milliseconds after warm-up, K/V
+// read rate and TFLOP/s) and, with --csv, one line per case for
+// bench/gpu/peer_decode.py. K/V bytes are 2 * Nk * Hkv * D * 2 (each byte read
+// once); FLOPs are 4 * Nq * Nk * Hq * D.
 //
 //   gpu_decode_bench [--kv_lengths=1048576,4194304] [--q_lengths=1,16,256,4096]
 //                    [--paths=dispatch,decode,cudnn,flash,hopper]
-//                    [--hopper_splits=2,4,8] [--seconds=1]
-//                    [--csv=FILE]
+//                    [--hopper_splits=2,4,8] [--q_heads=32 --kv_heads=8]
+//                    [--seconds=1] [--csv=FILE]
 
 #include <cuda_runtime.h>
 
@@ -52,7 +53,10 @@ ABSL_FLAG(std::vector<std::string>, paths,
           "says) to time");
 ABSL_FLAG(std::vector<std::string>, hopper_splits, {},
           "also time our Hopper kernel with each of these key split counts "
-          "(1-32; path hopper/N), to see where HopperKeySplits's pick lies");
+          "(1-256; path hopper/N), to see where HopperKeySplits's pick lies");
+ABSL_FLAG(int64_t, q_heads, 32, "query heads Hq");
+ABSL_FLAG(int64_t, kv_heads, 8,
+          "K/V heads Hkv (divides Hq; 1 lays one head's keys side by side)");
 ABSL_FLAG(double, seconds, 1.0,
           "timed calls per case: about this many seconds' worth, 3 to 20");
 ABSL_FLAG(std::string, csv, "",
@@ -61,8 +65,6 @@ ABSL_FLAG(std::string, csv, "",
 namespace ringattn {
 namespace {
 
-constexpr int64_t kQHeads = 32;
-constexpr int64_t kKvHeads = 8;
 constexpr int64_t kHeadDim = 128;
 constexpr int kWarmupCalls = 1;
 // Random values are drawn on the host for this many elements and repeated
@@ -168,12 +170,19 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
     return 1;
   };
+  const int64_t q_heads = absl::GetFlag(FLAGS_q_heads);
+  const int64_t kv_heads = absl::GetFlag(FLAGS_kv_heads);
+  if (q_heads < 1 || kv_heads < 1 || q_heads % kv_heads != 0) {
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("--q_heads ", q_heads, " must be a positive multiple of ",
+                     "--kv_heads ", kv_heads)));
+  }
   std::vector<int> split_counts;
   for (const std::string& text : absl::GetFlag(FLAGS_hopper_splits)) {
     int splits = 0;
-    if (!absl::SimpleAtoi(text, &splits) || splits < 1 || splits > 32) {
+    if (!absl::SimpleAtoi(text, &splits) || splits < 1 || splits > 256) {
       return fail(absl::InvalidArgumentError(absl::StrCat(
-          "--hopper_splits: '", text, "' is not a split count from 1 to 32")));
+          "--hopper_splits: '", text, "' is not a split count from 1 to 256")));
     }
     split_counts.push_back(splits);
   }
@@ -191,13 +200,13 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", cudnn.status().ToString().c_str());
 
   const int64_t max_q = *std::max_element(q_lengths.begin(), q_lengths.end());
-  const int64_t q_row = kQHeads * kHeadDim;
-  const int64_t kv_row = kKvHeads * kHeadDim;
+  const int64_t q_row = q_heads * kHeadDim;
+  const int64_t kv_row = kv_heads * kHeadDim;
   absl::StatusOr<DeviceBuffer> q =
       RepeatedRandomBFloat16(max_q * q_row, kRandomElements, 1);
   absl::StatusOr<DeviceBuffer> o = DeviceBuffer::Allocate(max_q * q_row * 2);
   absl::StatusOr<DeviceBuffer> lse =
-      DeviceBuffer::Allocate(max_q * kQHeads * sizeof(float));
+      DeviceBuffer::Allocate(max_q * q_heads * sizeof(float));
   for (const auto* buffer : {&q, &o, &lse}) {
     if (!buffer->ok()) return fail(buffer->status());
   }
@@ -214,8 +223,8 @@ int Main(int argc, char** argv) {
       args.dtype = DeviceDType::kBFloat16;
       args.q_len = nq;
       args.kv_len = nk;
-      args.q_heads = kQHeads;
-      args.kv_heads = kKvHeads;
+      args.q_heads = q_heads;
+      args.kv_heads = kv_heads;
       args.head_dim = kHeadDim;
       args.q = {q->as<const void>(), nq * q_row, q_row};
       args.k = {k->as<const void>(), nk * kv_row, kv_row};
@@ -308,13 +317,13 @@ int Main(int argc, char** argv) {
       "\nringattn decode bench, %s, bf16, Hq=%lld, Hkv=%lld, D=%lld, B=1, "
       "dense (median ms; GB/s = K/V bytes / time; TFLOP/s = 4 Nq Nk Hq D / "
       "time)\n\n",
-      properties.name, static_cast<long long>(kQHeads),
-      static_cast<long long>(kKvHeads), static_cast<long long>(kHeadDim));
+      properties.name, static_cast<long long>(q_heads),
+      static_cast<long long>(kv_heads), static_cast<long long>(kHeadDim));
   std::printf("| Nk | Nq | path | ms | K/V GB/s | TFLOP/s |\n");
   std::printf("| --- | --- | --- | --- | --- | --- |\n");
   for (const Result& r : results) {
     const double bytes = 2.0 * r.nk * kv_row * 2;
-    const double flops = 4.0 * r.nq * r.nk * kQHeads * kHeadDim;
+    const double flops = 4.0 * r.nq * r.nk * q_heads * kHeadDim;
     std::printf("| %lld | %lld | %s | %.3f | %.0f | %.1f |\n",
                 static_cast<long long>(r.nk), static_cast<long long>(r.nq),
                 r.path.c_str(), r.ms, bytes / (r.ms * 1e-3) / 1e9,

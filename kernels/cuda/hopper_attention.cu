@@ -57,9 +57,12 @@ constexpr int kBlockN = 176;
 constexpr int kProducerRegisters = 40;
 constexpr int kConsumerRegisters = 232;
 constexpr int kMaxBatchHeads = 65535;
-// Key splits: at least this many keys each, at most this many splits.
+// Key splits: at least this many keys each; at most kWaveKeySplits where
+// that many fill an SM wave, else one thread block per SM; never more than
+// kMostKeySplits.
 constexpr int64_t kMinKeysPerSplit = 4096;
-constexpr int kMostKeySplits = 32;
+constexpr int kWaveKeySplits = 32;
+constexpr int kMostKeySplits = 256;
 constexpr int64_t kMaxLength = int64_t{1} << 30;
 
 // A row keeps its running maximum (log2 units) until a tile's exceeds it by
@@ -895,8 +898,12 @@ int HopperKeySplits(const DeviceAttentionArgs& args) {
   if (blocks == 0 || 2 * blocks > sms) return 1;
   // An SM holds one thread block at a time, so the time is that of the waves:
   // take the count whose waves are fullest, the fewest splits among equals.
+  // A block of one or a few thread blocks (one query row of a K/V head or
+  // two: MQA) may split as far as one thread block per SM.
+  const int64_t cap = std::min<int64_t>(
+      kMostKeySplits, std::max<int64_t>(kWaveKeySplits, sms / blocks));
   const int64_t most = std::max<int64_t>(
-      1, std::min<int64_t>(args.kv_len / kMinKeysPerSplit, kMostKeySplits));
+      1, std::min<int64_t>(args.kv_len / kMinKeysPerSplit, cap));
   int best = 1;
   double best_fill = 0.0;
   for (int splits = 1; splits <= most; ++splits) {

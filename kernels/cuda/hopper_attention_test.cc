@@ -18,6 +18,18 @@
 namespace ringattn {
 namespace {
 
+// The current device's SM count (0 if it cannot be read).
+int SmCount() {
+  int device = 0;
+  int sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) !=
+          cudaSuccess) {
+    return 0;
+  }
+  return sms;
+}
+
 // Skips the calling test where the device is not a Hopper GPU.
 void SkipWithoutHopper() {
   SkipWithoutGpu();
@@ -243,12 +255,37 @@ TEST_P(HopperKeySplitTest, SplitsFillTheGpuOnlyWhereTheTilesDoNot) {
   ASSERT_TRUE(problem.ok()) << problem.status();
   const int splits = HopperKeySplits(problem->args());
   EXPECT_GE(splits, 1);
-  EXPECT_LE(splits, 32);
+  EXPECT_LE(splits, std::max(32, SmCount()));
   EXPECT_LE(splits, std::max<int64_t>(1, GetParam().kv_len / 4096));
   DeviceAttentionArgs wide = problem->args();
   wide.q_heads = 4096;  // thousands of thread blocks without splitting
   wide.kv_heads = 4096;
   EXPECT_EQ(HopperKeySplits(wide), 1);
+}
+
+// One query row of an MQA block is one thread block: its keys split up to one
+// thread block per SM (32 splits filled a quarter of an H200 and ran at half
+// cuDNN's rate), and the many partial results still fold exactly.
+TEST(HopperKeySplitManyTest, OneRowOfOneKvHeadSplitsOverEverySm) {
+  SkipWithoutHopper();
+  if (IsSkipped()) return;
+  const uint32_t seed = std::random_device()();
+  absl::StatusOr<AttentionProblem> problem = AttentionProblem::Create(
+      Case("MqaOneRow", 1, 1, 600011, 4, 1, 128, true, DeviceDType::kBFloat16),
+      seed);
+  ASSERT_TRUE(problem.ok()) << problem.status();
+  const int splits = HopperKeySplits(problem->args());
+  EXPECT_GE(splits, SmCount() * 9 / 10);
+  EXPECT_LE(splits, SmCount());
+  const size_t bytes = HopperSplitWorkspaceBytes(problem->args(), splits);
+  absl::StatusOr<DeviceBuffer> workspace = DeviceBuffer::Allocate(bytes);
+  ASSERT_TRUE(workspace.ok()) << workspace.status();
+  ASSERT_TRUE(problem->PoisonOutputs().ok());
+  ASSERT_EQ(LaunchHopperAttentionSplit(problem->args(), splits,
+                                       workspace->as<void>(), bytes, nullptr),
+            cudaSuccess);
+  EXPECT_TRUE(problem->OutputsMatchReference())
+      << splits << " splits, seed " << seed;
 }
 
 TEST(HopperKeySplitArgsTest, RejectsBadSplitsAndShortWorkspaces) {
@@ -263,7 +300,7 @@ TEST(HopperKeySplitArgsTest, RejectsBadSplitsAndShortWorkspaces) {
   EXPECT_EQ(LaunchHopperAttentionSplit(problem->args(), 0,
                                        workspace->as<void>(), bytes, nullptr),
             cudaErrorInvalidValue);
-  EXPECT_EQ(LaunchHopperAttentionSplit(problem->args(), 33,
+  EXPECT_EQ(LaunchHopperAttentionSplit(problem->args(), 257,
                                        workspace->as<void>(), bytes, nullptr),
             cudaErrorInvalidValue);
   EXPECT_EQ(LaunchHopperAttentionSplit(
