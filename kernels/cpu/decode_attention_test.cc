@@ -109,6 +109,8 @@ std::vector<Case> Cases() {
   return {
       {"OneRowGqaCausal", 1, 1, 4099, 32, 8, 128, true},
       {"OneRowMqaDense", 2, 1, 1009, 8, 1, 64, false},
+      // Four packed rows: keys and values read in place, here strided.
+      {"OneRowGqaStrided", 2, 1, 3001, 8, 2, 64, true, true},
       {"ThreeRowsCausal", 1, 3, 4099, 8, 2, 128, true},
       {"SeventeenRowsDim80", 2, 17, 2003, 6, 2, 80, true},
       {"SeventeenRowsMqa", 1, 17, 4099, 4, 1, 64, false},
