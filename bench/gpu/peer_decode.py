@@ -1,8 +1,9 @@
 """The PyTorch peer of gpu_decode_bench, and the floor, measured in one run.
 
 Few query rows against a long K/V: torch SDPA restricted to its cuDNN and to its
-FlashAttention backend, bf16, Hq=32, Hkv=8 (enable_gqa; where a backend refuses
-GQA, K/V are expanded to 32 heads first and the table says so), D=128, batch 1,
+FlashAttention backend, bf16, Hq=32, Hkv=8 unless --q-heads and --kv-heads say
+otherwise (enable_gqa; where a backend refuses GQA, K/V are expanded to Hq heads
+first and the table says so), D=128, batch 1,
 dense, tensors laid out [B, N, H, D] as ringattn's are. Also measures, in the
 same process, the device copy rate (a large tensor copied, bytes read +
 written) and the bf16 matmul rate (8192^3), and gives each shape's floor =
@@ -11,7 +12,8 @@ and FLOPs = 4 Nq Nk Hq D. With --ours (gpu_decode_bench --csv output), prints
 last a table of ours beside the floor and the best PyTorch backend.
 
     python peer_decode.py [--kv-lengths 1048576 4194304]
-        [--q-lengths 1 16 256 4096] [--seconds 1] [--ours ours.csv]
+        [--q-lengths 1 16 256 4096] [--q-heads 32 --kv-heads 8] [--seconds 1]
+        [--ours ours.csv]
 """
 
 import argparse
@@ -126,9 +128,15 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kv-lengths", type=int, nargs="+", default=[1 << 20, 1 << 22])
     parser.add_argument("--q-lengths", type=int, nargs="+", default=[1, 16, 256, 4096])
+    parser.add_argument("--q-heads", type=int, default=Q_HEADS)
+    parser.add_argument("--kv-heads", type=int, default=KV_HEADS)
     parser.add_argument("--seconds", type=float, default=1.0)
     parser.add_argument("--ours", help="gpu_decode_bench --csv output")
     args = parser.parse_args()
+    if args.kv_heads < 1 or args.q_heads % args.kv_heads:
+        parser.error("--q-heads must be a positive multiple of --kv-heads")
+    global Q_HEADS, KV_HEADS
+    Q_HEADS, KV_HEADS = args.q_heads, args.kv_heads
 
     copy = copy_rate(args.seconds)
     flops_rate = matmul_rate(args.seconds)
