@@ -125,6 +125,7 @@ def read_ours(path):
 
 
 def main():
+    global Q_HEADS, KV_HEADS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kv-lengths", type=int, nargs="+", default=[1 << 20, 1 << 22])
     parser.add_argument("--q-lengths", type=int, nargs="+", default=[1, 16, 256, 4096])
@@ -135,7 +136,6 @@ def main():
     args = parser.parse_args()
     if args.kv_heads < 1 or args.q_heads % args.kv_heads:
         parser.error("--q-heads must be a positive multiple of --kv-heads")
-    global Q_HEADS, KV_HEADS
     Q_HEADS, KV_HEADS = args.q_heads, args.kv_heads
 
     copy = copy_rate(args.seconds)
