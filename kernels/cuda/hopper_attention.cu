@@ -52,9 +52,26 @@ constexpr int64_t kMostPackedRows = 256;
 // 3-7% faster at D=128 and 9-11% at D=64 (FlashAttention-3 uses 176 at
 // D=128 too).
 constexpr int kBlockN = 176;
-// Registers per thread after the split (the sum over the block stays within
-// the 64K the block starts with: 128 * 40 + 256 * 232).
-constexpr int kProducerRegisters = 40;
+// A single consumer warpgroup at D=128 (a query of at most 64 packed rows: a
+// few rows against many keys, read at the memory's rate) takes 64 keys a step
+// in two stages instead, so that two thread blocks share an SM and each SM
+// keeps two streams of K/V loads in flight.
+constexpr int kSoloBlockN = 64;
+// Keys per step of the kernel compiled for head dim kHeadDim (64 or 128).
+constexpr int KeysPerStep(int compiled_head_dim, int consumers) {
+  return consumers == 1 && compiled_head_dim > 64 ? kSoloBlockN : kBlockN;
+}
+// Thread blocks an SM holds at once for that kernel.
+constexpr int BlocksPerSm(int compiled_head_dim, int consumers) {
+  return consumers == 1 && compiled_head_dim > 64 ? 2 : 1;
+}
+// Registers per thread after the split. The sum over a block stays within
+// what it starts with: 65536 / 384 = 170 a thread with two consumers (128 *
+// 40 + 256 * 232), and 65536 / 512 = 128 with one and two blocks an SM (128 *
+// 24 + 128 * 232).
+constexpr int ProducerRegisters(int blocks_per_sm) {
+  return blocks_per_sm > 1 ? 24 : 40;
+}
 constexpr int kConsumerRegisters = 232;
 constexpr int kMaxBatchHeads = 65535;
 // Key splits: at least this many keys each; at most kWaveKeySplits where
@@ -82,17 +99,24 @@ static_assert(kMostConsumers * kConsumerRows == kWorkListTileRows,
 // tiles, each a run of swizzled [rows x 64] blocks (wgmma.cuh), then the
 // barriers, plus room to align the start to 1024 bytes. A V tile is released
 // two steps after it arrives (its P V runs during the next step), so three
-// stages where they fit (D=64; two stages there were 3% slower on one H100)
-// and two at D=128, where three of 176 keys do not.
+// stages where they fit (D=64; two there were 3% slower on one H100) and two
+// at D=128, where three of 176 keys do not and a single consumer's blocks
+// share an SM two at a time.
 template <int kHeadDim, int kConsumers>
 struct Layout {
+  static constexpr int kKeys = KeysPerStep(kHeadDim, kConsumers);
   static constexpr int kQElements = kConsumers * kConsumerRows * kHeadDim;
-  static constexpr int kKvElements = kBlockN * kHeadDim;
+  static constexpr int kKvElements = kKeys * kHeadDim;
   static constexpr int kStages = kHeadDim <= 64 ? 3 : 2;
+  static constexpr int kBlocksPerSm = BlocksPerSm(kHeadDim, kConsumers);
   static constexpr int kBarrierBytes = (1 + 4 * kStages) * 8;
   static constexpr int kSharedBytes =
       (kQElements + 2 * kStages * kKvElements) * 2 + kBarrierBytes + 1024;
 };
+static_assert(2 * (Layout<128, 1>::kSharedBytes + 1024) <= 228 * 1024 &&
+                  Layout<128, 2>::kSharedBytes <= 227 * 1024,
+              "a thread block's shared memory fits an SM (two single-consumer "
+              "blocks at D=128)");
 
 // What the kernel reads besides the tensor maps of Q, K and V.
 struct Params {
@@ -131,7 +155,8 @@ struct KeyCursor {
   int key;
 };
 
-// The spans of one query tile, and the walk over their steps.
+// The spans of one query tile, and the walk over their steps of kKeys keys.
+template <int kKeys>
 class TileSpans {
  public:
   // The spans of this thread block's tile, whose last row is end_row - 1.
@@ -174,8 +199,8 @@ class TileSpans {
 
   __device__ KeyCursor Next(KeyCursor cursor) const {
     const KeySpan span = Span(cursor.span);
-    if (cursor.key + kBlockN < VisibleEnd(span)) {
-      return {cursor.span, cursor.key + kBlockN};
+    if (cursor.key + kKeys < VisibleEnd(span)) {
+      return {cursor.span, cursor.key + kKeys};
     }
     return FirstStepFrom(cursor.span + 1);
   }
@@ -192,11 +217,11 @@ class TileSpans {
 
 // Issues the copies of one step's K or V tile (all column blocks) into
 // `tile`, announced to `full`.
-template <int kHeadDim>
+template <int kHeadDim, int kKeys>
 __device__ __forceinline__ void LoadKeyTile(const CUtensorMap& map, void* tile,
                                             uint64_t* full, int kv_h, int key,
                                             int b) {
-  constexpr int kBlockBytes = kBlockN * 64 * 2;
+  constexpr int kBlockBytes = kKeys * 64 * 2;
   ArriveExpectingBytes(full, kHeadDim / 64 * kBlockBytes);
   for (int c = 0; c < kHeadDim / 64; ++c) {
     CopyBox4d(static_cast<char*>(tile) + c * kBlockBytes, map, c * 64, kv_h,
@@ -228,32 +253,32 @@ __device__ __forceinline__ float TreeReduce(const float* v, Op op) {
 }
 
 // Max or sum over this thread's elements of accumulator row r (0 or 1) of a
-// kBlockN-column S tile: elements 4j + 2r and 4j + 2r + 1 of each 8-column
+// kKeys-column S tile: elements 4j + 2r and 4j + 2r + 1 of each 8-column
 // chunk j. The exponentials wait on the max, so at D=128 a tree keeps the
 // chain of 43 dependent maxima off the softmax's path (one H200, dense 64K:
 // 619 against 606-609 TFLOP/s); at D=64 the chain was faster (438 against
 // 446), so it stays there.
-template <int kHeadDim, typename Op>
-__device__ __forceinline__ float RowReduce(const float (&s)[kBlockN / 2],
-                                           int r) {
-  float row[kBlockN / 4];
+template <int kHeadDim, int kKeys, typename Op>
+__device__ __forceinline__ float RowReduce(const float (&s)[kKeys / 2], int r) {
+  float row[kKeys / 4];
 #pragma unroll
-  for (int j = 0; j < kBlockN / 8; ++j) {
+  for (int j = 0; j < kKeys / 8; ++j) {
     row[2 * j] = s[4 * j + 2 * r];
     row[2 * j + 1] = s[4 * j + 2 * r + 1];
   }
   if constexpr (kHeadDim > 64) {
-    return TreeReduce<kBlockN / 4>(row, Op());
+    return TreeReduce<kKeys / 4>(row, Op());
   } else {
     float folded = row[0];
 #pragma unroll
-    for (int i = 1; i < kBlockN / 4; ++i) folded = Op()(folded, row[i]);
+    for (int i = 1; i < kKeys / 4; ++i) folded = Op()(folded, row[i]);
     return folded;
   }
 }
 
 template <typename T, int kHeadDim, int kConsumers>
-__global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
+__global__ void __launch_bounds__((kConsumers + 1) * 128,
+                                  BlocksPerSm(kHeadDim, kConsumers))
     HopperAttentionKernel(const __grid_constant__ Params p,
                           const __grid_constant__ CUtensorMap q_map,
                           const __grid_constant__ CUtensorMap k_map,
@@ -262,8 +287,9 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
   using E = Element<T>;
   using L = Layout<kHeadDim, kConsumers>;
   constexpr int kBlockM = kConsumers * kConsumerRows;  // tile rows
-  constexpr int kScoreRegs = kBlockN / 2;  // S accumulator per thread
-  constexpr int kOutRegs = kHeadDim / 2;   // O accumulator per thread
+  constexpr int kKeys = L::kKeys;
+  constexpr int kScoreRegs = kKeys / 2;   // S accumulator per thread
+  constexpr int kOutRegs = kHeadDim / 2;  // O accumulator per thread
 
   extern __shared__ unsigned char shared_bytes[];
   T* const q_tile = reinterpret_cast<T*>(
@@ -295,7 +321,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
   const int b = blockIdx.y / head_tiles;
   const int h = blockIdx.y % head_tiles * p.pack;
   const int kv_h = h / p.group;
-  const TileSpans spans(p, m_end);
+  const TileSpans<kKeys> spans(p, m_end);
   const KeyCursor first = spans.FirstStepFrom(0);
   const bool any_keys = first.span < spans.count();
 
@@ -315,7 +341,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
     // The producer warpgroup: one thread issues every copy, each step's K
     // (V) tile into the stage whose K (V) the consumers released L::kStages
     // steps before.
-    LowerRegisters<kProducerRegisters>();
+    LowerRegisters<ProducerRegisters(L::kBlocksPerSm)>();
     if (threadIdx.x != 0 || !any_keys) return;
     constexpr int kQBlockBytes = kBlockM * 64 * 2;
     ArriveExpectingBytes(q_full, kHeadDim / 64 * kQBlockBytes);
@@ -329,11 +355,11 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
       const int stage = step % L::kStages;
       const uint32_t released_parity = ((step / L::kStages) & 1) ^ 1;
       if (step >= L::kStages) WaitBarrier(&k_released[stage], released_parity);
-      LoadKeyTile<kHeadDim>(k_map, k_tiles + stage * L::kKvElements,
-                            &k_full[stage], kv_h, cursor.key, b);
+      LoadKeyTile<kHeadDim, kKeys>(k_map, k_tiles + stage * L::kKvElements,
+                                   &k_full[stage], kv_h, cursor.key, b);
       if (step >= L::kStages) WaitBarrier(&v_released[stage], released_parity);
-      LoadKeyTile<kHeadDim>(v_map, v_tiles + stage * L::kKvElements,
-                            &v_full[stage], kv_h, cursor.key, b);
+      LoadKeyTile<kHeadDim, kKeys>(v_map, v_tiles + stage * L::kKvElements,
+                                   &v_full[stage], kv_h, cursor.key, b);
     }
     return;
   }
@@ -358,15 +384,15 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
   float row_max[2] = {-INFINITY, -INFINITY};
   float row_sum[2] = {0.0f, 0.0f};
   // P of the previous step, as A fragments of O += P V.
-  uint32_t pa[kBlockN / 16][4];
+  uint32_t pa[kKeys / 16][4];
   // Issues O += P V against the V tile of `stage`.
   const auto add_values = [&](int stage) {
 #pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
       MmaRegisters<T, kHeadDim>(
           o_acc, pa[kk],
           SwizzledDescriptor(v_tiles + stage * L::kKvElements + kk * 16 * 64,
-                             kBlockN * 64 * 2));
+                             kKeys * 64 * 2));
     }
   };
 
@@ -379,11 +405,10 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
       const uint64_t a = SwizzledDescriptor(
           q_tile + column_block * kBlockM * 64 + consumer * 64 * 64 + column,
           0);
-      const uint64_t bk =
-          SwizzledDescriptor(k_tiles + stage * L::kKvElements +
-                                 column_block * kBlockN * 64 + column,
-                             0);
-      MmaShared<T, kBlockN>(s, a, bk, kk > 0 ? 1 : 0);
+      const uint64_t bk = SwizzledDescriptor(
+          k_tiles + stage * L::kKvElements + column_block * kKeys * 64 + column,
+          0);
+      MmaShared<T, kKeys>(s, a, bk, kk > 0 ? 1 : 0);
     }
   };
   // Hides the keys of `s` past the span and, under its causal mask, above the
@@ -394,9 +419,9 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
     const KeySpan span = spans.Span(cursor.span);
     const int span_end = min(span.end, p.kv_len);
     const int n0 = cursor.key;
-    const bool past_end = n0 + kBlockN > span_end;
+    const bool past_end = n0 + kKeys > span_end;
     const bool crosses_diagonal =
-        span.causal && n0 + kBlockN - 1 > warp_row0 + span.shift;
+        span.causal && n0 + kKeys - 1 > warp_row0 + span.shift;
     if (past_end || crosses_diagonal) {
 #pragma unroll
       for (int i = 0; i < kScoreRegs; ++i) {
@@ -409,7 +434,8 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
     }
     float tile_max[2];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) tile_max[r] = RowReduce<kHeadDim, MaxOf>(s, r);
+    for (int r = 0; r < 2; ++r)
+      tile_max[r] = RowReduce<kHeadDim, kKeys, MaxOf>(s, r);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       tile_max[r] =
@@ -436,14 +462,15 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      row_sum[r] = row_sum[r] * rescale[r] + RowReduce<kHeadDim, SumOf>(s, r);
+      row_sum[r] =
+          row_sum[r] * rescale[r] + RowReduce<kHeadDim, kKeys, SumOf>(s, r);
     }
   };
   // P as the A fragments of O += P V (the S accumulator layout is the A
   // fragment layout).
   const auto keep_probabilities = [&](const float(&s)[kScoreRegs]) {
 #pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
       pa[kk][0] = E::Pack(s[8 * kk + 0], s[8 * kk + 1]);
       pa[kk][1] = E::Pack(s[8 * kk + 2], s[8 * kk + 3]);
       pa[kk][2] = E::Pack(s[8 * kk + 4], s[8 * kk + 5]);
@@ -797,13 +824,14 @@ cudaError_t Prepare(const DeviceAttentionArgs& args, Prepared& prepared) {
     return cudaErrorInvalidValue;
   }
   const TileShape shape = TileShapeFor(args);
+  const int keys = KeysPerStep(args.head_dim <= 64 ? 64 : 128, shape.consumers);
   for (const auto& [map, tensor, seq, heads, box_heads, rows] :
        {std::tuple{&prepared.q_map, &args.q, args.q_len, args.q_heads,
                    shape.pack, static_cast<int>(shape.rows)},
         std::tuple{&prepared.k_map, &args.k, args.kv_len, args.kv_heads, 1,
-                   kBlockN},
+                   keys},
         std::tuple{&prepared.v_map, &args.v, args.kv_len, args.kv_heads, 1,
-                   kBlockN}}) {
+                   keys}}) {
     const cudaError_t error =
         EncodeOperand(*map, args.dtype, *tensor, args.batch, seq, heads,
                       args.head_dim, box_heads, rows);
@@ -896,20 +924,24 @@ int HopperKeySplits(const DeviceAttentionArgs& args) {
   const TileShape shape = TileShapeFor(args);
   const int64_t blocks = shape.tiles * args.batch * args.q_heads / shape.pack;
   if (blocks == 0 || 2 * blocks > sms) return 1;
-  // An SM holds one thread block at a time, so the time is that of the waves:
-  // take the count whose waves are fullest, the fewest splits among equals.
-  // A block of one or a few thread blocks (one query row of a K/V head or
-  // two: MQA) may split as far as one thread block per SM.
+  // An SM holds one thread block at a time (two of a single consumer at
+  // D=128), so the time is that of the waves: take the count whose waves are
+  // fullest, the fewest splits among equals. A block of one or a few thread
+  // blocks (one query row of a K/V head or two: MQA) may split as far as one
+  // thread block per slot.
+  const int64_t slots =
+      static_cast<int64_t>(sms) *
+      BlocksPerSm(args.head_dim <= 64 ? 64 : 128, shape.consumers);
   const int64_t cap = std::min<int64_t>(
-      kMostKeySplits, std::max<int64_t>(kWaveKeySplits, sms / blocks));
+      kMostKeySplits, std::max<int64_t>(kWaveKeySplits, slots / blocks));
   const int64_t most = std::max<int64_t>(
       1, std::min<int64_t>(args.kv_len / kMinKeysPerSplit, cap));
   int best = 1;
   double best_fill = 0.0;
   for (int splits = 1; splits <= most; ++splits) {
     const int64_t launched = blocks * splits;
-    const int64_t waves = (launched + sms - 1) / sms;
-    const double fill = static_cast<double>(launched) / (waves * sms);
+    const int64_t waves = (launched + slots - 1) / slots;
+    const double fill = static_cast<double>(launched) / (waves * slots);
     if (fill > best_fill + 1e-9) {
       best = splits;
       best_fill = fill;
@@ -953,8 +985,9 @@ cudaError_t LaunchHopperAttentionSplit(const DeviceAttentionArgs& args,
   params.lse_split_stride = rows;
   // Whole key steps per split.
   const int64_t chunk = (args.kv_len + splits - 1) / splits;
-  params.key_chunk =
-      static_cast<int>((chunk + kBlockN - 1) / kBlockN * kBlockN);
+  const int64_t keys =
+      KeysPerStep(args.head_dim <= 64 ? 64 : 128, prepared.consumers);
+  params.key_chunk = static_cast<int>((chunk + keys - 1) / keys * keys);
   prepared.grid.z = static_cast<unsigned>((args.kv_len + params.key_chunk - 1) /
                                           params.key_chunk);
   error = LaunchPrepared(args, prepared, stream);

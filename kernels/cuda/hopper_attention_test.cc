@@ -255,7 +255,7 @@ TEST_P(HopperKeySplitTest, SplitsFillTheGpuOnlyWhereTheTilesDoNot) {
   ASSERT_TRUE(problem.ok()) << problem.status();
   const int splits = HopperKeySplits(problem->args());
   EXPECT_GE(splits, 1);
-  EXPECT_LE(splits, std::max(32, SmCount()));
+  EXPECT_LE(splits, std::max(32, 2 * SmCount()));
   EXPECT_LE(splits, std::max<int64_t>(1, GetParam().kv_len / 4096));
   DeviceAttentionArgs wide = problem->args();
   wide.q_heads = 4096;  // thousands of thread blocks without splitting
@@ -276,7 +276,7 @@ TEST(HopperKeySplitManyTest, OneRowOfOneKvHeadSplitsOverEverySm) {
   ASSERT_TRUE(problem.ok()) << problem.status();
   const int splits = HopperKeySplits(problem->args());
   EXPECT_GE(splits, SmCount() * 9 / 10);
-  EXPECT_LE(splits, SmCount());
+  EXPECT_LE(splits, 2 * SmCount());  // two thread blocks an SM at most
   const size_t bytes = HopperSplitWorkspaceBytes(problem->args(), splits);
   absl::StatusOr<DeviceBuffer> workspace = DeviceBuffer::Allocate(bytes);
   ASSERT_TRUE(workspace.ok()) << workspace.status();
