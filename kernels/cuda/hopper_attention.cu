@@ -75,8 +75,8 @@ constexpr int ProducerRegisters(int blocks_per_sm) {
 constexpr int kConsumerRegisters = 232;
 constexpr int kMaxBatchHeads = 65535;
 // Key splits: at least this many keys each; at most kWaveKeySplits where
-// that many fill an SM wave, else one thread block per SM; never more than
-// kMostKeySplits.
+// that many fill a wave, else one thread block per slot (BlocksPerSm an SM);
+// never more than kMostKeySplits.
 constexpr int64_t kMinKeysPerSplit = 4096;
 constexpr int kWaveKeySplits = 32;
 constexpr int kMostKeySplits = 256;

@@ -13,7 +13,8 @@
 // the query heads that share a K/V head (a power of two of them) are packed
 // into one tile, 128 / group rows of each, so every K/V byte is loaded once
 // for the group; a query of at most 64 such rows runs on one consumer
-// warpgroup. Takes the whole block or a work list (attention_work_list.h).
+// warpgroup, at D=128 with 64 keys per step and two thread blocks an SM.
+// Takes the whole block or a work list (attention_work_list.h).
 // Stateless and thread-safe.
 
 #include <cuda_runtime.h>
@@ -46,9 +47,10 @@ cudaError_t LaunchHopperAttention(const DeviceAttentionArgs& args,
 // How many key splits fill the GPU for `args` (1: no split): where the
 // block's query tiles give at most one thread block per two SMs (up to a few
 // hundred query rows against many keys), the count of at most 32 splits (up
-// to one thread block per SM where 32 splits would not fill the SMs once),
+// to one thread block per slot where 32 splits would not fill the SMs once),
 // each of at least 4096 keys, whose waves of thread blocks (one per SM at a
-// time) are fullest, the fewest among equals. 1 for work lists. (On one H100
+// time, two for one consumer at D=128) are fullest, the fewest among equals.
+// 1 for work lists. (On one H100
 // at 1M keys, Hq=32, Hkv=8, 256 rows: 6.95 ms in 2 splits, 128 thread blocks,
 // one wave; 8.3 ms in 5, 2.4 waves, the earlier rule's pick; 128 rows 3.65 ms
 // in 4 against 4.8 in 9. On one H200, one row, Hq=4, Hkv=1, 8M keys: 2.47 ms
