@@ -227,6 +227,21 @@ std::vector<AttentionCase> SplitCases() {
 
 class HopperKeySplitTest : public ::testing::TestWithParam<AttentionCase> {};
 
+// Runs `problem` (from `seed`) with its keys in `splits` splits, outputs
+// poisoned first, and compares it with the float64 reference.
+void ExpectSplitRunMatchesReference(AttentionProblem& problem, int splits,
+                                    uint32_t seed) {
+  const size_t bytes = HopperSplitWorkspaceBytes(problem.args(), splits);
+  absl::StatusOr<DeviceBuffer> workspace = DeviceBuffer::Allocate(bytes);
+  ASSERT_TRUE(workspace.ok()) << workspace.status();
+  ASSERT_TRUE(problem.PoisonOutputs().ok());
+  ASSERT_EQ(LaunchHopperAttentionSplit(problem.args(), splits,
+                                       workspace->as<void>(), bytes, nullptr),
+            cudaSuccess);
+  EXPECT_TRUE(problem.OutputsMatchReference())
+      << splits << " splits, seed " << seed;
+}
+
 TEST_P(HopperKeySplitTest, SplitKeysMatchFloat64Reference) {
   SkipWithoutHopper();
   if (IsSkipped()) return;
@@ -235,15 +250,7 @@ TEST_P(HopperKeySplitTest, SplitKeysMatchFloat64Reference) {
     absl::StatusOr<AttentionProblem> problem =
         AttentionProblem::Create(GetParam(), seed);
     ASSERT_TRUE(problem.ok()) << problem.status();
-    const size_t bytes = HopperSplitWorkspaceBytes(problem->args(), splits);
-    absl::StatusOr<DeviceBuffer> workspace = DeviceBuffer::Allocate(bytes);
-    ASSERT_TRUE(workspace.ok()) << workspace.status();
-    ASSERT_TRUE(problem->PoisonOutputs().ok());
-    ASSERT_EQ(LaunchHopperAttentionSplit(problem->args(), splits,
-                                         workspace->as<void>(), bytes, nullptr),
-              cudaSuccess);
-    EXPECT_TRUE(problem->OutputsMatchReference())
-        << splits << " splits, seed " << seed;
+    ExpectSplitRunMatchesReference(*problem, splits, seed);
   }
 }
 
@@ -264,8 +271,8 @@ TEST_P(HopperKeySplitTest, SplitsFillTheGpuOnlyWhereTheTilesDoNot) {
 }
 
 // One query row of an MQA block is one thread block: its keys split up to one
-// thread block per SM (32 splits filled a quarter of an H200 and ran at half
-// cuDNN's rate), and the many partial results still fold exactly.
+// thread block per slot (32 splits filled a quarter of an H200 and ran at
+// half cuDNN's rate), and the many partial results still fold exactly.
 TEST(HopperKeySplitManyTest, OneRowOfOneKvHeadSplitsOverEverySm) {
   SkipWithoutHopper();
   if (IsSkipped()) return;
@@ -277,15 +284,7 @@ TEST(HopperKeySplitManyTest, OneRowOfOneKvHeadSplitsOverEverySm) {
   const int splits = HopperKeySplits(problem->args());
   EXPECT_GE(splits, SmCount() * 9 / 10);
   EXPECT_LE(splits, 2 * SmCount());  // two thread blocks an SM at most
-  const size_t bytes = HopperSplitWorkspaceBytes(problem->args(), splits);
-  absl::StatusOr<DeviceBuffer> workspace = DeviceBuffer::Allocate(bytes);
-  ASSERT_TRUE(workspace.ok()) << workspace.status();
-  ASSERT_TRUE(problem->PoisonOutputs().ok());
-  ASSERT_EQ(LaunchHopperAttentionSplit(problem->args(), splits,
-                                       workspace->as<void>(), bytes, nullptr),
-            cudaSuccess);
-  EXPECT_TRUE(problem->OutputsMatchReference())
-      << splits << " splits, seed " << seed;
+  ExpectSplitRunMatchesReference(*problem, splits, seed);
 }
 
 TEST(HopperKeySplitArgsTest, RejectsBadSplitsAndShortWorkspaces) {
