@@ -1,11 +1,19 @@
 #include "worker/context_store.h"
 
+#include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 
 namespace ringattn {
+namespace {
+
+// Context rows a core converts at a time when a query copies them.
+constexpr int64_t kRowsPerRun = 256;
+
+}  // namespace
 
 absl::StatusOr<int64_t> ContextStore::Add(const std::string& name, bool create,
                                           const Layout& layout, Range positions,
@@ -64,6 +72,15 @@ void ContextStore::Drop(const std::string& name, int64_t keep_length) {
 absl::Status ContextStore::Copy(const std::string& name,
                                 const std::vector<Range>& chunks,
                                 const TypedView& k, const TypedView& v) {
+  // Where each run of rows comes from and goes to, then the runs converted
+  // on every core: a long context's rows are most of a query's bytes.
+  struct Run {
+    TypedView from_k, from_v;
+    int64_t from_row;
+    int64_t to_row;
+    int64_t count;
+  };
+  std::vector<Run> runs;
   absl::MutexLock lock(&mutex_);
   auto found = contexts_.find(name);
   if (found == contexts_.end()) {
@@ -82,20 +99,27 @@ absl::Status ContextStore::Copy(const std::string& name,
       }
       const Piece& held = piece->second;
       const int64_t end = std::min(chunk.end, held.positions.end);
-      const int64_t from = p - held.positions.begin;
-      const int64_t count = end - p;
-      const int64_t values = count * k.shape().heads * k.shape().dim;
-      for (int64_t b = 0; b < k.shape().batch; ++b) {
-        const TypedView from_k = held.k.view();
-        const TypedView from_v = held.v.view();
-        ConvertDType(from_k.dtype(), from_k.Row(b, from), k.dtype(),
-                     k.Row(b, row), values);
-        ConvertDType(from_v.dtype(), from_v.Row(b, from), v.dtype(),
-                     v.Row(b, row), values);
+      // Runs of at most kRowsPerRun rows, so that the cores share evenly.
+      for (int64_t at = p; at < end; at += kRowsPerRun) {
+        const int64_t count = std::min(kRowsPerRun, end - at);
+        runs.push_back({held.k.view(), held.v.view(), at - held.positions.begin,
+                        row + at - p, count});
       }
-      row += count;
+      row += end - p;
       p = end;
     }
+  }
+  const int64_t values_per_row = k.shape().heads * k.shape().dim;
+  const int64_t total = static_cast<int64_t>(runs.size()) * k.shape().batch;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t i = 0; i < total; ++i) {
+    const Run& run = runs[i / k.shape().batch];
+    const int64_t b = i % k.shape().batch;
+    const int64_t values = run.count * values_per_row;
+    ConvertDType(run.from_k.dtype(), run.from_k.Row(b, run.from_row), k.dtype(),
+                 k.Row(b, run.to_row), values);
+    ConvertDType(run.from_v.dtype(), run.from_v.Row(b, run.from_row), v.dtype(),
+                 v.Row(b, run.to_row), values);
   }
   return absl::OkStatus();
 }

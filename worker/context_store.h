@@ -3,7 +3,8 @@
 
 // ContextStore: the resident contexts of a CPU worker, in host memory. Memory
 // is accounted against a fixed capacity; rows stay in the dtype they arrived
-// in, and a query copies the rows it needs (Copy). Thread-safe.
+// in, and a query copies the rows it needs (Copy, converting on every
+// core). Thread-safe.
 
 #include <cstdint>
 #include <map>
