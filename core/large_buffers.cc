@@ -2,12 +2,14 @@
 
 #include <malloc.h>
 
+#include <limits>
+
 namespace ringattn {
 
 void KeepLargeBuffersInTheHeap() {
   mallopt(M_ARENA_MAX, 1);
-  mallopt(M_MMAP_THRESHOLD, 256 << 20);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  mallopt(M_MMAP_THRESHOLD, std::numeric_limits<int>::max());
+  mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
 }
 
 }  // namespace ringattn
