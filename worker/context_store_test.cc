@@ -40,6 +40,40 @@ TEST(ContextStore, CopiesRowsAcrossAppendedPieces) {
       absl::StatusCode::kNotFound);
 }
 
+// Pieces longer than one run of the parallel copy (256 rows), two batches, a
+// query that starts inside a piece: every row lands where it belongs.
+TEST(ContextStore, CopiesLongPiecesOfEveryBatchRowByRow) {
+  const ContextStore::Layout layout{2, 1, 2};
+  auto rows = [](int64_t first, int64_t n) {
+    Tensor<float> t({2, n, 1, 2});
+    for (int64_t b = 0; b < 2; ++b) {
+      for (int64_t i = 0; i < n; ++i) {
+        t.view().At(b, i, 0, 0) = static_cast<float>(first + i);
+        t.view().At(b, i, 0, 1) = static_cast<float>(1000 * b);
+      }
+    }
+    return TypedTensor(std::move(t));
+  };
+  ContextStore store(1 << 20);
+  ASSERT_TRUE(
+      store.Add("c", true, layout, {0, 700}, rows(0, 700), rows(0, 700)).ok());
+  ASSERT_TRUE(
+      store.Add("c", false, layout, {700, 1001}, rows(700, 301), rows(700, 301))
+          .ok());
+  Tensor<float> k({2, 995, 1, 2}), v({2, 995, 1, 2});
+  ASSERT_TRUE(
+      store.Copy("c", {{6, 1001}}, TypedView(k.view()), TypedView(v.view()))
+          .ok());
+  for (int64_t b = 0; b < 2; ++b) {
+    for (int64_t i = 0; i < 995; ++i) {
+      ASSERT_EQ(k.view().At(b, i, 0, 0), 6 + i)
+          << "batch " << b << " row " << i;
+      ASSERT_EQ(v.view().At(b, i, 0, 1), 1000 * b)
+          << "batch " << b << " row " << i;
+    }
+  }
+}
+
 TEST(ContextStore, RefusesWrongCreateLayoutOverlapAndOverflow) {
   ContextStore store(100);
   EXPECT_EQ(store.Add("c", false, kLayout, {0, 1}, Rows(0, 1), Rows(0, 1))
