@@ -187,6 +187,9 @@ template <int kDim>
   const int64_t pd = kDim > 0 ? kDim : p.padded_dim;
   const int64_t rows = p.padded_rows;
   const int64_t state_floats = StateFloats(p);
+  // K and V read where they lie (a unit of every head, one block of rows,
+  // head dim 64 or 128).
+  const bool in_place = kDim > 0 && p.unit_heads > 1 && rows == kRowBlock;
   float* kt = scratch + p.unit_heads * state_floats;  // [pd][kKeyChunk]
   float* vc = kt + pd * kKeyChunk;  // [kKeyChunk][pd], V of a chunk
   float* s = vc + kKeyChunk * pd;   // [rows][kKeyChunk]
@@ -251,15 +254,12 @@ template <int kDim>
                         (mask.causal && k_last > first_q + mask.causal_shift);
     for (int64_t g = g_begin; g < g_end; ++g) {
       const State st = state(g - g_begin);
-      bool scored = false;  // K and V read where they lie
-      if constexpr (kDim > 0) {
-        if (p.unit_heads > 1 && rows == kRowBlock) {
+      if (in_place) {
+        if constexpr (kDim > 0) {
           ScoreKeysInPlace<kRowBlock, kDim>(st.q, pd, args.k.Row(b, c0, g),
                                             args.k.seq_stride(), cols, s);
-          scored = true;
         }
-      }
-      if (!scored) {
+      } else {
         // K^T, kTransposeBlock keys at a time so that each store is
         // contiguous; columns past `cols` repeat the last key (masked
         // below).
@@ -283,7 +283,7 @@ template <int kDim>
       // V where it lies along with K, else a padded copy.
       const float* v_chunk = args.v.Row(b, c0, g);
       int64_t v_stride = args.v.seq_stride();
-      if (!scored) {
+      if (!in_place) {
         for (int64_t c = 0; c < cols; ++c) {
           const float* v_row = args.v.Row(b, c0 + c, g);
           float* to = vc + c * pd;

@@ -57,6 +57,11 @@ constexpr int kBlockN = 176;
 // in two stages instead, so that two thread blocks share an SM and each SM
 // keeps two streams of K/V loads in flight.
 constexpr int kSoloBlockN = 64;
+// The head dim of the kernel compiled for `head_dim` (smaller dims are padded
+// to 64 or 128).
+constexpr int CompiledHeadDim(int64_t head_dim) {
+  return head_dim <= 64 ? 64 : 128;
+}
 // Keys per step of the kernel compiled for head dim kHeadDim (64 or 128).
 constexpr int KeysPerStep(int compiled_head_dim, int consumers) {
   return consumers == 1 && compiled_head_dim > 64 ? kSoloBlockN : kBlockN;
@@ -824,7 +829,7 @@ cudaError_t Prepare(const DeviceAttentionArgs& args, Prepared& prepared) {
     return cudaErrorInvalidValue;
   }
   const TileShape shape = TileShapeFor(args);
-  const int keys = KeysPerStep(args.head_dim <= 64 ? 64 : 128, shape.consumers);
+  const int keys = KeysPerStep(CompiledHeadDim(args.head_dim), shape.consumers);
   for (const auto& [map, tensor, seq, heads, box_heads, rows] :
        {std::tuple{&prepared.q_map, &args.q, args.q_len, args.q_heads,
                    shape.pack, static_cast<int>(shape.rows)},
@@ -931,7 +936,7 @@ int HopperKeySplits(const DeviceAttentionArgs& args) {
   // thread block per slot.
   const int64_t slots =
       static_cast<int64_t>(sms) *
-      BlocksPerSm(args.head_dim <= 64 ? 64 : 128, shape.consumers);
+      BlocksPerSm(CompiledHeadDim(args.head_dim), shape.consumers);
   const int64_t cap = std::min<int64_t>(
       kMostKeySplits, std::max<int64_t>(kWaveKeySplits, slots / blocks));
   const int64_t most = std::max<int64_t>(
@@ -986,7 +991,7 @@ cudaError_t LaunchHopperAttentionSplit(const DeviceAttentionArgs& args,
   // Whole key steps per split.
   const int64_t chunk = (args.kv_len + splits - 1) / splits;
   const int64_t keys =
-      KeysPerStep(args.head_dim <= 64 ? 64 : 128, prepared.consumers);
+      KeysPerStep(CompiledHeadDim(args.head_dim), prepared.consumers);
   params.key_chunk = static_cast<int>((chunk + keys - 1) / keys * keys);
   prepared.grid.z = static_cast<unsigned>((args.kv_len + params.key_chunk - 1) /
                                           params.key_chunk);
