@@ -1,5 +1,7 @@
 #include "worker/gloo_communicator.h"
 
+#include <signal.h>
+
 #include <algorithm>
 #include <chrono>
 #include <exception>
@@ -70,10 +72,26 @@ std::string DescribeMissing(const std::vector<std::string>& keys) {
                       absl::StrJoin(keys, ", "));
 }
 
+// Gloo's TCP transport writes with write(2)/writev(2), which raise SIGPIPE
+// when the peer has closed its end, and SIGPIPE's default action ends the
+// process: one crashed rank would take down every rank sending to it. With
+// the signal ignored, the write fails with EPIPE, Gloo throws, and the ring
+// reports the lost peer. A handler the program installed itself is kept.
+void IgnoreSigpipeUnlessHandled() {
+  struct sigaction current = {};
+  if (sigaction(SIGPIPE, nullptr, &current) != 0) return;
+  if (current.sa_handler != SIG_DFL) return;
+  struct sigaction ignore = {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  sigaction(SIGPIPE, &ignore, nullptr);
+}
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<gloo::transport::Device>> CreateGlooTcpDevice(
     const std::string& hostname, const std::string& interface) {
+  IgnoreSigpipeUnlessHandled();
   gloo::transport::tcp::attr attr;
   if (interface.empty()) {
     attr.hostname = hostname;

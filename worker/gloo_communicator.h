@@ -29,7 +29,9 @@ namespace ringattn {
 // the address `hostname` resolves to, or on network interface `interface` if
 // that is not empty; peers must be able to reach that address. UNAVAILABLE if
 // neither can be resolved. The device is thread-safe and may be shared by any
-// number of communicators.
+// number of communicators. Unless the program handles SIGPIPE itself, this
+// sets it to be ignored for the whole process, so that a peer that closed its
+// connection fails a transfer instead of ending the process.
 absl::StatusOr<std::shared_ptr<gloo::transport::Device>> CreateGlooTcpDevice(
     const std::string& hostname, const std::string& interface = "");
 
