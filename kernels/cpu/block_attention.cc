@@ -453,7 +453,8 @@ TileKernel SelectTileKernel(int64_t dim, int64_t padded_dim) {
 
 // Writes K^T tile by tile: [B][Hkv][key_tiles][dim][key_tile]. Columns past nk
 // repeat the last key; the kernel masks them out.
-void PackKeysTransposed(View<const float> k, int key_tile, int64_t key_tiles,
+template <typename T>
+void PackKeysTransposed(const View<const T>& k, int key_tile, int64_t key_tiles,
                         float* packed) {
   const Shape& shape = k.shape();
   const int64_t tile_floats = shape.dim * key_tile;
@@ -464,14 +465,14 @@ void PackKeysTransposed(View<const float> k, int key_tile, int64_t key_tiles,
         float* tile =
             packed + ((b * shape.heads + g) * key_tiles + t) * tile_floats;
         for (int64_t c = 0; c < key_tile; c += kTransposeBlock) {
-          const float* rows[kTransposeBlock];
+          const T* rows[kTransposeBlock];
           for (int j = 0; j < kTransposeBlock; ++j) {
             rows[j] =
                 k.Row(b, std::min(t * key_tile + c + j, shape.seq - 1), g);
           }
           for (int64_t d = 0; d < shape.dim; ++d) {
             float* out = tile + d * key_tile + c;
-            for (int j = 0; j < kTransposeBlock; ++j) out[j] = rows[j][d];
+            for (int j = 0; j < kTransposeBlock; ++j) out[j] = Widen(rows[j][d]);
           }
         }
       }
@@ -481,7 +482,8 @@ void PackKeysTransposed(View<const float> k, int key_tile, int64_t key_tiles,
 
 // Copies V into [B][Hkv][nk][padded_dim] rows, zero past dim. Contiguous rows
 // also avoid the cache-set conflicts of V's own row stride (often 4 KiB).
-void PackValues(View<const float> v, int64_t padded_dim, float* packed) {
+template <typename T>
+void PackValues(const View<const T>& v, int64_t padded_dim, float* packed) {
   const Shape& shape = v.shape();
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < shape.batch; ++b) {
@@ -489,8 +491,8 @@ void PackValues(View<const float> v, int64_t padded_dim, float* packed) {
       for (int64_t n = 0; n < shape.seq; ++n) {
         float* dst =
             packed + ((b * shape.heads + g) * shape.seq + n) * padded_dim;
-        const float* src = v.Row(b, n, g);
-        std::copy(src, src + shape.dim, dst);
+        const T* src = v.Row(b, n, g);
+        for (int64_t d = 0; d < shape.dim; ++d) dst[d] = Widen(src[d]);
         std::fill(dst + shape.dim, dst + padded_dim, 0.0f);
       }
     }
@@ -557,8 +559,13 @@ void BlockAttention(const BlockAttentionArgs& args, View<float> o,
   float* packed_k = buffer.data();
   float* packed_v = packed_k + k_floats;
   float* scratch = packed_v + v_floats;
-  PackKeysTransposed(args.k, kernel.key_tile, p.key_tiles, packed_k);
-  PackValues(args.v, p.padded_dim, packed_v);
+  if (args.k.is_bf16()) {
+    PackKeysTransposed(args.k.bf16(), kernel.key_tile, p.key_tiles, packed_k);
+    PackValues(args.v.bf16(), p.padded_dim, packed_v);
+  } else {
+    PackKeysTransposed(args.k.f32(), kernel.key_tile, p.key_tiles, packed_k);
+    PackValues(args.v.f32(), p.padded_dim, packed_v);
+  }
   p.packed_k = packed_k;
   p.packed_v = packed_v;
 

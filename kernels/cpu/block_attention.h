@@ -10,6 +10,7 @@
 
 #include "core/block_mask.h"
 #include "core/tensor.h"
+#include "kernels/cpu/kv_view.h"
 
 namespace ringattn {
 
@@ -27,8 +28,8 @@ struct TileMask {
 
 struct BlockAttentionArgs {
   View<const float> q;  // [B, nq, Hq, D]
-  View<const float> k;  // [B, nk, Hkv, D]; Hq % Hkv == 0
-  View<const float> v;  // [B, nk, Hkv, D]
+  KvView k;             // [B, nk, Hkv, D]; Hq % Hkv == 0; fp32 or bf16
+  KvView v;             // [B, nk, Hkv, D], the same width as k
   int64_t q_position = 0;
   int64_t k_position = 0;
   float scale = 1.0f;

@@ -1,6 +1,7 @@
 // BlockAttention against a float64 brute force of the same task written here:
 // global positions, causal shift, block mask, GQA and scale, one query row at a
-// time. Inputs are fresh uniform random values in [-1, 1) from a fixed seed.
+// time, K and V in fp32 and in bf16. Inputs are fresh uniform random values in
+// [-1, 1) from a fixed seed.
 // fp32 tolerance: max |O - O_ref| <= 2e-5 * max |O_ref| and
 // |LSE - LSE_ref| <= 2e-5 * (1 + |LSE_ref|); rows that see no key must be
 // exactly O = 0, LSE = -inf, and nothing may be NaN.
@@ -17,9 +18,11 @@
 
 #include "core/attention_spec.h"
 #include "core/block_mask.h"
+#include "core/dtype.h"
 #include "core/random_tensor.h"
 #include "core/tensor.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/kv_view.h"
 
 namespace ringattn {
 namespace {
@@ -41,6 +44,8 @@ struct Task {
   TileMask mask;
   // Whether q, k, v, o and lse are slices of longer tensors (seq-strided).
   bool strided = false;
+  // Whether k and v are held in bf16 (the brute force takes the same values).
+  bool bf16 = false;
 };
 
 // Positions of padding before and after a strided slice.
@@ -82,7 +87,29 @@ bool Visible(const Task& task, int64_t q_pos, int64_t k_pos) {
   return true;
 }
 
-Expected BruteForce(const Task& task, const BlockAttentionArgs& args) {
+// Rounds the values of `buffer` to bf16 in place and returns them as bf16 bits
+// laid out alike.
+Tensor<uint16_t> RoundToBFloat16(Buffer& buffer) {
+  Tensor<uint16_t> bits(buffer.storage.shape());
+  std::vector<float>& values = buffer.storage.values();
+  for (size_t i = 0; i < values.size(); ++i) {
+    bits.values()[i] = FloatToBFloat16(values[i]);
+    values[i] = BFloat16ToFloat(bits.values()[i]);
+  }
+  return bits;
+}
+
+// `bits` viewed as `buffer` views its storage.
+KvView BFloat16Like(const Buffer& buffer, const Tensor<uint16_t>& bits) {
+  const View<const uint16_t> all = bits.view();
+  const int64_t first = (buffer.view.data() - buffer.storage.data()) /
+                        buffer.storage.view().seq_stride();
+  return KvView::BFloat16(all.Slice(first, first + buffer.view.shape().seq));
+}
+
+// `k` and `v` are args' keys and values in fp32.
+Expected BruteForce(const Task& task, const BlockAttentionArgs& args,
+                    View<const float> k_rows, View<const float> v_rows) {
   const int64_t group = task.q_heads / task.kv_heads;
   Expected out;
   out.o.assign(task.batch * task.nq * task.q_heads * task.dim, 0.0);
@@ -100,7 +127,7 @@ Expected BruteForce(const Task& task, const BlockAttentionArgs& args) {
           if (!Visible(task, task.q_position + a, task.k_position + c)) {
             continue;
           }
-          const float* k = args.k.Row(b, c, g);
+          const float* k = k_rows.Row(b, c, g);
           double dot = 0;
           for (int64_t d = 0; d < task.dim; ++d) dot += double{q[d]} * k[d];
           scores[c] = dot * args.scale;
@@ -114,7 +141,7 @@ Expected BruteForce(const Task& task, const BlockAttentionArgs& args) {
           if (std::isinf(scores[c])) continue;
           const double p = std::exp(scores[c] - max_score);
           sum += p;
-          const float* v = args.v.Row(b, c, g);
+          const float* v = v_rows.Row(b, c, g);
           for (int64_t d = 0; d < task.dim; ++d) o[d] += p * v[d];
         }
         for (int64_t d = 0; d < task.dim; ++d) o[d] /= sum;
@@ -133,8 +160,8 @@ void ExpectMatchesBruteForce(const Task& task,
   const Shape q_shape{task.batch, task.nq, task.q_heads, task.dim};
   const Shape kv_shape{task.batch, task.nk, task.kv_heads, task.dim};
   const Buffer q = MakeBuffer(q_shape, task.strided, rng);
-  const Buffer k = MakeBuffer(kv_shape, task.strided, rng);
-  const Buffer v = MakeBuffer(kv_shape, task.strided, rng);
+  Buffer k = MakeBuffer(kv_shape, task.strided, rng);
+  Buffer v = MakeBuffer(kv_shape, task.strided, rng);
   Buffer o = MakeBuffer(q_shape, task.strided, rng);
   Buffer lse =
       MakeBuffer({task.batch, task.nq, task.q_heads, 1}, task.strided, rng);
@@ -146,13 +173,20 @@ void ExpectMatchesBruteForce(const Task& task,
   args.q = q.view;
   args.k = k.view;
   args.v = v.view;
+  Tensor<uint16_t> k_bits, v_bits;
+  if (task.bf16) {
+    k_bits = RoundToBFloat16(k);
+    v_bits = RoundToBFloat16(v);
+    args.k = BFloat16Like(k, k_bits);
+    args.v = BFloat16Like(v, v_bits);
+  }
   args.q_position = task.q_position;
   args.k_position = task.k_position;
   args.scale = task.scale != 0 ? task.scale
                                : 1.0f / std::sqrt(static_cast<float>(task.dim));
   args.mask = task.mask;
   BlockAttention(args, o.view, lse.view);
-  const Expected expected = BruteForce(task, args);
+  const Expected expected = BruteForce(task, args, k.view, v.view);
 
   double max_ref = 0;
   for (double x : expected.o) max_ref = std::max(max_ref, std::abs(x));
@@ -380,6 +414,24 @@ TEST(BlockAttention, BatchesAndStridedViewsMatchReference) {
     task.nk = 257;
     task.mask.causal = true;
     task.mask.causal_shift = 250;
+    ExpectMatchesBruteForce(task);
+  }
+}
+
+TEST(BlockAttention, Bf16KeysAndValuesMatchReference) {
+  for (int64_t dim : {64, 80, 128}) {
+    SCOPED_TRACE("dim=" + std::to_string(dim));
+    Task task;
+    task.batch = 2;
+    task.nq = 67;
+    task.nk = 131;
+    task.q_heads = 4;
+    task.kv_heads = 2;
+    task.dim = dim;
+    task.mask.causal = true;
+    task.mask.causal_shift = 64;
+    task.strided = true;
+    task.bf16 = true;
     ExpectMatchesBruteForce(task);
   }
 }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/register_blocks.h"
@@ -25,8 +26,10 @@
 // costs more than the scores: a thread then takes the split for every K/V
 // head, walking each key's rows of all heads in order, and scores K and adds
 // P V where the rows lie (at 64K keys, Hq=32, Hkv=8, 2 threads on the build
-// VM: 83-98 ms against 96-126). The split loop is compiled for AVX-512,
-// AVX2 + FMA and baseline x86-64 (target_clones) and chosen at load time.
+// VM: 83-98 ms against 96-126). K and V in bf16 are widened as they are read,
+// K where it lies and V into the chunk's copy. The split loop is compiled for
+// AVX-512, AVX2 + FMA and baseline x86-64 (target_clones) and chosen at load
+// time.
 
 namespace ringattn {
 namespace {
@@ -141,22 +144,22 @@ void MaskChunk(const Problem& p, int64_t c_begin, int64_t cols, float* s) {
 // the `count` keys of a chunk read where they lie (key c at k + c *
 // k_stride); the rest of the chunk's columns get -inf. For a single block of
 // rows this is cheaper than transposing the keys first.
-template <int kRows, int kDim>
+template <int kRows, int kDim, typename T>
 [[gnu::always_inline]] inline void ScoreKeysInPlace(const float* q,
                                                     int64_t q_stride,
-                                                    const float* k,
+                                                    const T* k,
                                                     int64_t k_stride,
                                                     int64_t count, float* s) {
   constexpr int kLanes = 8;
   static_assert(kDim > 0 && kDim % kLanes == 0,
                 "head dim must be a multiple of 8");
   for (int64_t c = 0; c < count; ++c) {
-    const float* k_row = k + c * k_stride;
+    const T* k_row = k + c * k_stride;
     float acc[kRows][kLanes] = {};
     for (int d0 = 0; d0 < kDim; d0 += kLanes) {
       for (int r = 0; r < kRows; ++r) {
         for (int j = 0; j < kLanes; ++j) {
-          acc[r][j] += q[r * q_stride + d0 + j] * k_row[d0 + j];
+          acc[r][j] += q[r * q_stride + d0 + j] * Widen(k_row[d0 + j]);
         }
       }
     }
@@ -176,13 +179,15 @@ template <int kRows, int kDim>
 // ([padded_rows][padded_dim]) and natural-log LSE ([padded_rows]) to its part
 // of `parts`. A chunk of keys is taken for all of the unit's heads in turn
 // while its rows are in cache. kDim is the head dim when fixed at compile
-// time, 0 for any.
-template <int kDim>
+// time, 0 for any; T is how K and V are held: float, or uint16_t for bf16.
+template <int kDim, typename T>
 [[gnu::always_inline]] inline void AttendSplitFor(const Problem& p, int64_t b,
                                                   int64_t g_begin,
                                                   int64_t split, float* scratch,
                                                   float* parts) {
   const BlockAttentionArgs& args = *p.args;
+  const View<const T>& keys = args.k.As<T>();
+  const View<const T>& values = args.v.As<T>();
   const int64_t dim = kDim > 0 ? kDim : p.dim;
   const int64_t pd = kDim > 0 ? kDim : p.padded_dim;
   const int64_t rows = p.padded_rows;
@@ -190,6 +195,8 @@ template <int kDim>
   // K and V read where they lie (a unit of every head, one block of rows,
   // head dim 64 or 128).
   const bool in_place = kDim > 0 && p.unit_heads > 1 && rows == kRowBlock;
+  // V is summed where it lies only in fp32.
+  const bool v_in_place = in_place && std::is_same_v<T, float>;
   float* kt = scratch + p.unit_heads * state_floats;  // [pd][kKeyChunk]
   float* vc = kt + pd * kKeyChunk;  // [kKeyChunk][pd], V of a chunk
   float* s = vc + kKeyChunk * pd;   // [rows][kKeyChunk]
@@ -242,9 +249,9 @@ template <int kDim>
     const int64_t next = c0 + kKeyChunk;
     for (int64_t c = next; c < std::min(key_end, next + kKeyChunk); ++c) {
       for (int64_t g = g_begin; g < g_end; ++g) {
-        const char* k_row = reinterpret_cast<const char*>(args.k.Row(b, c, g));
-        const char* v_row = reinterpret_cast<const char*>(args.v.Row(b, c, g));
-        for (int64_t byte = 0; byte < dim * 4; byte += 64) {
+        const char* k_row = reinterpret_cast<const char*>(keys.Row(b, c, g));
+        const char* v_row = reinterpret_cast<const char*>(values.Row(b, c, g));
+        for (int64_t byte = 0; byte < dim * int64_t{sizeof(T)}; byte += 64) {
           __builtin_prefetch(k_row + byte);
           __builtin_prefetch(v_row + byte);
         }
@@ -256,21 +263,23 @@ template <int kDim>
       const State st = state(g - g_begin);
       if (in_place) {
         if constexpr (kDim > 0) {
-          ScoreKeysInPlace<kRowBlock, kDim>(st.q, pd, args.k.Row(b, c0, g),
-                                            args.k.seq_stride(), cols, s);
+          ScoreKeysInPlace<kRowBlock, kDim>(st.q, pd, keys.Row(b, c0, g),
+                                            keys.seq_stride(), cols, s);
         }
       } else {
         // K^T, kTransposeBlock keys at a time so that each store is
         // contiguous; columns past `cols` repeat the last key (masked
         // below).
         for (int64_t c = 0; c < kKeyChunk; c += kTransposeBlock) {
-          const float* k_rows[kTransposeBlock];
+          const T* k_rows[kTransposeBlock];
           for (int j = 0; j < kTransposeBlock; ++j) {
-            k_rows[j] = args.k.Row(b, c0 + std::min(c + j, cols - 1), g);
+            k_rows[j] = keys.Row(b, c0 + std::min(c + j, cols - 1), g);
           }
           for (int64_t d = 0; d < dim; ++d) {
             float* to = kt + d * kKeyChunk + c;
-            for (int j = 0; j < kTransposeBlock; ++j) to[j] = k_rows[j][d];
+            for (int j = 0; j < kTransposeBlock; ++j) {
+              to[j] = Widen(k_rows[j][d]);
+            }
           }
         }
         for (int64_t r = 0; r < rows; r += kRowBlock) {
@@ -280,18 +289,22 @@ template <int kDim>
           }
         }
       }
-      // V where it lies along with K, else a padded copy.
-      const float* v_chunk = args.v.Row(b, c0, g);
-      int64_t v_stride = args.v.seq_stride();
-      if (!in_place) {
+      // V where it lies along with K, else a padded fp32 copy.
+      const float* v_chunk = vc;
+      int64_t v_stride = pd;
+      if constexpr (std::is_same_v<T, float>) {
+        if (v_in_place) {
+          v_chunk = values.Row(b, c0, g);
+          v_stride = values.seq_stride();
+        }
+      }
+      if (!v_in_place) {
         for (int64_t c = 0; c < cols; ++c) {
-          const float* v_row = args.v.Row(b, c0 + c, g);
+          const T* v_row = values.Row(b, c0 + c, g);
           float* to = vc + c * pd;
-          std::copy(v_row, v_row + dim, to);
+          for (int64_t d = 0; d < dim; ++d) to[d] = Widen(v_row[d]);
           std::fill(to + dim, to + pd, 0.0f);
         }
-        v_chunk = vc;
-        v_stride = pd;
       }
       if (masked) MaskChunk(p, c0, cols, s);
       for (int64_t r = 0; r < rows; ++r) {
@@ -350,15 +363,19 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3",
                              "default"))) void
 AttendSplit(const Problem& p, int64_t b, int64_t g_begin, int64_t split,
             float* scratch, float* parts) {
+  const bool bf16 = p.args->k.is_bf16();
   switch (p.dim) {
     case 64:
-      AttendSplitFor<64>(p, b, g_begin, split, scratch, parts);
+      bf16 ? AttendSplitFor<64, uint16_t>(p, b, g_begin, split, scratch, parts)
+           : AttendSplitFor<64, float>(p, b, g_begin, split, scratch, parts);
       return;
     case 128:
-      AttendSplitFor<128>(p, b, g_begin, split, scratch, parts);
+      bf16 ? AttendSplitFor<128, uint16_t>(p, b, g_begin, split, scratch, parts)
+           : AttendSplitFor<128, float>(p, b, g_begin, split, scratch, parts);
       return;
     default:
-      AttendSplitFor<0>(p, b, g_begin, split, scratch, parts);
+      bf16 ? AttendSplitFor<0, uint16_t>(p, b, g_begin, split, scratch, parts)
+           : AttendSplitFor<0, float>(p, b, g_begin, split, scratch, parts);
   }
 }
 

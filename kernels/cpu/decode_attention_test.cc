@@ -1,7 +1,8 @@
 // DecodeAttention against the float64 reference (reference_attention.h) on
 // fresh random inputs in [-1, 1): few query rows (1, 3, 17) and more, prime key
 // counts, head dims 64, 80, 128 and odd ones, GQA and MQA, causal and dense,
-// strided slices; and against BlockAttention on a block-sparse task at
+// strided slices, K and V in fp32 and in bf16 (the reference then takes the
+// same bf16 values); and against BlockAttention on a block-sparse task at
 // non-zero positions. fp32 tolerance: |o - ref| <= 2e-5 * (1 + |ref|), the
 // same for LSE; rows that see no key exactly O = 0, LSE = -inf. Outputs are
 // NaN-filled before each run.
@@ -17,6 +18,7 @@
 
 #include "core/attention_spec.h"
 #include "core/block_mask.h"
+#include "core/dtype.h"
 #include "core/random_tensor.h"
 #include "core/tensor.h"
 #include "gtest/gtest.h"
@@ -39,6 +41,7 @@ struct Case {
   int64_t dim = 64;
   bool causal = false;
   bool strided = false;  // q, k, v are slices of longer tensors
+  bool bf16 = false;     // k and v held in bf16
 };
 
 // `shape` as a view into a random tensor, or into the middle of a longer one.
@@ -49,6 +52,33 @@ View<const float> RandomView(Shape shape, bool strided, std::mt19937& rng,
   storage.push_back(RandomTensor(full, rng));
   View<const float> view = storage.back().view();
   return strided ? view.Slice(3, 3 + shape.seq) : view;
+}
+
+// Rounds `rows` to bf16: returns them as bf16 bits (kept in `bits`, strided
+// like a slice of a longer tensor when `strided`) and leaves the same values
+// widened to fp32 in `widened`, for the reference.
+KvView RoundToBFloat16(View<const float> rows, bool strided,
+                       std::vector<Tensor<uint16_t>>& bits,
+                       std::vector<Tensor<float>>& widened) {
+  const Shape shape = rows.shape();
+  Shape full = shape;
+  if (strided) full.seq += 7;
+  bits.emplace_back(full);
+  widened.emplace_back(shape);
+  const int64_t first = strided ? 3 : 0;
+  const View<uint16_t> to = bits.back().view().Slice(first, first + shape.seq);
+  for (int64_t b = 0; b < shape.batch; ++b) {
+    for (int64_t n = 0; n < shape.seq; ++n) {
+      for (int64_t h = 0; h < shape.heads; ++h) {
+        for (int64_t d = 0; d < shape.dim; ++d) {
+          to.At(b, n, h, d) = FloatToBFloat16(rows.At(b, n, h, d));
+          widened.back().view().At(b, n, h, d) =
+              BFloat16ToFloat(to.At(b, n, h, d));
+        }
+      }
+    }
+  }
+  return KvView::BFloat16(to);
 }
 
 ::testing::AssertionResult Near(const char* what, int64_t index, double got,
@@ -71,10 +101,20 @@ TEST_P(DecodeAttentionTest, MatchesFloat64Reference) {
   BlockAttentionArgs args;
   args.q = RandomView({c.batch, c.nq, c.q_heads, c.dim}, c.strided, rng,
                       storage);
-  args.k = RandomView({c.batch, c.nk, c.kv_heads, c.dim}, c.strided, rng,
-                      storage);
-  args.v = RandomView({c.batch, c.nk, c.kv_heads, c.dim}, c.strided, rng,
-                      storage);
+  View<const float> k = RandomView({c.batch, c.nk, c.kv_heads, c.dim},
+                                  c.strided, rng, storage);
+  View<const float> v = RandomView({c.batch, c.nk, c.kv_heads, c.dim},
+                                  c.strided, rng, storage);
+  args.k = k;
+  args.v = v;
+  std::vector<Tensor<uint16_t>> bits;
+  std::vector<Tensor<float>> widened;
+  if (c.bf16) {
+    args.k = RoundToBFloat16(k, c.strided, bits, widened);
+    args.v = RoundToBFloat16(v, c.strided, bits, widened);
+    k = widened[0].view();
+    v = widened[1].view();
+  }
   args.scale = 1.0f / std::sqrt(static_cast<float>(c.dim));
   args.mask.causal = c.causal;
   args.mask.causal_shift = c.nk - c.nq;
@@ -94,8 +134,7 @@ TEST_P(DecodeAttentionTest, MatchesFloat64Reference) {
   spec.causal = c.causal;
   Tensor<double> want_o(o.shape());
   Tensor<double> want_lse(lse.shape());
-  ReferenceAttention(spec, args.q, args.k, args.v, want_o.view(),
-                     want_lse.view());
+  ReferenceAttention(spec, args.q, k, v, want_o.view(), want_lse.view());
   for (int64_t i = 0; i < o.shape().NumElements(); ++i) {
     ASSERT_TRUE(Near("o", i, o.data()[i], want_o.data()[i])) << "seed " << seed;
   }
@@ -120,6 +159,12 @@ std::vector<Case> Cases() {
       {"NoKeys", 1, 3, 0, 4, 2, 64, false},
       {"LongerQueryBlock", 1, 100, 1009, 4, 2, 128, true},
       {"Dim256", 1, 2, 3001, 2, 1, 256, true},
+      // K and V in bf16: read in place (one row of 4-to-1 GQA at D 128 and
+      // 64, strided), transposed, and at an odd head dim.
+      {"Bf16OneRowGqaCausal", 1, 1, 4099, 32, 8, 128, true, false, true},
+      {"Bf16OneRowGqaStrided", 2, 1, 3001, 8, 2, 64, true, true, true},
+      {"Bf16SeventeenRowsDim80", 2, 17, 2003, 6, 2, 80, true, false, true},
+      {"Bf16OddDimStrided", 2, 3, 1009, 4, 2, 37, false, true, true},
   };
 }
 

@@ -83,8 +83,8 @@ void RunDilatedTask(const AttentionSpec& spec, const AttentionTask& task,
       const int64_t kv_head = spec.KvHeadOf(h);
       BlockAttentionArgs args;
       args.q = StridedHead(buffers.q, q_first, r, kq.count, h);
-      args.k = StridedHead(buffers.k, k_first, r, kk.count, kv_head);
-      args.v = StridedHead(buffers.v, k_first, r, kk.count, kv_head);
+      args.k = StridedHead(buffers.k.f32(), k_first, r, kk.count, kv_head);
+      args.v = StridedHead(buffers.v.f32(), k_first, r, kk.count, kv_head);
       // Positions counted in kept rows of the segment, so causal stays a plain
       // shift.
       const int64_t origin = segment.begin + offset;

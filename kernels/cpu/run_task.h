@@ -12,6 +12,7 @@
 #include "core/block_mask.h"
 #include "core/ring_plan.h"
 #include "core/tensor.h"
+#include "kernels/cpu/kv_view.h"
 
 namespace ringattn {
 
@@ -20,8 +21,9 @@ namespace ringattn {
 // started at 0 / -inf).
 struct WorkerBuffers {
   View<const float> q;
-  View<const float> k;
-  View<const float> v;
+  // fp32, or bf16 for any task but a dilated one.
+  KvView k;
+  KvView v;
   View<float> o;
   View<float> lse;
   // One task's partial result before it is merged; grown when a task needs
