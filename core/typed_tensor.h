@@ -31,6 +31,10 @@ class TypedView {
     return shape_.heads * shape_.dim * DTypeSize(dtype_);
   }
   int64_t bytes() const { return shape_.batch * shape_.seq * row_bytes(); }
+  // The values as fp32; requires dtype() == kFloat32.
+  View<float> floats() const {
+    return View<float>(reinterpret_cast<float*>(data_), shape_);
+  }
   // The heads * dim values of token row (b, n).
   char* Row(int64_t b, int64_t n) const {
     return data_ + (b * shape_.seq + n) * row_bytes();
@@ -58,9 +62,7 @@ class TypedTensor {
   const Shape& shape() const { return shape_; }
   TypedView view() const { return TypedView(dtype_, data_, shape_); }
   // The values as fp32; requires dtype() == kFloat32.
-  View<float> floats() const {
-    return View<float>(reinterpret_cast<float*>(data_), shape_);
-  }
+  View<float> floats() const { return view().floats(); }
 
  private:
   DType dtype_ = DType::kFloat32;

@@ -188,6 +188,59 @@ TEST_F(Contexts, DecodeStepsAppendAndAttendInOneCall) {
   EXPECT_TRUE(client->DeleteContext("chat").ok());
 }
 
+// The total peak memory the workers reported for a request.
+int64_t WorkersPeakBytes(const v1::Summary& summary) {
+  int64_t total = 0;
+  for (const v1::WorkerUsage& worker : summary.workers()) {
+    total += worker.peak_bytes();
+  }
+  return total;
+}
+
+// Broadcast-Q decode steps against a context uploaded in bf16, their new rows
+// in bf16 too: the workers keep K and V at that width (half the bytes of an
+// fp32 copy) and the results match the reference on the same bf16 values.
+TEST_F(Contexts, Bf16ContextsAreReadInBf16ByBroadcastQ) {
+  const int64_t n = 223, steps = 2;
+  const AttentionSpec full = ContextSpec(n + steps, n + steps, true);
+  const RandomInputs all = MakeRandomInputs(full, 90, v1::BF16);
+  std::unique_ptr<Client> client = cluster_->NewClient();
+  const RandomInputs prefix = KvPrefix(all, n);
+  for (const char* name : {"bf16", "fp32"}) {
+    const v1::DType wire = std::string(name) == "bf16" ? v1::BF16 : v1::FP32;
+    ASSERT_TRUE(
+        client->CreateContext(name, prefix.k.view(), prefix.v.view(), wire)
+            .ok());
+  }
+  for (int64_t step = 0; step < steps; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    const int64_t length = n + step + 1;
+    const AttentionSpec spec = ContextSpec(1, length, true);
+    RandomInputs in =
+        MakeRandomInputs(spec, 91 + static_cast<uint32_t>(step), v1::BF16);
+    CopyView(all.k.view().Slice(0, length), in.k.view());
+    CopyView(all.v.view().Slice(0, length), in.v.view());
+    int64_t peak_bytes[2] = {};
+    for (int wide = 0; wide < 2; ++wide) {
+      v1::AttentionSpec request = RequestSpec(spec, wide ? v1::FP32 : v1::BF16);
+      request.set_strategy(v1::BROADCAST_Q);
+      absl::StatusOr<AttendResult> result =
+          client->Query(wide ? "fp32" : "bf16", request, in.q.view(),
+                        in.k.view().Slice(length - 1, length),
+                        in.v.view().Slice(length - 1, length));
+      ASSERT_TRUE(result.ok()) << result.status();
+      EXPECT_EQ(result->summary.strategy(), v1::BROADCAST_Q);
+      ExpectMatchesReference(spec, in, *result);
+      peak_bytes[wide] = WorkersPeakBytes(result->summary);
+    }
+    // K and V of every position, 2 bytes a value fewer.
+    EXPECT_EQ(peak_bytes[1] - peak_bytes[0], 2 * length * 2 * 80 * 2);
+  }
+  for (const char* name : {"bf16", "fp32"}) {
+    EXPECT_TRUE(client->DeleteContext(name).ok());
+  }
+}
+
 // Decode steps cut short by their deadline at every point (before, while and
 // after the workers store the new row): a step that fails leaves the context
 // as it was, with no row left behind on any worker, so the steps after it

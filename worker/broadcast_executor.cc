@@ -8,9 +8,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "core/dtype.h"
 #include "core/ring_plan.h"
 #include "core/status_macros.h"
 #include "core/strategy_support.h"
+#include "kernels/cpu/kv_view.h"
 #include "kernels/cpu/run_task.h"
 #include "worker/executor_memory.h"
 #include "worker/task_flops.h"
@@ -22,29 +24,45 @@ ShardLayout AllQueries(int64_t q_len) {
   return ShardLayout::FromChunks(q_len, {{Range{0, q_len}}});
 }
 
+// The kernels' view of K or V held in fp32 or bf16.
+KvView AsKv(const TypedTensor& rows) {
+  if (rows.dtype() == DType::kBFloat16) {
+    return KvView::BFloat16(View<const uint16_t>(
+        reinterpret_cast<const uint16_t*>(rows.view().data()), rows.shape()));
+  }
+  return rows.floats();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<BroadcastExecutor>> BroadcastExecutor::Create(
     const AttentionSpec& spec, int rank, int world_size,
-    std::optional<ShardLayout> kv_layout) {
+    std::optional<ShardLayout> kv_layout, DType kv_dtype) {
   RINGATTN_RETURN_IF_ERROR(spec.Validate());
+  if (kv_dtype != DType::kFloat32 && kv_dtype != DType::kBFloat16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a CPU worker holds K and V in fp32 or bf16, not ",
+                     DTypeName(kv_dtype)));
+  }
   RINGATTN_RETURN_IF_ERROR(CheckBroadcastQSupports(spec));
   RINGATTN_RETURN_IF_ERROR(CheckRank(rank, world_size));
   absl::StatusOr<ShardLayout> layout =
       KvLayoutFor(spec, world_size, std::move(kv_layout));
   if (!layout.ok()) return layout.status();
   kv_layout = std::move(*layout);
-  const int64_t bytes = BytesNeeded(spec, rank, world_size, &*kv_layout);
+  const int64_t bytes =
+      BytesNeeded(spec, rank, world_size, &*kv_layout, kv_dtype);
   RINGATTN_RETURN_IF_ERROR(
       CheckExecutorBytes(bytes, rank, world_size, "all query rows"));
   return AllocateExecutor<BroadcastExecutor>(bytes, rank, [&] {
-    return new BroadcastExecutor(spec, rank, std::move(*kv_layout));
+    return new BroadcastExecutor(spec, rank, std::move(*kv_layout), kv_dtype);
   });
 }
 
 int64_t BroadcastExecutor::BytesNeeded(const AttentionSpec& spec, int rank,
                                        int world_size,
-                                       const ShardLayout* kv_layout) {
+                                       const ShardLayout* kv_layout,
+                                       DType kv_dtype) {
   // In double, so that absurd shapes saturate instead of overflowing.
   const double kv_rows = static_cast<double>(
       kv_layout != nullptr
@@ -56,13 +74,13 @@ int64_t BroadcastExecutor::BytesNeeded(const AttentionSpec& spec, int rank,
   const double kv_values = 2 * batch * kv_rows * spec.kv_heads * spec.head_dim;
   // Q, O and the LSE; the own K/V; the kernels' scratch (at most one more O
   // and LSE).
-  const double bytes =
-      sizeof(float) * (3 * q_values + 2 * lse_values + kv_values);
+  const double bytes = sizeof(float) * (3 * q_values + 2 * lse_values) +
+                       DTypeSize(kv_dtype) * kv_values;
   return SaturatedBytes(bytes);
 }
 
 BroadcastExecutor::BroadcastExecutor(const AttentionSpec& spec, int rank,
-                                     ShardLayout kv_layout)
+                                     ShardLayout kv_layout, DType kv_dtype)
     : spec_(spec),
       rank_(rank),
       q_layout_(AllQueries(spec.q_len)),
@@ -73,8 +91,8 @@ BroadcastExecutor::BroadcastExecutor(const AttentionSpec& spec, int rank,
   const Shape kv_shape{spec.batch, kv_layout_.ShardLength(rank), spec.kv_heads,
                        spec.head_dim};
   q_ = Tensor<float>(q_shape);
-  k_ = TypedTensor(DType::kFloat32, kv_shape);
-  v_ = TypedTensor(DType::kFloat32, kv_shape);
+  k_ = TypedTensor(kv_dtype, kv_shape);
+  v_ = TypedTensor(kv_dtype, kv_shape);
   o_ = Tensor<float>(q_shape);
   lse_ = Tensor<float>(Shape{q_shape.batch, q_shape.seq, q_shape.heads, 1});
   std::fill(lse_.values().begin(), lse_.values().end(), -INFINITY);
@@ -87,11 +105,11 @@ absl::StatusOr<RingOutput> BroadcastExecutor::Run(
   }
   ran_ = true;
   RingRunStats stats;
-  stats.peak_bytes =
-      BytesNeeded(spec_, rank_, kv_layout_.num_workers(), &kv_layout_);
+  stats.peak_bytes = BytesNeeded(spec_, rank_, kv_layout_.num_workers(),
+                                 &kv_layout_, k_.dtype());
   stats.steps = 1;
   const absl::Time start = absl::Now();
-  const WorkerBuffers buffers{q_.view(), k_.floats(), v_.floats(),
+  const WorkerBuffers buffers{q_.view(), AsKv(k_),    AsKv(v_),
                               o_.view(), lse_.view(), &task_scratch_};
   for (const AttentionTask& task : plan_.Step(0, 0).tasks) {
     if (cancelled != nullptr && cancelled->load()) {

@@ -1,7 +1,8 @@
 // The broadcast-Q executor: p ranks each compute every query against their own
 // K/V shard; their partials merged by log-sum-exp must match the float64
 // reference (|x - ref| <= 2e-5 * (1 + |ref|)), and rows that see none of a
-// rank's keys come back O = 0, LSE = -inf.
+// rank's keys come back O = 0, LSE = -inf. With K/V held in bf16 the
+// reference takes the same bf16 values.
 
 #include "worker/broadcast_executor.h"
 
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/random_tensor.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/merge_with_lse.h"
@@ -22,15 +24,29 @@ namespace {
 
 constexpr double kTolerance = 2e-5;
 
-// Copies the rows of `chunks` of `from` ([B, N, H, D]) into `to` in order.
+// Copies the rows of `chunks` of `from` ([B, N, H, D]) into `to` in order,
+// converted to its dtype.
 void CopyChunks(const Tensor<float>& from, const std::vector<Range>& chunks,
-                View<float> to) {
+                TypedView to) {
+  const Shape& shape = from.shape();
+  const int64_t values = shape.heads * shape.dim;
   int64_t row = 0;
   for (const Range& chunk : chunks) {
-    CopyView(from.view().Slice(chunk.begin, chunk.end),
-             to.Slice(row, row + chunk.size()));
+    for (int64_t b = 0; b < shape.batch; ++b) {
+      ConvertDType(DType::kFloat32, from.view().Row(b, chunk.begin, 0),
+                   to.dtype(), to.Row(b, row), chunk.size() * values);
+    }
     row += chunk.size();
   }
+}
+
+// The values of `t` rounded to bf16.
+Tensor<float> RoundedToBFloat16(const Tensor<float>& t) {
+  Tensor<float> rounded(t.shape());
+  for (size_t i = 0; i < t.values().size(); ++i) {
+    rounded.values()[i] = BFloat16ToFloat(FloatToBFloat16(t.values()[i]));
+  }
+  return rounded;
 }
 
 AttentionSpec Spec(int64_t nq, int64_t nk, int64_t kv_heads, bool causal) {
@@ -46,20 +62,26 @@ AttentionSpec Spec(int64_t nq, int64_t nk, int64_t kv_heads, bool causal) {
 
 // Runs all `p` ranks and checks their merged output against the reference.
 void ExpectMergedMatchesReference(const AttentionSpec& spec, int p,
-                                  uint32_t seed) {
+                                  uint32_t seed,
+                                  DType kv_dtype = DType::kFloat32) {
   const Shape q_shape{spec.batch, spec.q_len, spec.q_heads, spec.head_dim};
   const Shape kv_shape{spec.batch, spec.kv_len, spec.kv_heads, spec.head_dim};
   const Tensor<float> q = RandomTensor(q_shape, seed);
-  const Tensor<float> k = RandomTensor(kv_shape, seed + 1);
-  const Tensor<float> v = RandomTensor(kv_shape, seed + 2);
+  Tensor<float> k = RandomTensor(kv_shape, seed + 1);
+  Tensor<float> v = RandomTensor(kv_shape, seed + 2);
+  if (kv_dtype == DType::kBFloat16) {
+    k = RoundedToBFloat16(k);
+    v = RoundedToBFloat16(v);
+  }
   Tensor<float> o(q_shape);
   Tensor<float> lse(Shape{spec.batch, spec.q_len, spec.q_heads, 1});
   std::fill(lse.values().begin(), lse.values().end(), -INFINITY);
   for (int rank = 0; rank < p; ++rank) {
     absl::StatusOr<std::unique_ptr<BroadcastExecutor>> executor =
-        BroadcastExecutor::Create(spec, rank, p);
+        BroadcastExecutor::Create(spec, rank, p, std::nullopt, kv_dtype);
     ASSERT_TRUE(executor.ok()) << executor.status();
     BroadcastExecutor& e = **executor;
+    ASSERT_EQ(e.k().dtype(), kv_dtype);
     CopyView(q.view(), e.q());
     CopyChunks(k, e.kv_layout().Chunks(rank), e.k());
     CopyChunks(v, e.kv_layout().Chunks(rank), e.v());
@@ -105,6 +127,27 @@ TEST(BroadcastExecutor, MergedPartialsMatchReference) {
   }
 }
 
+TEST(BroadcastExecutor, Bf16KeysAndValuesMatchReference) {
+  for (int64_t nq : {1, 3, 17, 300}) {
+    SCOPED_TRACE("Nq=" + std::to_string(nq));
+    ExpectMergedMatchesReference(Spec(nq, 307, 2, true), 3,
+                                 static_cast<uint32_t>(nq), DType::kBFloat16);
+  }
+  // One row of 4-to-1 GQA at D=128: the decode kernel reads K in place.
+  AttentionSpec decode = Spec(1, 1031, 2, true);
+  decode.head_dim = 128;
+  ExpectMergedMatchesReference(decode, 2, 5, DType::kBFloat16);
+}
+
+TEST(BroadcastExecutor, BytesNeededCountsTheKvDtype) {
+  const AttentionSpec spec = Spec(1, 4096, 2, true);
+  const int64_t fp32 = BroadcastExecutor::BytesNeeded(spec, 0, 1);
+  const int64_t bf16 =
+      BroadcastExecutor::BytesNeeded(spec, 0, 1, nullptr, DType::kBFloat16);
+  // K and V: 2 x 4096 x 2 x 80 values, 2 bytes fewer each.
+  EXPECT_EQ(fp32 - bf16, 2 * 4096 * 2 * 80 * 2);
+}
+
 TEST(BroadcastExecutor, MoreWorkersThanKeys) {
   ExpectMergedMatchesReference(Spec(3, 2, 2, true), 4, 9);
 }
@@ -116,8 +159,8 @@ TEST(BroadcastExecutor, RowsThatSeeNoneOfTheShardAreEmpty) {
   absl::StatusOr<std::unique_ptr<BroadcastExecutor>> executor =
       BroadcastExecutor::Create(spec, 1, 3);
   ASSERT_TRUE(executor.ok()) << executor.status();
-  for (const View<float>& t :
-       {(*executor)->q(), (*executor)->k(), (*executor)->v()}) {
+  for (const View<float>& t : {(*executor)->q(), (*executor)->k().floats(),
+                               (*executor)->v().floats()}) {
     std::fill(t.data(), t.data() + t.shape().NumElements(), 0.5f);
   }
   absl::StatusOr<RingOutput> part = (*executor)->Run(nullptr);
@@ -143,6 +186,11 @@ TEST(BroadcastExecutor, RefusesPatternsItDoesNotRun) {
   EXPECT_EQ(
       BroadcastExecutor::Create(Spec(4, 16, 2, false), 2, 2).status().code(),
       absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(BroadcastExecutor::Create(Spec(4, 16, 2, false), 0, 2, std::nullopt,
+                                      DType::kFloat16)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

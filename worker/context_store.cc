@@ -124,6 +124,19 @@ absl::Status ContextStore::Copy(const std::string& name,
   return absl::OkStatus();
 }
 
+bool ContextStore::HoldsOnlyBFloat16(const std::string& name) {
+  absl::MutexLock lock(&mutex_);
+  auto found = contexts_.find(name);
+  if (found == contexts_.end()) return false;
+  for (const auto& [first, piece] : found->second.pieces) {
+    if (piece.k.dtype() != DType::kBFloat16 ||
+        piece.v.dtype() != DType::kBFloat16) {
+      return false;
+    }
+  }
+  return true;
+}
+
 int64_t ContextStore::bytes_in_use() {
   absl::MutexLock lock(&mutex_);
   return bytes_;

@@ -31,6 +31,10 @@ class ContextStore final : public ResidentContexts {
                               TypedTensor k, TypedTensor v) override;
   void Drop(const std::string& name, int64_t keep_length = 0) override;
 
+  // Whether every row context `name` holds is in bf16 (false for an unknown
+  // context).
+  bool HoldsOnlyBFloat16(const std::string& name);
+
   // Copies the rows of `chunks` (context positions, in order) into k and v
   // ([batch, total, kv_heads, head_dim], converted to their dtype). NOT_FOUND
   // for an unknown context, FAILED_PRECONDITION if this worker does not hold

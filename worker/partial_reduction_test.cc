@@ -81,9 +81,9 @@ std::vector<RingOutput> Partials(const Problem& in, int p) {
     int64_t row = 0;
     for (const Range& chunk : e.kv_layout().Chunks(rank)) {
       CopyView(in.k.view().Slice(chunk.begin, chunk.end),
-               e.k().Slice(row, row + chunk.size()));
+               e.k().floats().Slice(row, row + chunk.size()));
       CopyView(in.v.view().Slice(chunk.begin, chunk.end),
-               e.v().Slice(row, row + chunk.size()));
+               e.v().floats().Slice(row, row + chunk.size()));
       row += chunk.size();
     }
     absl::StatusOr<RingOutput> part = e.Run(/*cancelled=*/nullptr);

@@ -365,22 +365,41 @@ class ExecuteReactor final
     return absl::OkStatus();
   }
 
+  // Whether every K/V row this request reads is bf16 on its way in: its own
+  // rows (which include the rows it appends) and, for a query of a context,
+  // the rows the context holds now. They are then kept at that width, which
+  // loses nothing.
+  bool KvRowsAreBFloat16(const v1::ExecuteHeader& header) {
+    if (wire_dtype_ != DType::kBFloat16) return false;
+    if (header.has_append() && header.append().wire_dtype() != v1::BF16) {
+      return false;
+    }
+    return header.context().empty() ||
+           host_contexts_->HoldsOnlyBFloat16(header.context());
+  }
+
   // The rest of AcceptHeader for broadcast-Q: every query row and this rank's
-  // K/V shard, computed by a BroadcastExecutor without a ring.
+  // K/V shard, computed by a BroadcastExecutor without a ring. K/V rows that
+  // arrive in bf16 are kept and read in bf16: half the bytes to copy from a
+  // resident context and for the kernel to read.
   absl::Status AcceptBroadcastHeader(const v1::ExecuteHeader& header,
                                      std::optional<ShardLayout> kv_layout) {
+    const DType kv_dtype =
+        KvRowsAreBFloat16(header) ? DType::kBFloat16 : DType::kFloat32;
     RINGATTN_RETURN_IF_ERROR(ticket_.Reserve(BroadcastExecutor::BytesNeeded(
-        spec_, rank_, world_size_, kv_layout ? &*kv_layout : nullptr)));
+        spec_, rank_, world_size_, kv_layout ? &*kv_layout : nullptr,
+        kv_dtype)));
     absl::StatusOr<std::unique_ptr<BroadcastExecutor>> executor =
         BroadcastExecutor::Create(spec_, rank_, world_size_,
-                                  std::move(kv_layout));
+                                  std::move(kv_layout), kv_dtype);
     if (!executor.ok()) return executor.status();
     broadcast_executor_ = std::move(*executor);
     BroadcastExecutor& e = *broadcast_executor_;
     // The query rows form a world of one, held by its rank 0.
     StageShard(header, e.q_layout(), 0, TypedView(e.q()), e.kv_layout(), rank_,
-               TypedView(e.k()), TypedView(e.v()));
-    LogHeader("broadcast-Q", "", "bytes");
+               e.k(), e.v());
+    LogHeader("broadcast-Q", absl::StrCat(", K/V in ", DTypeName(kv_dtype)),
+              "bytes");
     return absl::OkStatus();
   }
 

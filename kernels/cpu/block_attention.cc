@@ -472,7 +472,8 @@ void PackKeysTransposed(const View<const T>& k, int key_tile, int64_t key_tiles,
           }
           for (int64_t d = 0; d < shape.dim; ++d) {
             float* out = tile + d * key_tile + c;
-            for (int j = 0; j < kTransposeBlock; ++j) out[j] = Widen(rows[j][d]);
+            for (int j = 0; j < kTransposeBlock; ++j)
+              out[j] = Widen(rows[j][d]);
           }
         }
       }

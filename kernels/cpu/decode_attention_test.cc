@@ -99,12 +99,12 @@ TEST_P(DecodeAttentionTest, MatchesFloat64Reference) {
   std::mt19937 rng(seed);
   std::vector<Tensor<float>> storage;
   BlockAttentionArgs args;
-  args.q = RandomView({c.batch, c.nq, c.q_heads, c.dim}, c.strided, rng,
-                      storage);
-  View<const float> k = RandomView({c.batch, c.nk, c.kv_heads, c.dim},
-                                  c.strided, rng, storage);
-  View<const float> v = RandomView({c.batch, c.nk, c.kv_heads, c.dim},
-                                  c.strided, rng, storage);
+  args.q =
+      RandomView({c.batch, c.nq, c.q_heads, c.dim}, c.strided, rng, storage);
+  View<const float> k =
+      RandomView({c.batch, c.nk, c.kv_heads, c.dim}, c.strided, rng, storage);
+  View<const float> v =
+      RandomView({c.batch, c.nk, c.kv_heads, c.dim}, c.strided, rng, storage);
   args.k = k;
   args.v = v;
   std::vector<Tensor<uint16_t>> bits;
@@ -168,9 +168,11 @@ std::vector<Case> Cases() {
   };
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, DecodeAttentionTest, ::testing::ValuesIn(Cases()),
-    [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Shapes, DecodeAttentionTest,
+                         ::testing::ValuesIn(Cases()),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return info.param.name;
+                         });
 
 // Block-sparse masks and global positions as in a ring task: the same result
 // as BlockAttention (itself tested against a brute force).
