@@ -197,11 +197,12 @@ int64_t WorkersPeakBytes(const v1::Summary& summary) {
   return total;
 }
 
-// Broadcast-Q decode steps against a context uploaded in bf16, their new rows
-// in bf16 too: the workers keep K and V at that width (half the bytes of an
-// fp32 copy) and the results match the reference on the same bf16 values.
-TEST_F(Contexts, Bf16ContextsAreReadInBf16ByBroadcastQ) {
-  const int64_t n = 223, steps = 2;
+// Broadcast-Q and pass-Q decode steps against a context uploaded in bf16,
+// their new rows in bf16 too: the workers keep K and V at that width (half the
+// bytes of an fp32 copy) and the results match the reference on the same bf16
+// values.
+TEST_F(Contexts, Bf16ContextsAreReadInBf16) {
+  const int64_t n = 223, steps = 4;
   const AttentionSpec full = ContextSpec(n + steps, n + steps, true);
   const RandomInputs all = MakeRandomInputs(full, 90, v1::BF16);
   std::unique_ptr<Client> client = cluster_->NewClient();
@@ -213,7 +214,9 @@ TEST_F(Contexts, Bf16ContextsAreReadInBf16ByBroadcastQ) {
             .ok());
   }
   for (int64_t step = 0; step < steps; ++step) {
-    SCOPED_TRACE("step " + std::to_string(step));
+    const v1::Strategy strategy = step % 2 ? v1::PASS_Q : v1::BROADCAST_Q;
+    SCOPED_TRACE("step " + std::to_string(step) + " " +
+                 v1::Strategy_Name(strategy));
     const int64_t length = n + step + 1;
     const AttentionSpec spec = ContextSpec(1, length, true);
     RandomInputs in =
@@ -223,13 +226,13 @@ TEST_F(Contexts, Bf16ContextsAreReadInBf16ByBroadcastQ) {
     int64_t peak_bytes[2] = {};
     for (int wide = 0; wide < 2; ++wide) {
       v1::AttentionSpec request = RequestSpec(spec, wide ? v1::FP32 : v1::BF16);
-      request.set_strategy(v1::BROADCAST_Q);
+      request.set_strategy(strategy);
       absl::StatusOr<AttendResult> result =
           client->Query(wide ? "fp32" : "bf16", request, in.q.view(),
                         in.k.view().Slice(length - 1, length),
                         in.v.view().Slice(length - 1, length));
       ASSERT_TRUE(result.ok()) << result.status();
-      EXPECT_EQ(result->summary.strategy(), v1::BROADCAST_Q);
+      EXPECT_EQ(result->summary.strategy(), strategy);
       ExpectMatchesReference(spec, in, *result);
       peak_bytes[wide] = WorkersPeakBytes(result->summary);
     }

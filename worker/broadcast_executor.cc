@@ -12,8 +12,8 @@
 #include "core/ring_plan.h"
 #include "core/status_macros.h"
 #include "core/strategy_support.h"
-#include "kernels/cpu/kv_view.h"
 #include "kernels/cpu/run_task.h"
+#include "worker/cpu_kv_dtype.h"
 #include "worker/executor_memory.h"
 #include "worker/task_flops.h"
 
@@ -24,26 +24,13 @@ ShardLayout AllQueries(int64_t q_len) {
   return ShardLayout::FromChunks(q_len, {{Range{0, q_len}}});
 }
 
-// The kernels' view of K or V held in fp32 or bf16.
-KvView AsKv(const TypedTensor& rows) {
-  if (rows.dtype() == DType::kBFloat16) {
-    return KvView::BFloat16(View<const uint16_t>(
-        reinterpret_cast<const uint16_t*>(rows.view().data()), rows.shape()));
-  }
-  return rows.floats();
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<BroadcastExecutor>> BroadcastExecutor::Create(
     const AttentionSpec& spec, int rank, int world_size,
     std::optional<ShardLayout> kv_layout, DType kv_dtype) {
   RINGATTN_RETURN_IF_ERROR(spec.Validate());
-  if (kv_dtype != DType::kFloat32 && kv_dtype != DType::kBFloat16) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a CPU worker holds K and V in fp32 or bf16, not ",
-                     DTypeName(kv_dtype)));
-  }
+  RINGATTN_RETURN_IF_ERROR(CheckCpuKvDType(spec, kv_dtype));
   RINGATTN_RETURN_IF_ERROR(CheckBroadcastQSupports(spec));
   RINGATTN_RETURN_IF_ERROR(CheckRank(rank, world_size));
   absl::StatusOr<ShardLayout> layout =
@@ -109,8 +96,8 @@ absl::StatusOr<RingOutput> BroadcastExecutor::Run(
                                  &kv_layout_, k_.dtype());
   stats.steps = 1;
   const absl::Time start = absl::Now();
-  const WorkerBuffers buffers{q_.view(), AsKv(k_),    AsKv(v_),
-                              o_.view(), lse_.view(), &task_scratch_};
+  const WorkerBuffers buffers{q_.view(), CpuKvView(k_), CpuKvView(v_),
+                              o_.view(), lse_.view(),   &task_scratch_};
   for (const AttentionTask& task : plan_.Step(0, 0).tasks) {
     if (cancelled != nullptr && cancelled->load()) {
       return absl::CancelledError(absl::StrCat(

@@ -9,6 +9,7 @@
 #include "absl/time/time.h"
 #include "core/status_macros.h"
 #include "kernels/cpu/run_task.h"
+#include "worker/cpu_kv_dtype.h"
 #include "worker/executor_memory.h"
 #include "worker/task_flops.h"
 
@@ -25,23 +26,25 @@ int64_t Modulo(int64_t x, int64_t m) { return ((x % m) + m) % m; }
 
 absl::StatusOr<std::unique_ptr<PassQExecutor>> PassQExecutor::Create(
     const AttentionSpec& spec, int rank, int world_size,
-    std::optional<ShardLayout> kv_layout) {
+    std::optional<ShardLayout> kv_layout, DType kv_dtype) {
   RINGATTN_RETURN_IF_ERROR(spec.Validate());
   RINGATTN_RETURN_IF_ERROR(CheckRank(rank, world_size));
+  RINGATTN_RETURN_IF_ERROR(CheckCpuKvDType(spec, kv_dtype));
   absl::StatusOr<ShardLayout> layout =
       KvLayoutFor(spec, world_size, std::move(kv_layout));
   if (!layout.ok()) return layout.status();
-  const int64_t bytes = BytesNeeded(spec, rank, world_size, &*layout);
+  const int64_t bytes = BytesNeeded(spec, rank, world_size, &*layout, kv_dtype);
   RINGATTN_RETURN_IF_ERROR(
       CheckExecutorBytes(bytes, rank, world_size, "its share"));
   return AllocateExecutor<PassQExecutor>(bytes, rank, [&] {
-    return new PassQExecutor(spec, rank, world_size, std::move(*layout));
+    return new PassQExecutor(spec, rank, world_size, std::move(*layout),
+                             kv_dtype);
   });
 }
 
 int64_t PassQExecutor::BytesNeeded(const AttentionSpec& spec, int rank,
-                                   int world_size,
-                                   const ShardLayout* kv_layout) {
+                                   int world_size, const ShardLayout* kv_layout,
+                                   DType kv_dtype) {
   // In double, so that absurd shapes saturate instead of overflowing.
   const ShardLayout q_layout = QueryLayoutFor(spec, world_size);
   const double batch = static_cast<double>(spec.batch);
@@ -57,14 +60,16 @@ int64_t PassQExecutor::BytesNeeded(const AttentionSpec& spec, int rank,
   const double block_values =
       batch * largest_rows * spec.q_heads * spec.head_dim +
       largest_rows * row_values;
-  const double values = 2 * block_values +
-                        2 * batch * kv_rows * spec.kv_heads * spec.head_dim +
-                        own_rows * row_values + largest_rows * row_values;
-  return SaturatedBytes(sizeof(float) * values);
+  const double values =
+      2 * block_values + own_rows * row_values + largest_rows * row_values;
+  const double kv_values = 2 * batch * kv_rows * spec.kv_heads * spec.head_dim;
+  return SaturatedBytes(sizeof(float) * values +
+                        DTypeSize(kv_dtype) * kv_values);
 }
 
 PassQExecutor::PassQExecutor(const AttentionSpec& spec, int rank,
-                             int world_size, ShardLayout kv_layout)
+                             int world_size, ShardLayout kv_layout,
+                             DType kv_dtype)
     : spec_(spec),
       rank_(rank),
       world_size_(world_size),
@@ -78,8 +83,8 @@ PassQExecutor::PassQExecutor(const AttentionSpec& spec, int rank,
                .TasksAgainstBlock(rank);
   const Shape kv_shape{spec.batch, kv_layout_.ShardLength(rank), spec.kv_heads,
                        spec.head_dim};
-  k_ = TypedTensor(DType::kFloat32, kv_shape);
-  v_ = TypedTensor(DType::kFloat32, kv_shape);
+  k_ = TypedTensor(kv_dtype, kv_shape);
+  v_ = TypedTensor(kv_dtype, kv_shape);
   int64_t largest = 0;
   for (int64_t owner = 0; owner < world_size; ++owner) {
     largest = std::max(largest, BlockValues(owner));
@@ -145,7 +150,8 @@ absl::StatusOr<RingOutput> PassQExecutor::Run(RingCommunicator& communicator,
   const int next = static_cast<int>(Modulo(rank_ + 1, p));
   const int previous = static_cast<int>(Modulo(rank_ - 1, p));
   RingRunStats stats;
-  stats.peak_bytes = BytesNeeded(spec_, rank_, world_size_, &kv_layout_);
+  stats.peak_bytes =
+      BytesNeeded(spec_, rank_, world_size_, &kv_layout_, k_.dtype());
   stats.steps = p;
   // At step s the front buffer holds the block of rank - s; after the last
   // step's transfer the rank's own block is back.
@@ -160,12 +166,9 @@ absl::StatusOr<RingOutput> PassQExecutor::Run(RingCommunicator& communicator,
       in_flight = true;
     }
     const absl::Time compute_start = absl::Now();
-    const WorkerBuffers buffers{BlockQueries(front_, held),
-                                k_.floats(),
-                                v_.floats(),
-                                BlockOutput(front_, held),
-                                BlockLse(front_, held),
-                                &task_scratch_};
+    const WorkerBuffers buffers{
+        BlockQueries(front_, held), CpuKvView(k_),          CpuKvView(v_),
+        BlockOutput(front_, held),  BlockLse(front_, held), &task_scratch_};
     for (const AttentionTask& task : tasks_[held]) {
       if (options.cancelled != nullptr && options.cancelled->load()) {
         return Cancel(communicator, in_flight, s);

@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "core/attention_spec.h"
 #include "core/block_mask.h"
+#include "core/dtype.h"
 #include "core/ring_plan.h"
 #include "core/shard_layout.h"
 #include "core/tensor.h"
@@ -36,18 +37,20 @@ class PassQExecutor {
  public:
   // An executor for rank `rank` of `world_size`, its buffers allocated. Q is
   // sharded as the spec's usual layout; K/V likewise, or as `kv_layout` when
-  // given (a resident context's pieces). INVALID_ARGUMENT for a bad spec,
-  // rank, world size or layout; RESOURCE_EXHAUSTED if the buffers cannot be
-  // had.
+  // given (a resident context's pieces); K and V are held in `kv_dtype`
+  // (cpu_kv_dtype.h). INVALID_ARGUMENT for a bad spec, rank, world size,
+  // layout or K/V dtype; RESOURCE_EXHAUSTED if the buffers cannot be had.
   static absl::StatusOr<std::unique_ptr<PassQExecutor>> Create(
       const AttentionSpec& spec, int rank, int world_size,
-      std::optional<ShardLayout> kv_layout = std::nullopt);
+      std::optional<ShardLayout> kv_layout = std::nullopt,
+      DType kv_dtype = DType::kFloat32);
 
   // The bytes an executor for this rank holds (what Create allocates plus the
   // kernels' scratch). Requires a valid spec and 0 <= rank < world_size.
   static int64_t BytesNeeded(const AttentionSpec& spec, int rank,
                              int world_size,
-                             const ShardLayout* kv_layout = nullptr);
+                             const ShardLayout* kv_layout = nullptr,
+                             DType kv_dtype = DType::kFloat32);
 
   PassQExecutor(const PassQExecutor&) = delete;
   PassQExecutor& operator=(const PassQExecutor&) = delete;
@@ -56,12 +59,12 @@ class PassQExecutor {
   const ShardLayout& q_layout() const { return q_layout_; }
   const ShardLayout& kv_layout() const { return kv_layout_; }
 
-  // Where the caller loads the rank's shard before Run, fp32: Q rows of
-  // q_layout().Chunks(rank), K and V rows of kv_layout().Chunks(rank), in
-  // chunk order ([B, n, H, D]). Valid until Run.
+  // Where the caller loads the rank's shard before Run: Q rows of
+  // q_layout().Chunks(rank) in fp32, K and V rows of kv_layout().Chunks(rank)
+  // in the K/V dtype, in chunk order ([B, n, H, D]). Valid until Run.
   View<float> q() { return BlockQueries(front_, rank_); }
-  View<float> k() { return k_.floats(); }
-  View<float> v() { return v_.floats(); }
+  TypedView k() { return k_.view(); }
+  TypedView v() { return v_.view(); }
 
   // Runs the ring over `communicator` (rank and world size must match) and
   // returns this rank's output rows in the order of q_layout().Chunks(rank).
@@ -73,7 +76,7 @@ class PassQExecutor {
 
  private:
   PassQExecutor(const AttentionSpec& spec, int rank, int world_size,
-                ShardLayout kv_layout);
+                ShardLayout kv_layout, DType kv_dtype);
 
   // Rows, values and bytes of the travelling block of `owner`: its Q, O and
   // LSE, one after the other.

@@ -3,7 +3,8 @@
 // accumulators travel real sockets, checked against the float64 reference.
 // Inputs are fresh uniform random values in [-1, 1); fp32 tolerance: |O -
 // O_ref| <= 2e-5 * (1 + |O_ref|) per element, the same for the LSE, and rows
-// that see no key exactly O = 0, LSE = -inf.
+// that see no key exactly O = 0, LSE = -inf. K and V held in bf16 are rounded
+// to bf16 for the reference too.
 
 #include "worker/pass_q_executor.h"
 
@@ -19,7 +20,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/dtype.h"
 #include "core/random_tensor.h"
+#include "core/typed_tensor.h"
 #include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/reference_attention.h"
@@ -33,19 +36,31 @@ constexpr double kTolerance = 2e-5;
 
 struct Problem {
   AttentionSpec spec;
+  DType kv_dtype = DType::kFloat32;  // what the executors hold K and V in
   Tensor<float> q, k, v;
   Tensor<double> o_ref, lse_ref;
 };
 
-Problem MakeProblem(const AttentionSpec& spec, uint32_t seed) {
+// The values of `t` rounded to bf16, in place.
+void RoundToBFloat16(Tensor<float>& t) {
+  for (float& x : t.values()) x = BFloat16ToFloat(FloatToBFloat16(x));
+}
+
+Problem MakeProblem(const AttentionSpec& spec, uint32_t seed,
+                    DType kv_dtype = DType::kFloat32) {
   Problem in;
   in.spec = spec;
+  in.kv_dtype = kv_dtype;
   in.q =
       RandomTensor({spec.batch, spec.q_len, spec.q_heads, spec.head_dim}, seed);
   in.k = RandomTensor({spec.batch, spec.kv_len, spec.kv_heads, spec.head_dim},
                       seed + 1);
   in.v = RandomTensor({spec.batch, spec.kv_len, spec.kv_heads, spec.head_dim},
                       seed + 2);
+  if (kv_dtype == DType::kBFloat16) {
+    RoundToBFloat16(in.k);
+    RoundToBFloat16(in.v);
+  }
   in.o_ref = Tensor<double>(in.q.shape());
   in.lse_ref = Tensor<double>({spec.batch, spec.q_len, spec.q_heads, 1});
   ReferenceAttention(spec, in.q.view(), in.k.view(), in.v.view(),
@@ -54,12 +69,18 @@ Problem MakeProblem(const AttentionSpec& spec, uint32_t seed) {
 }
 
 // Copies the rows of `full` at the positions `chunks` cover into `shard`, in
-// chunk order.
+// chunk order, converted to its dtype.
 void Gather(View<const float> full, const std::vector<Range>& chunks,
-            View<float> shard) {
+            TypedView shard) {
+  const int64_t values = full.shape().heads * full.shape().dim;
   int64_t row = 0;
   for (const Range& c : chunks) {
-    CopyView(full.Slice(c.begin, c.end), shard.Slice(row, row + c.size()));
+    for (int64_t b = 0; b < full.shape().batch; ++b) {
+      for (int64_t n = 0; n < c.size(); ++n) {
+        ConvertDType(DType::kFloat32, full.Row(b, c.begin + n, 0),
+                     shard.dtype(), shard.Row(b, row + n), values);
+      }
+    }
     row += c.size();
   }
 }
@@ -123,13 +144,13 @@ std::vector<RankRun> RunRanks(const Problem& in, int p,
       std::unique_ptr<RingCommunicator> ring = std::move(*communicator);
       if (wrap) ring = wrap(std::move(ring));
       absl::StatusOr<std::unique_ptr<PassQExecutor>> executor =
-          PassQExecutor::Create(in.spec, r, p, kv_layout);
+          PassQExecutor::Create(in.spec, r, p, kv_layout, in.kv_dtype);
       if (!executor.ok()) {
         run.status = executor.status();
         return;
       }
       PassQExecutor& e = **executor;
-      Gather(in.q.view(), e.q_layout().Chunks(r), e.q());
+      Gather(in.q.view(), e.q_layout().Chunks(r), TypedView(e.q()));
       Gather(in.k.view(), e.kv_layout().Chunks(r), e.k());
       Gather(in.v.view(), e.kv_layout().Chunks(r), e.v());
       const absl::Time start = absl::Now();
@@ -223,6 +244,34 @@ TEST(PassQExecutor, FewerPositionsThanRanksLeavesShardsEmpty) {
     spec.q_len = 1;
     ExpectMatchesReference(MakeProblem(spec, 8), 5);
   }
+}
+
+TEST(PassQExecutor, Bf16KeysAndValuesMatchReference) {
+  AttentionSpec spec = Spec(211, 8, 2, 80, true);
+  for (int64_t q_len : {1, 17, 211}) {
+    SCOPED_TRACE(absl::StrCat("q_len=", q_len));
+    spec.q_len = q_len;
+    ExpectMatchesReference(MakeProblem(spec, 15, DType::kBFloat16), 3);
+  }
+  BlockSparseRules rules;
+  rules.block_size = 16;
+  rules.local = 1;
+  rules.random = 1;
+  spec.block_sparse = rules;
+  ExpectMatchesReference(MakeProblem(spec, 16, DType::kBFloat16), 2);
+}
+
+TEST(PassQExecutor, RefusesBf16ForDilatedAndFp16) {
+  AttentionSpec spec = Spec(64, 2, 1, 64, true);
+  EXPECT_EQ(PassQExecutor::Create(spec, 0, 2, std::nullopt, DType::kFloat16)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  spec.dilated = {{32, 2}};
+  EXPECT_EQ(PassQExecutor::Create(spec, 0, 2, std::nullopt, DType::kBFloat16)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(PassQExecutor, BlockSparseMatchesReference) {

@@ -365,10 +365,15 @@ class ExecuteReactor final
     return absl::OkStatus();
   }
 
-  // Whether every K/V row this request reads is bf16 on its way in: its own
-  // rows (which include the rows it appends) and, for a query of a context,
-  // the rows the context holds now. They are then kept at that width, which
-  // loses nothing.
+  // The dtype a broadcast-Q or pass-Q executor holds K and V in: bf16 when
+  // every K/V row the request reads is bf16 on its way in (its own rows,
+  // which include the rows it appends, and for a query of a context the rows
+  // the context holds now), which loses nothing and halves the bytes to copy
+  // and to read; fp32 otherwise.
+  DType CpuKvDType(const v1::ExecuteHeader& header) {
+    return KvRowsAreBFloat16(header) && spec_.dilated.empty() ? DType::kBFloat16
+                                                              : DType::kFloat32;
+  }
   bool KvRowsAreBFloat16(const v1::ExecuteHeader& header) {
     if (wire_dtype_ != DType::kBFloat16) return false;
     if (header.has_append() && header.append().wire_dtype() != v1::BF16) {
@@ -379,13 +384,10 @@ class ExecuteReactor final
   }
 
   // The rest of AcceptHeader for broadcast-Q: every query row and this rank's
-  // K/V shard, computed by a BroadcastExecutor without a ring. K/V rows that
-  // arrive in bf16 are kept and read in bf16: half the bytes to copy from a
-  // resident context and for the kernel to read.
+  // K/V shard (in CpuKvDType), computed by a BroadcastExecutor without a ring.
   absl::Status AcceptBroadcastHeader(const v1::ExecuteHeader& header,
                                      std::optional<ShardLayout> kv_layout) {
-    const DType kv_dtype =
-        KvRowsAreBFloat16(header) ? DType::kBFloat16 : DType::kFloat32;
+    const DType kv_dtype = CpuKvDType(header);
     RINGATTN_RETURN_IF_ERROR(ticket_.Reserve(BroadcastExecutor::BytesNeeded(
         spec_, rank_, world_size_, kv_layout ? &*kv_layout : nullptr,
         kv_dtype)));
@@ -404,19 +406,24 @@ class ExecuteReactor final
   }
 
   // The rest of AcceptHeader for pass-Q: the rank's Q and K/V shards as for
-  // pass-KV, computed by a PassQExecutor (query blocks travel the ring).
+  // pass-KV (K/V in CpuKvDType), computed by a PassQExecutor (query blocks
+  // travel the ring).
   absl::Status AcceptPassQHeader(const v1::ExecuteHeader& header,
                                  std::optional<ShardLayout> kv_layout) {
+    const DType kv_dtype = CpuKvDType(header);
     RINGATTN_RETURN_IF_ERROR(ticket_.Reserve(PassQExecutor::BytesNeeded(
-        spec_, rank_, world_size_, kv_layout ? &*kv_layout : nullptr)));
+        spec_, rank_, world_size_, kv_layout ? &*kv_layout : nullptr,
+        kv_dtype)));
     absl::StatusOr<std::unique_ptr<PassQExecutor>> executor =
-        PassQExecutor::Create(spec_, rank_, world_size_, std::move(kv_layout));
+        PassQExecutor::Create(spec_, rank_, world_size_, std::move(kv_layout),
+                              kv_dtype);
     if (!executor.ok()) return executor.status();
     pass_q_executor_ = std::move(*executor);
     PassQExecutor& e = *pass_q_executor_;
     StageShard(header, e.q_layout(), rank_, TypedView(e.q()), e.kv_layout(),
-               rank_, TypedView(e.k()), TypedView(e.v()));
-    LogHeader("pass-Q", "", "bytes");
+               rank_, e.k(), e.v());
+    LogHeader("pass-Q", absl::StrCat(", K/V in ", DTypeName(kv_dtype)),
+              "bytes");
     return absl::OkStatus();
   }
 
