@@ -13,7 +13,7 @@
 #include "core/status_macros.h"
 #include "core/strategy_support.h"
 #include "kernels/cpu/run_task.h"
-#include "worker/cpu_kv_dtype.h"
+#include "worker/cpu_kv_holding.h"
 #include "worker/executor_memory.h"
 #include "worker/task_flops.h"
 
@@ -28,9 +28,9 @@ ShardLayout AllQueries(int64_t q_len) {
 
 absl::StatusOr<std::unique_ptr<BroadcastExecutor>> BroadcastExecutor::Create(
     const AttentionSpec& spec, int rank, int world_size,
-    std::optional<ShardLayout> kv_layout, DType kv_dtype) {
+    std::optional<ShardLayout> kv_layout, CpuKvHolding kv_holding) {
   RINGATTN_RETURN_IF_ERROR(spec.Validate());
-  RINGATTN_RETURN_IF_ERROR(CheckCpuKvDType(spec, kv_dtype));
+  RINGATTN_RETURN_IF_ERROR(CheckCpuKvHolding(spec, kv_holding));
   RINGATTN_RETURN_IF_ERROR(CheckBroadcastQSupports(spec));
   RINGATTN_RETURN_IF_ERROR(CheckRank(rank, world_size));
   absl::StatusOr<ShardLayout> layout =
@@ -38,18 +38,18 @@ absl::StatusOr<std::unique_ptr<BroadcastExecutor>> BroadcastExecutor::Create(
   if (!layout.ok()) return layout.status();
   kv_layout = std::move(*layout);
   const int64_t bytes =
-      BytesNeeded(spec, rank, world_size, &*kv_layout, kv_dtype);
+      BytesNeeded(spec, rank, world_size, &*kv_layout, kv_holding);
   RINGATTN_RETURN_IF_ERROR(
       CheckExecutorBytes(bytes, rank, world_size, "all query rows"));
   return AllocateExecutor<BroadcastExecutor>(bytes, rank, [&] {
-    return new BroadcastExecutor(spec, rank, std::move(*kv_layout), kv_dtype);
+    return new BroadcastExecutor(spec, rank, std::move(*kv_layout), kv_holding);
   });
 }
 
 int64_t BroadcastExecutor::BytesNeeded(const AttentionSpec& spec, int rank,
                                        int world_size,
                                        const ShardLayout* kv_layout,
-                                       DType kv_dtype) {
+                                       CpuKvHolding kv_holding) {
   // In double, so that absurd shapes saturate instead of overflowing.
   const double kv_rows = static_cast<double>(
       kv_layout != nullptr
@@ -61,28 +61,50 @@ int64_t BroadcastExecutor::BytesNeeded(const AttentionSpec& spec, int rank,
   const double kv_values = 2 * batch * kv_rows * spec.kv_heads * spec.head_dim;
   // Q, O and the LSE; the own K/V; the kernels' scratch (at most one more O
   // and LSE).
-  const double bytes = sizeof(float) * (3 * q_values + 2 * lse_values) +
-                       DTypeSize(kv_dtype) * kv_values;
+  const double own_kv_bytes =
+      kv_holding.resident ? 0 : DTypeSize(kv_holding.dtype) * kv_values;
+  const double bytes =
+      sizeof(float) * (3 * q_values + 2 * lse_values) + own_kv_bytes;
   return SaturatedBytes(bytes);
 }
 
 BroadcastExecutor::BroadcastExecutor(const AttentionSpec& spec, int rank,
-                                     ShardLayout kv_layout, DType kv_dtype)
+                                     ShardLayout kv_layout,
+                                     CpuKvHolding kv_holding)
     : spec_(spec),
       rank_(rank),
       q_layout_(AllQueries(spec.q_len)),
       kv_layout_(std::move(kv_layout)),
       plan_(RingPlan::Build(spec, q_layout_, WorldOfOne(kv_layout_, rank),
-                            /*blocks=*/nullptr)) {
+                            /*blocks=*/nullptr)),
+      resident_kv_(kv_holding.resident) {
   const Shape q_shape{spec.batch, spec.q_len, spec.q_heads, spec.head_dim};
   const Shape kv_shape{spec.batch, kv_layout_.ShardLength(rank), spec.kv_heads,
                        spec.head_dim};
   q_ = Tensor<float>(q_shape);
-  k_ = TypedTensor(kv_dtype, kv_shape);
-  v_ = TypedTensor(kv_dtype, kv_shape);
+  if (!kv_holding.resident) {
+    k_ = TypedTensor(kv_holding.dtype, kv_shape);
+    v_ = TypedTensor(kv_holding.dtype, kv_shape);
+  }
   o_ = Tensor<float>(q_shape);
   lse_ = Tensor<float>(Shape{q_shape.batch, q_shape.seq, q_shape.heads, 1});
   std::fill(lse_.values().begin(), lse_.values().end(), -INFINITY);
+}
+
+absl::Status BroadcastExecutor::UseResidentRows(ResidentRows rows) {
+  if (!resident_kv_) {
+    return absl::FailedPreconditionError(
+        "this broadcast-Q executor holds K and V in buffers of its own");
+  }
+  const Shape want{spec_.batch, kv_layout_.ShardLength(rank_), spec_.kv_heads,
+                   spec_.head_dim};
+  if (rows.k.shape() != want || rows.v.shape() != want) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank_, " expected ", want.seq,
+                     " resident K/V rows, got ", rows.k.shape().seq));
+  }
+  resident_ = std::move(rows);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<RingOutput> BroadcastExecutor::Run(
@@ -92,12 +114,21 @@ absl::StatusOr<RingOutput> BroadcastExecutor::Run(
   }
   ran_ = true;
   RingRunStats stats;
-  stats.peak_bytes = BytesNeeded(spec_, rank_, kv_layout_.num_workers(),
-                                 &kv_layout_, k_.dtype());
+  stats.peak_bytes =
+      BytesNeeded(spec_, rank_, kv_layout_.num_workers(), &kv_layout_,
+                  CpuKvHolding{k_.dtype(), resident_kv_});
   stats.steps = 1;
   const absl::Time start = absl::Now();
-  const WorkerBuffers buffers{q_.view(), CpuKvView(k_), CpuKvView(v_),
-                              o_.view(), lse_.view(),   &task_scratch_};
+  if (resident_kv_ && !resident_.has_value()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", rank_, " was given no resident rows to read K and V from"));
+  }
+  const WorkerBuffers buffers{q_.view(),
+                              resident_kv_ ? resident_->k : CpuKvView(k_),
+                              resident_kv_ ? resident_->v : CpuKvView(v_),
+                              o_.view(),
+                              lse_.view(),
+                              &task_scratch_};
   for (const AttentionTask& task : plan_.Step(0, 0).tasks) {
     if (cancelled != nullptr && cancelled->load()) {
       return absl::CancelledError(absl::StrCat(

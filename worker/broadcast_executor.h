@@ -6,8 +6,8 @@
 // partial attention of all queries against that shard (causal masks in global
 // positions) with no communication at all; the coordinator merges the ranks'
 // partial (O, LSE) by log-sum-exp. Dense, causal and GQA specs only. K and V
-// are held in fp32 or in bf16 (a resident context held in bf16 is read at its
-// own width).
+// are held as CpuKvHolding says: in fp32 or bf16 buffers of its own, or read
+// where a resident context holds them.
 // Thread-compatible; not copyable.
 
 #include <atomic>
@@ -23,6 +23,7 @@
 #include "core/shard_layout.h"
 #include "core/tensor.h"
 #include "core/typed_tensor.h"
+#include "worker/cpu_kv_holding.h"
 #include "worker/ring_executor.h"
 
 namespace ringattn {
@@ -32,18 +33,18 @@ class BroadcastExecutor {
   // An executor for rank `rank` of `world_size`, its buffers allocated. K/V
   // are sharded as the spec's usual layout, or as `kv_layout` when given (a
   // resident context's pieces). INVALID_ARGUMENT for a bad spec, rank, world
-  // size, layout or K/V dtype (fp32 or bf16); UNIMPLEMENTED for a pattern
-  // broadcast-Q does not run.
+  // size, layout or K/V holding; UNIMPLEMENTED for a pattern broadcast-Q does
+  // not run.
   static absl::StatusOr<std::unique_ptr<BroadcastExecutor>> Create(
       const AttentionSpec& spec, int rank, int world_size,
       std::optional<ShardLayout> kv_layout = std::nullopt,
-      DType kv_dtype = DType::kFloat32);
+      CpuKvHolding kv_holding = {});
 
   // The bytes an executor for this rank holds (buffers plus kernel scratch).
   static int64_t BytesNeeded(const AttentionSpec& spec, int rank,
                              int world_size,
                              const ShardLayout* kv_layout = nullptr,
-                             DType kv_dtype = DType::kFloat32);
+                             CpuKvHolding kv_holding = {});
 
   BroadcastExecutor(const BroadcastExecutor&) = delete;
   BroadcastExecutor& operator=(const BroadcastExecutor&) = delete;
@@ -54,10 +55,16 @@ class BroadcastExecutor {
   const ShardLayout& kv_layout() const { return kv_layout_; }
 
   // Where the caller loads the inputs before Run: all Q rows in fp32, and the
-  // K and V rows of kv_layout().Chunks(rank) in chunk order, in the K/V dtype.
+  // K and V rows of kv_layout().Chunks(rank) in chunk order, in the K/V dtype
+  // (empty for resident rows).
   View<float> q() { return q_.view(); }
   TypedView k() { return k_.view(); }
   TypedView v() { return v_.view(); }
+
+  // For an executor made to read resident rows: the K and V rows of
+  // kv_layout().Chunks(rank), read where they lie. FAILED_PRECONDITION for
+  // another executor, INVALID_ARGUMENT for rows of another shape.
+  absl::Status UseResidentRows(ResidentRows rows);
 
   // Computes the partial output of every query row over this rank's keys
   // (rows that see none: O = 0, LSE = -inf). Once only: FAILED_PRECONDITION
@@ -66,7 +73,7 @@ class BroadcastExecutor {
 
  private:
   BroadcastExecutor(const AttentionSpec& spec, int rank, ShardLayout kv_layout,
-                    DType kv_dtype);
+                    CpuKvHolding kv_holding);
 
   const AttentionSpec spec_;
   const int rank_;
@@ -80,6 +87,8 @@ class BroadcastExecutor {
   // context's copy on each query.
   TypedTensor k_;
   TypedTensor v_;
+  const bool resident_kv_;
+  std::optional<ResidentRows> resident_;
   Tensor<float> o_;
   Tensor<float> lse_;
   std::vector<float> task_scratch_;  // one task's partial result

@@ -1,7 +1,8 @@
 // The broadcast-Q executor: p ranks each compute every query against their own
 // K/V shard; their partials merged by log-sum-exp must match the float64
 // reference (|x - ref| <= 2e-5 * (1 + |ref|)), and rows that see none of a
-// rank's keys come back O = 0, LSE = -inf. With K/V held in bf16 the
+// rank's keys come back O = 0, LSE = -inf; K and V in the executor's own
+// buffers or read where a resident context holds them. With K/V in bf16 the
 // reference takes the same bf16 values.
 
 #include "worker/broadcast_executor.h"
@@ -18,6 +19,7 @@
 #include "kernels/cpu/merge_with_lse.h"
 #include "kernels/cpu/reference_attention.h"
 #include "kernels/cpu/run_task.h"
+#include "worker/resident_rows_testing.h"
 
 namespace ringattn {
 namespace {
@@ -62,8 +64,8 @@ AttentionSpec Spec(int64_t nq, int64_t nk, int64_t kv_heads, bool causal) {
 
 // Runs all `p` ranks and checks their merged output against the reference.
 void ExpectMergedMatchesReference(const AttentionSpec& spec, int p,
-                                  uint32_t seed,
-                                  DType kv_dtype = DType::kFloat32) {
+                                  uint32_t seed, CpuKvHolding holding = {}) {
+  const DType kv_dtype = holding.dtype;
   const Shape q_shape{spec.batch, spec.q_len, spec.q_heads, spec.head_dim};
   const Shape kv_shape{spec.batch, spec.kv_len, spec.kv_heads, spec.head_dim};
   const Tensor<float> q = RandomTensor(q_shape, seed);
@@ -78,13 +80,20 @@ void ExpectMergedMatchesReference(const AttentionSpec& spec, int p,
   std::fill(lse.values().begin(), lse.values().end(), -INFINITY);
   for (int rank = 0; rank < p; ++rank) {
     absl::StatusOr<std::unique_ptr<BroadcastExecutor>> executor =
-        BroadcastExecutor::Create(spec, rank, p, std::nullopt, kv_dtype);
+        BroadcastExecutor::Create(spec, rank, p, std::nullopt, holding);
     ASSERT_TRUE(executor.ok()) << executor.status();
     BroadcastExecutor& e = **executor;
-    ASSERT_EQ(e.k().dtype(), kv_dtype);
     CopyView(q.view(), e.q());
-    CopyChunks(k, e.kv_layout().Chunks(rank), e.k());
-    CopyChunks(v, e.kv_layout().Chunks(rank), e.v());
+    if (holding.resident) {
+      ASSERT_TRUE(
+          e.UseResidentRows(
+               ResidentRowsOf(k, v, e.kv_layout().Chunks(rank), kv_dtype))
+              .ok());
+    } else {
+      ASSERT_EQ(e.k().dtype(), kv_dtype);
+      CopyChunks(k, e.kv_layout().Chunks(rank), e.k());
+      CopyChunks(v, e.kv_layout().Chunks(rank), e.v());
+    }
     absl::StatusOr<RingOutput> part = e.Run(/*cancelled=*/nullptr);
     ASSERT_TRUE(part.ok()) << part.status();
     EXPECT_EQ(part->stats.transfers, 0);
@@ -131,21 +140,69 @@ TEST(BroadcastExecutor, Bf16KeysAndValuesMatchReference) {
   for (int64_t nq : {1, 3, 17, 300}) {
     SCOPED_TRACE("Nq=" + std::to_string(nq));
     ExpectMergedMatchesReference(Spec(nq, 307, 2, true), 3,
-                                 static_cast<uint32_t>(nq), DType::kBFloat16);
+                                 static_cast<uint32_t>(nq),
+                                 CpuKvHolding{DType::kBFloat16});
   }
   // One row of 4-to-1 GQA at D=128: the decode kernel reads K in place.
   AttentionSpec decode = Spec(1, 1031, 2, true);
   decode.head_dim = 128;
-  ExpectMergedMatchesReference(decode, 2, 5, DType::kBFloat16);
+  ExpectMergedMatchesReference(decode, 2, 5, CpuKvHolding{DType::kBFloat16});
+}
+
+// K and V read where a resident context holds them (batches further apart
+// than the rows), in fp32 and bf16.
+TEST(BroadcastExecutor, ResidentRowsMatchReference) {
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    for (int64_t nq : {1, 17, 300}) {
+      SCOPED_TRACE(std::string(DTypeName(dtype)) + " Nq=" + std::to_string(nq));
+      AttentionSpec spec = Spec(nq, 307, 2, true);
+      spec.batch = 2;
+      ExpectMergedMatchesReference(spec, 3, static_cast<uint32_t>(nq + 7),
+                                   CpuKvHolding{dtype, /*resident=*/true});
+    }
+  }
+  AttentionSpec decode = Spec(1, 1031, 2, true);
+  decode.head_dim = 128;
+  ExpectMergedMatchesReference(decode, 2, 6,
+                               CpuKvHolding{DType::kBFloat16, true});
+}
+
+TEST(BroadcastExecutor, ResidentRowsMustBeGivenAndFitTheShard) {
+  const AttentionSpec spec = Spec(1, 40, 2, true);
+  const Tensor<float> k = RandomTensor({1, 40, 2, 80}, 1);
+  absl::StatusOr<std::unique_ptr<BroadcastExecutor>> resident =
+      BroadcastExecutor::Create(spec, 0, 2, std::nullopt,
+                                CpuKvHolding{DType::kFloat32, true});
+  ASSERT_TRUE(resident.ok()) << resident.status();
+  EXPECT_EQ((*resident)->k().shape().NumElements(), 0);
+  EXPECT_EQ(
+      (*resident)
+          ->UseResidentRows(ResidentRowsOf(k, k, {{0, 3}}, DType::kFloat32))
+          .code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*resident)->Run(nullptr).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  absl::StatusOr<std::unique_ptr<BroadcastExecutor>> own =
+      BroadcastExecutor::Create(spec, 0, 2);
+  ASSERT_TRUE(own.ok()) << own.status();
+  EXPECT_EQ((*own)
+                ->UseResidentRows(ResidentRowsOf(
+                    k, k, (*own)->kv_layout().Chunks(0), DType::kFloat32))
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(BroadcastExecutor, BytesNeededCountsTheKvDtype) {
   const AttentionSpec spec = Spec(1, 4096, 2, true);
   const int64_t fp32 = BroadcastExecutor::BytesNeeded(spec, 0, 1);
-  const int64_t bf16 =
-      BroadcastExecutor::BytesNeeded(spec, 0, 1, nullptr, DType::kBFloat16);
-  // K and V: 2 x 4096 x 2 x 80 values, 2 bytes fewer each.
+  const int64_t bf16 = BroadcastExecutor::BytesNeeded(
+      spec, 0, 1, nullptr, CpuKvHolding{DType::kBFloat16});
+  const int64_t resident = BroadcastExecutor::BytesNeeded(
+      spec, 0, 1, nullptr, CpuKvHolding{DType::kFloat32, true});
+  // K and V: 2 x 4096 x 2 x 80 values, 2 bytes fewer each in bf16, none of
+  // them when read in place.
   EXPECT_EQ(fp32 - bf16, 2 * 4096 * 2 * 80 * 2);
+  EXPECT_EQ(fp32 - resident, 2 * 4096 * 2 * 80 * 4);
 }
 
 TEST(BroadcastExecutor, MoreWorkersThanKeys) {
@@ -187,7 +244,7 @@ TEST(BroadcastExecutor, RefusesPatternsItDoesNotRun) {
       BroadcastExecutor::Create(Spec(4, 16, 2, false), 2, 2).status().code(),
       absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(BroadcastExecutor::Create(Spec(4, 16, 2, false), 0, 2, std::nullopt,
-                                      DType::kFloat16)
+                                      CpuKvHolding{DType::kFloat16})
                 .status()
                 .code(),
             absl::StatusCode::kInvalidArgument);

@@ -100,8 +100,9 @@ TEST(ContextStore, RefusesWrongCreateLayoutOverlapAndOverflow) {
   EXPECT_EQ(store.bytes_in_use(), 32);
   ASSERT_TRUE(
       store.Add("c", false, kLayout, {2, 3}, Rows(2, 1), Rows(2, 1)).ok());
-  store.Drop("c", 2);  // undo the last append
-  EXPECT_EQ(store.bytes_in_use(), 32);
+  EXPECT_EQ(store.bytes_in_use(), 48);
+  store.Drop("c", 2);  // undo the last append; the buffers keep their room
+  EXPECT_EQ(store.bytes_in_use(), 48);
   store.Drop("c");
   EXPECT_EQ(store.bytes_in_use(), 0);
 }
@@ -136,6 +137,87 @@ TEST(ContextStore, RowsOfAnAppendUndoneBeforeTheyArrivedAreRefused) {
                   .AddUnlessUndone("c", false, kLayout, {1, 2}, Rows(1, 1),
                                    Rows(1, 1), /*undone_appends=*/0)
                   .ok());
+}
+
+// Find gives the rows where they lie; a reader keeps them alive through a
+// growth of the buffers and a Drop, and sees the rows it found.
+TEST(ContextStore, FindsRowsInPlaceAndKeepsThemForItsReader) {
+  ContextStore store(1 << 20);
+  ASSERT_TRUE(
+      store.Add("c", true, kLayout, {0, 3}, Rows(0, 3), Rows(0, 3)).ok());
+  ASSERT_TRUE(
+      store.Add("c", false, kLayout, {5, 7}, Rows(5, 2), Rows(5, 2)).ok());
+  absl::StatusOr<ResidentRows> rows = store.Find("c", {{1, 3}, {5, 7}});
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_FALSE(rows->k.is_bf16());
+  ASSERT_EQ(rows->k.shape().seq, 4);
+  EXPECT_EQ(rows->k.f32().At(0, 0, 0, 0), 1);
+  EXPECT_EQ(rows->k.f32().At(0, 2, 0, 0), 5);
+  EXPECT_EQ(rows->v.f32().At(0, 3, 0, 1), -6);
+  // Growth moves the context to new buffers and Drop forgets it; the reader's
+  // rows stay as they were.
+  ASSERT_TRUE(
+      store.Add("c", false, kLayout, {7, 107}, Rows(7, 100), Rows(7, 100))
+          .ok());
+  store.Drop("c");
+  EXPECT_EQ(rows->k.f32().At(0, 1, 0, 0), 2);
+  EXPECT_EQ(rows->v.f32().At(0, 2, 0, 1), -5);
+  EXPECT_EQ(store.bytes_in_use(), 0);
+}
+
+TEST(ContextStore, FindRefusesRowsNotHeldOrNotOneRun) {
+  ContextStore store(1 << 20);
+  ASSERT_TRUE(
+      store.Add("c", true, kLayout, {0, 3}, Rows(0, 3), Rows(0, 3)).ok());
+  ASSERT_TRUE(
+      store.Add("c", false, kLayout, {5, 7}, Rows(5, 2), Rows(5, 2)).ok());
+  EXPECT_EQ(store.Find("c", {{2, 6}}).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store.Find("c", {{0, 1}, {2, 3}}).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store.Find("other", {{0, 1}}).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(store.Add("c", false, kLayout, {4, 5}, Rows(4, 1), Rows(4, 1))
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// A context created in bf16 is held and found in bf16; fp32 rows appended to
+// it are rounded to bf16. One created in fp16 is held in fp32 (exactly).
+TEST(ContextStore, HoldsBf16ContextsInBf16AndOthersInFp32) {
+  ContextStore store(1 << 20);
+  TypedTensor k(DType::kBFloat16, {1, 1, 1, 2});
+  TypedTensor v(DType::kBFloat16, {1, 1, 1, 2});
+  const float values[2] = {1.5f, -2.0f};
+  ConvertFromFloat(DType::kBFloat16, values, k.view().data(), 2);
+  ConvertFromFloat(DType::kBFloat16, values, v.view().data(), 2);
+  ASSERT_TRUE(
+      store.Add("b", true, kLayout, {0, 1}, std::move(k), std::move(v)).ok());
+  Tensor<float> fine({1, 1, 1, 2});
+  fine.view().At(0, 0, 0, 0) = 1.0f + 1.0f / 1024;  // not a bf16 value
+  ASSERT_TRUE(store
+                  .Add("b", false, kLayout, {1, 2}, TypedTensor(fine),
+                       TypedTensor(Tensor<float>({1, 1, 1, 2})))
+                  .ok());
+  EXPECT_EQ(*store.DTypeOf("b"), DType::kBFloat16);
+  absl::StatusOr<ResidentRows> rows = store.Find("b", {{0, 2}});
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_TRUE(rows->k.is_bf16());
+  EXPECT_EQ(Widen(rows->k.bf16().At(0, 0, 0, 0)), 1.5f);
+  EXPECT_EQ(Widen(rows->v.bf16().At(0, 0, 0, 1)), -2.0f);
+  EXPECT_EQ(Widen(rows->k.bf16().At(0, 1, 0, 0)), 1.0f);
+
+  TypedTensor h(DType::kFloat16, {1, 1, 1, 2});
+  ConvertFromFloat(DType::kFloat16, values, h.view().data(), 2);
+  TypedTensor h2(DType::kFloat16, {1, 1, 1, 2});
+  ConvertFromFloat(DType::kFloat16, values, h2.view().data(), 2);
+  ASSERT_TRUE(
+      store.Add("h", true, kLayout, {0, 1}, std::move(h), std::move(h2)).ok());
+  EXPECT_EQ(*store.DTypeOf("h"), DType::kFloat32);
+  EXPECT_EQ(store.Find("h", {{0, 1}})->k.f32().At(0, 0, 0, 1), -2.0f);
+  EXPECT_EQ(store.DTypeOf("other").status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 TEST(ContextStore, HoldsRowsInTheirDTypeAndConvertsOnCopy) {

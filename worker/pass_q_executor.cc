@@ -9,7 +9,7 @@
 #include "absl/time/time.h"
 #include "core/status_macros.h"
 #include "kernels/cpu/run_task.h"
-#include "worker/cpu_kv_dtype.h"
+#include "worker/cpu_kv_holding.h"
 #include "worker/executor_memory.h"
 #include "worker/task_flops.h"
 
@@ -26,25 +26,26 @@ int64_t Modulo(int64_t x, int64_t m) { return ((x % m) + m) % m; }
 
 absl::StatusOr<std::unique_ptr<PassQExecutor>> PassQExecutor::Create(
     const AttentionSpec& spec, int rank, int world_size,
-    std::optional<ShardLayout> kv_layout, DType kv_dtype) {
+    std::optional<ShardLayout> kv_layout, CpuKvHolding kv_holding) {
   RINGATTN_RETURN_IF_ERROR(spec.Validate());
   RINGATTN_RETURN_IF_ERROR(CheckRank(rank, world_size));
-  RINGATTN_RETURN_IF_ERROR(CheckCpuKvDType(spec, kv_dtype));
+  RINGATTN_RETURN_IF_ERROR(CheckCpuKvHolding(spec, kv_holding));
   absl::StatusOr<ShardLayout> layout =
       KvLayoutFor(spec, world_size, std::move(kv_layout));
   if (!layout.ok()) return layout.status();
-  const int64_t bytes = BytesNeeded(spec, rank, world_size, &*layout, kv_dtype);
+  const int64_t bytes =
+      BytesNeeded(spec, rank, world_size, &*layout, kv_holding);
   RINGATTN_RETURN_IF_ERROR(
       CheckExecutorBytes(bytes, rank, world_size, "its share"));
   return AllocateExecutor<PassQExecutor>(bytes, rank, [&] {
     return new PassQExecutor(spec, rank, world_size, std::move(*layout),
-                             kv_dtype);
+                             kv_holding);
   });
 }
 
 int64_t PassQExecutor::BytesNeeded(const AttentionSpec& spec, int rank,
                                    int world_size, const ShardLayout* kv_layout,
-                                   DType kv_dtype) {
+                                   CpuKvHolding kv_holding) {
   // In double, so that absurd shapes saturate instead of overflowing.
   const ShardLayout q_layout = QueryLayoutFor(spec, world_size);
   const double batch = static_cast<double>(spec.batch);
@@ -63,19 +64,21 @@ int64_t PassQExecutor::BytesNeeded(const AttentionSpec& spec, int rank,
   const double values =
       2 * block_values + own_rows * row_values + largest_rows * row_values;
   const double kv_values = 2 * batch * kv_rows * spec.kv_heads * spec.head_dim;
-  return SaturatedBytes(sizeof(float) * values +
-                        DTypeSize(kv_dtype) * kv_values);
+  const double own_kv_bytes =
+      kv_holding.resident ? 0 : DTypeSize(kv_holding.dtype) * kv_values;
+  return SaturatedBytes(sizeof(float) * values + own_kv_bytes);
 }
 
 PassQExecutor::PassQExecutor(const AttentionSpec& spec, int rank,
                              int world_size, ShardLayout kv_layout,
-                             DType kv_dtype)
+                             CpuKvHolding kv_holding)
     : spec_(spec),
       rank_(rank),
       world_size_(world_size),
       q_layout_(QueryLayoutFor(spec, world_size)),
       kv_layout_(std::move(kv_layout)),
-      blocks_(BlockMask::ForSpec(spec)) {
+      blocks_(BlockMask::ForSpec(spec)),
+      resident_kv_(kv_holding.resident) {
   // The plan lists, for every query shard, its tasks against every K/V block;
   // this rank keeps those against its own.
   tasks_ = RingPlan::Build(spec, q_layout_, kv_layout_,
@@ -83,8 +86,10 @@ PassQExecutor::PassQExecutor(const AttentionSpec& spec, int rank,
                .TasksAgainstBlock(rank);
   const Shape kv_shape{spec.batch, kv_layout_.ShardLength(rank), spec.kv_heads,
                        spec.head_dim};
-  k_ = TypedTensor(kv_dtype, kv_shape);
-  v_ = TypedTensor(kv_dtype, kv_shape);
+  if (!kv_holding.resident) {
+    k_ = TypedTensor(kv_holding.dtype, kv_shape);
+    v_ = TypedTensor(kv_holding.dtype, kv_shape);
+  }
   int64_t largest = 0;
   for (int64_t owner = 0; owner < world_size; ++owner) {
     largest = std::max(largest, BlockValues(owner));
@@ -137,12 +142,32 @@ absl::Status PassQExecutor::Cancel(RingCommunicator& communicator,
       absl::StrCat("rank ", rank_, " was cancelled at pass-Q step ", step));
 }
 
+absl::Status PassQExecutor::UseResidentRows(ResidentRows rows) {
+  if (!resident_kv_) {
+    return absl::FailedPreconditionError(
+        "this pass-Q executor holds K and V in buffers of its own");
+  }
+  const Shape want{spec_.batch, kv_layout_.ShardLength(rank_), spec_.kv_heads,
+                   spec_.head_dim};
+  if (rows.k.shape() != want || rows.v.shape() != want) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank_, " expected ", want.seq,
+                     " resident K/V rows, got ", rows.k.shape().seq));
+  }
+  resident_ = std::move(rows);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<RingOutput> PassQExecutor::Run(RingCommunicator& communicator,
                                               const RingOptions& options) {
   if (ran_) {
     return absl::FailedPreconditionError("a pass-Q executor runs only once");
   }
   ran_ = true;
+  if (resident_kv_ && !resident_.has_value()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", rank_, " was given no resident rows to read K and V from"));
+  }
   RINGATTN_RETURN_IF_ERROR(
       CheckCommunicatorRank(communicator, rank_, world_size_));
   const BlockMask* blocks = blocks_.has_value() ? &*blocks_ : nullptr;
@@ -150,8 +175,8 @@ absl::StatusOr<RingOutput> PassQExecutor::Run(RingCommunicator& communicator,
   const int next = static_cast<int>(Modulo(rank_ + 1, p));
   const int previous = static_cast<int>(Modulo(rank_ - 1, p));
   RingRunStats stats;
-  stats.peak_bytes =
-      BytesNeeded(spec_, rank_, world_size_, &kv_layout_, k_.dtype());
+  stats.peak_bytes = BytesNeeded(spec_, rank_, world_size_, &kv_layout_,
+                                 CpuKvHolding{k_.dtype(), resident_kv_});
   stats.steps = p;
   // At step s the front buffer holds the block of rank - s; after the last
   // step's transfer the rank's own block is back.
@@ -166,9 +191,12 @@ absl::StatusOr<RingOutput> PassQExecutor::Run(RingCommunicator& communicator,
       in_flight = true;
     }
     const absl::Time compute_start = absl::Now();
-    const WorkerBuffers buffers{
-        BlockQueries(front_, held), CpuKvView(k_),          CpuKvView(v_),
-        BlockOutput(front_, held),  BlockLse(front_, held), &task_scratch_};
+    const WorkerBuffers buffers{BlockQueries(front_, held),
+                                resident_kv_ ? resident_->k : CpuKvView(k_),
+                                resident_kv_ ? resident_->v : CpuKvView(v_),
+                                BlockOutput(front_, held),
+                                BlockLse(front_, held),
+                                &task_scratch_};
     for (const AttentionTask& task : tasks_[held]) {
       if (options.cancelled != nullptr && options.cancelled->load()) {
         return Cancel(communicator, in_flight, s);

@@ -29,6 +29,7 @@
 #include "core/tensor.h"
 #include "core/typed_tensor.h"
 #include "worker/communicator.h"
+#include "worker/cpu_kv_holding.h"
 #include "worker/ring_executor.h"
 
 namespace ringattn {
@@ -37,20 +38,20 @@ class PassQExecutor {
  public:
   // An executor for rank `rank` of `world_size`, its buffers allocated. Q is
   // sharded as the spec's usual layout; K/V likewise, or as `kv_layout` when
-  // given (a resident context's pieces); K and V are held in `kv_dtype`
-  // (cpu_kv_dtype.h). INVALID_ARGUMENT for a bad spec, rank, world size,
-  // layout or K/V dtype; RESOURCE_EXHAUSTED if the buffers cannot be had.
+  // given (a resident context's pieces); K and V are held as `kv_holding`
+  // says. INVALID_ARGUMENT for a bad spec, rank, world size, layout or K/V
+  // holding; RESOURCE_EXHAUSTED if the buffers cannot be had.
   static absl::StatusOr<std::unique_ptr<PassQExecutor>> Create(
       const AttentionSpec& spec, int rank, int world_size,
       std::optional<ShardLayout> kv_layout = std::nullopt,
-      DType kv_dtype = DType::kFloat32);
+      CpuKvHolding kv_holding = {});
 
   // The bytes an executor for this rank holds (what Create allocates plus the
   // kernels' scratch). Requires a valid spec and 0 <= rank < world_size.
   static int64_t BytesNeeded(const AttentionSpec& spec, int rank,
                              int world_size,
                              const ShardLayout* kv_layout = nullptr,
-                             DType kv_dtype = DType::kFloat32);
+                             CpuKvHolding kv_holding = {});
 
   PassQExecutor(const PassQExecutor&) = delete;
   PassQExecutor& operator=(const PassQExecutor&) = delete;
@@ -61,10 +62,16 @@ class PassQExecutor {
 
   // Where the caller loads the rank's shard before Run: Q rows of
   // q_layout().Chunks(rank) in fp32, K and V rows of kv_layout().Chunks(rank)
-  // in the K/V dtype, in chunk order ([B, n, H, D]). Valid until Run.
+  // in the K/V dtype (empty for resident rows), in chunk order ([B, n, H,
+  // D]). Valid until Run.
   View<float> q() { return BlockQueries(front_, rank_); }
   TypedView k() { return k_.view(); }
   TypedView v() { return v_.view(); }
+
+  // For an executor made to read resident rows: the K and V rows of
+  // kv_layout().Chunks(rank), read where they lie. FAILED_PRECONDITION for
+  // another executor, INVALID_ARGUMENT for rows of another shape.
+  absl::Status UseResidentRows(ResidentRows rows);
 
   // Runs the ring over `communicator` (rank and world size must match) and
   // returns this rank's output rows in the order of q_layout().Chunks(rank).
@@ -76,7 +83,7 @@ class PassQExecutor {
 
  private:
   PassQExecutor(const AttentionSpec& spec, int rank, int world_size,
-                ShardLayout kv_layout, DType kv_dtype);
+                ShardLayout kv_layout, CpuKvHolding kv_holding);
 
   // Rows, values and bytes of the travelling block of `owner`: its Q, O and
   // LSE, one after the other.
@@ -104,6 +111,8 @@ class PassQExecutor {
   // fp32, filled by the caller: not zeroed (as RingExecutor's blocks).
   TypedTensor k_;
   TypedTensor v_;
+  const bool resident_kv_;
+  std::optional<ResidentRows> resident_;
   std::vector<float> task_scratch_;  // one task's partial result
   // Two travelling blocks of the largest size: [front | back].
   std::unique_ptr<float[]> block_storage_;

@@ -28,6 +28,7 @@
 #include "kernels/cpu/reference_attention.h"
 #include "kernels/cpu/reference_checks.h"
 #include "worker/gloo_communicator.h"
+#include "worker/resident_rows_testing.h"
 
 namespace ringattn {
 namespace {
@@ -36,7 +37,7 @@ constexpr double kTolerance = 2e-5;
 
 struct Problem {
   AttentionSpec spec;
-  DType kv_dtype = DType::kFloat32;  // what the executors hold K and V in
+  CpuKvHolding kv_holding;  // how the executors hold K and V
   Tensor<float> q, k, v;
   Tensor<double> o_ref, lse_ref;
 };
@@ -47,17 +48,17 @@ void RoundToBFloat16(Tensor<float>& t) {
 }
 
 Problem MakeProblem(const AttentionSpec& spec, uint32_t seed,
-                    DType kv_dtype = DType::kFloat32) {
+                    CpuKvHolding kv_holding = {}) {
   Problem in;
   in.spec = spec;
-  in.kv_dtype = kv_dtype;
+  in.kv_holding = kv_holding;
   in.q =
       RandomTensor({spec.batch, spec.q_len, spec.q_heads, spec.head_dim}, seed);
   in.k = RandomTensor({spec.batch, spec.kv_len, spec.kv_heads, spec.head_dim},
                       seed + 1);
   in.v = RandomTensor({spec.batch, spec.kv_len, spec.kv_heads, spec.head_dim},
                       seed + 2);
-  if (kv_dtype == DType::kBFloat16) {
+  if (kv_holding.dtype == DType::kBFloat16) {
     RoundToBFloat16(in.k);
     RoundToBFloat16(in.v);
   }
@@ -144,15 +145,21 @@ std::vector<RankRun> RunRanks(const Problem& in, int p,
       std::unique_ptr<RingCommunicator> ring = std::move(*communicator);
       if (wrap) ring = wrap(std::move(ring));
       absl::StatusOr<std::unique_ptr<PassQExecutor>> executor =
-          PassQExecutor::Create(in.spec, r, p, kv_layout, in.kv_dtype);
+          PassQExecutor::Create(in.spec, r, p, kv_layout, in.kv_holding);
       if (!executor.ok()) {
         run.status = executor.status();
         return;
       }
       PassQExecutor& e = **executor;
       Gather(in.q.view(), e.q_layout().Chunks(r), TypedView(e.q()));
-      Gather(in.k.view(), e.kv_layout().Chunks(r), e.k());
-      Gather(in.v.view(), e.kv_layout().Chunks(r), e.v());
+      if (in.kv_holding.resident) {
+        run.status = e.UseResidentRows(ResidentRowsOf(
+            in.k, in.v, e.kv_layout().Chunks(r), in.kv_holding.dtype));
+        if (!run.status.ok()) return;
+      } else {
+        Gather(in.k.view(), e.kv_layout().Chunks(r), e.k());
+        Gather(in.v.view(), e.kv_layout().Chunks(r), e.v());
+      }
       const absl::Time start = absl::Now();
       absl::StatusOr<RingOutput> output = e.Run(*ring, options);
       run.elapsed = absl::Now() - start;
@@ -251,24 +258,46 @@ TEST(PassQExecutor, Bf16KeysAndValuesMatchReference) {
   for (int64_t q_len : {1, 17, 211}) {
     SCOPED_TRACE(absl::StrCat("q_len=", q_len));
     spec.q_len = q_len;
-    ExpectMatchesReference(MakeProblem(spec, 15, DType::kBFloat16), 3);
+    ExpectMatchesReference(
+        MakeProblem(spec, 15, CpuKvHolding{DType::kBFloat16}), 3);
   }
   BlockSparseRules rules;
   rules.block_size = 16;
   rules.local = 1;
   rules.random = 1;
   spec.block_sparse = rules;
-  ExpectMatchesReference(MakeProblem(spec, 16, DType::kBFloat16), 2);
+  ExpectMatchesReference(MakeProblem(spec, 16, CpuKvHolding{DType::kBFloat16}),
+                         2);
+}
+
+// K and V read where a resident context holds them, in its uneven pieces, in
+// fp32 and bf16.
+TEST(PassQExecutor, ResidentRowsMatchReference) {
+  AttentionSpec spec = Spec(90, 8, 2, 80, true);
+  spec.batch = 2;
+  const ShardLayout pieces = ShardLayout::FromChunks(
+      90, {{Range{0, 40}, Range{40, 41}}, {Range{41, 85}}, {Range{85, 90}}});
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    for (int64_t q_len : {1, 17, 90}) {
+      SCOPED_TRACE(absl::StrCat(DTypeName(dtype), " q_len=", q_len));
+      spec.q_len = q_len;
+      ExpectMatchesReference(
+          MakeProblem(spec, 17, CpuKvHolding{dtype, /*resident=*/true}), 3,
+          pieces);
+    }
+  }
 }
 
 TEST(PassQExecutor, RefusesBf16ForDilatedAndFp16) {
   AttentionSpec spec = Spec(64, 2, 1, 64, true);
-  EXPECT_EQ(PassQExecutor::Create(spec, 0, 2, std::nullopt, DType::kFloat16)
+  EXPECT_EQ(PassQExecutor::Create(spec, 0, 2, std::nullopt,
+                                  CpuKvHolding{DType::kFloat16})
                 .status()
                 .code(),
             absl::StatusCode::kInvalidArgument);
   spec.dilated = {{32, 2}};
-  EXPECT_EQ(PassQExecutor::Create(spec, 0, 2, std::nullopt, DType::kBFloat16)
+  EXPECT_EQ(PassQExecutor::Create(spec, 0, 2, std::nullopt,
+                                  CpuKvHolding{DType::kBFloat16})
                 .status()
                 .code(),
             absl::StatusCode::kInvalidArgument);

@@ -365,65 +365,69 @@ class ExecuteReactor final
     return absl::OkStatus();
   }
 
-  // The dtype a broadcast-Q or pass-Q executor holds K and V in: bf16 when
-  // every K/V row the request reads is bf16 on its way in (its own rows,
-  // which include the rows it appends, and for a query of a context the rows
-  // the context holds now), which loses nothing and halves the bytes to copy
-  // and to read; fp32 otherwise.
-  DType CpuKvDType(const v1::ExecuteHeader& header) {
-    return KvRowsAreBFloat16(header) && spec_.dilated.empty() ? DType::kBFloat16
-                                                              : DType::kFloat32;
-  }
-  bool KvRowsAreBFloat16(const v1::ExecuteHeader& header) {
-    if (wire_dtype_ != DType::kBFloat16) return false;
-    if (header.has_append() && header.append().wire_dtype() != v1::BF16) {
-      return false;
+  // How a broadcast-Q or pass-Q executor holds K and V: a query of a
+  // context reads the context's rows where they lie (dilated specs aside);
+  // otherwise the executor holds them itself, in bf16 when they arrive in
+  // bf16 (which loses nothing and halves the bytes to stage and to read),
+  // else in fp32.
+  CpuKvHolding KvHoldingFor(const v1::ExecuteHeader& header) const {
+    if (!spec_.dilated.empty()) return CpuKvHolding{};
+    if (!header.context().empty()) {
+      return CpuKvHolding{DType::kFloat32, /*resident=*/true};
     }
-    return header.context().empty() ||
-           host_contexts_->HoldsOnlyBFloat16(header.context());
+    return CpuKvHolding{wire_dtype_ == DType::kBFloat16 ? DType::kBFloat16
+                                                        : DType::kFloat32};
+  }
+
+  // What LogHeader says of how K and V are held.
+  static std::string DescribeKvHolding(const CpuKvHolding& holding) {
+    return holding.resident
+               ? ", K/V read in place"
+               : absl::StrCat(", K/V in ", DTypeName(holding.dtype));
   }
 
   // The rest of AcceptHeader for broadcast-Q: every query row and this rank's
-  // K/V shard (in CpuKvDType), computed by a BroadcastExecutor without a ring.
+  // K/V shard (held as KvHoldingFor says), computed by a BroadcastExecutor
+  // without a ring.
   absl::Status AcceptBroadcastHeader(const v1::ExecuteHeader& header,
                                      std::optional<ShardLayout> kv_layout) {
-    const DType kv_dtype = CpuKvDType(header);
+    const CpuKvHolding holding = KvHoldingFor(header);
+    kv_read_in_place_ = holding.resident;
     RINGATTN_RETURN_IF_ERROR(ticket_.Reserve(BroadcastExecutor::BytesNeeded(
         spec_, rank_, world_size_, kv_layout ? &*kv_layout : nullptr,
-        kv_dtype)));
+        holding)));
     absl::StatusOr<std::unique_ptr<BroadcastExecutor>> executor =
         BroadcastExecutor::Create(spec_, rank_, world_size_,
-                                  std::move(kv_layout), kv_dtype);
+                                  std::move(kv_layout), holding);
     if (!executor.ok()) return executor.status();
     broadcast_executor_ = std::move(*executor);
     BroadcastExecutor& e = *broadcast_executor_;
     // The query rows form a world of one, held by its rank 0.
     StageShard(header, e.q_layout(), 0, TypedView(e.q()), e.kv_layout(), rank_,
                e.k(), e.v());
-    LogHeader("broadcast-Q", absl::StrCat(", K/V in ", DTypeName(kv_dtype)),
-              "bytes");
+    LogHeader("broadcast-Q", DescribeKvHolding(holding), "bytes");
     return absl::OkStatus();
   }
 
   // The rest of AcceptHeader for pass-Q: the rank's Q and K/V shards as for
-  // pass-KV (K/V in CpuKvDType), computed by a PassQExecutor (query blocks
-  // travel the ring).
+  // pass-KV (K/V held as KvHoldingFor says), computed by a PassQExecutor
+  // (query blocks travel the ring).
   absl::Status AcceptPassQHeader(const v1::ExecuteHeader& header,
                                  std::optional<ShardLayout> kv_layout) {
-    const DType kv_dtype = CpuKvDType(header);
+    const CpuKvHolding holding = KvHoldingFor(header);
+    kv_read_in_place_ = holding.resident;
     RINGATTN_RETURN_IF_ERROR(ticket_.Reserve(PassQExecutor::BytesNeeded(
         spec_, rank_, world_size_, kv_layout ? &*kv_layout : nullptr,
-        kv_dtype)));
+        holding)));
     absl::StatusOr<std::unique_ptr<PassQExecutor>> executor =
         PassQExecutor::Create(spec_, rank_, world_size_, std::move(kv_layout),
-                              kv_dtype);
+                              holding);
     if (!executor.ok()) return executor.status();
     pass_q_executor_ = std::move(*executor);
     PassQExecutor& e = *pass_q_executor_;
     StageShard(header, e.q_layout(), rank_, TypedView(e.q()), e.kv_layout(),
                rank_, e.k(), e.v());
-    LogHeader("pass-Q", absl::StrCat(", K/V in ", DTypeName(kv_dtype)),
-              "bytes");
+    LogHeader("pass-Q", DescribeKvHolding(holding), "bytes");
     return absl::OkStatus();
   }
 
@@ -500,10 +504,11 @@ class ExecuteReactor final
   }
 
   // Gives the executor this rank's K/V rows of the resident context of
-  // context_load_: read in place on a CUDA worker, copied on a CPU one. The
-  // rows a large query appends travel on their own StoreContext stream and
-  // may still be on their way: while some are missing it waits for the store to
-  // take more, at most the ring timeout, and gives up if cancelled.
+  // context_load_: read in place, or copied into a CPU pass-KV executor's
+  // ring buffers (and a dilated request's). The rows a large query appends
+  // travel on their own StoreContext stream and may still be on their way:
+  // while some are missing it waits for the store to take more, at most the
+  // ring timeout, and gives up if cancelled.
   absl::Status LoadContext() {
     const ContextLoad& load = *context_load_;
     ResidentContexts& store = contexts();
@@ -539,13 +544,21 @@ class ExecuteReactor final
   }
 
   absl::Status TryLoadContext(const ContextLoad& load) {
-    if (gpu_executor_ == nullptr) {
+    if (gpu_executor_ != nullptr) {
+      absl::StatusOr<ResidentKv> kv =
+          device_contexts_->Find(load.name, load.chunks);
+      if (!kv.ok()) return kv.status();
+      return gpu_executor_->UseResidentKv(*std::move(kv));
+    }
+    if (!kv_read_in_place_) {
       return host_contexts_->Copy(load.name, load.chunks, load.k, load.v);
     }
-    absl::StatusOr<ResidentKv> kv =
-        device_contexts_->Find(load.name, load.chunks);
-    if (!kv.ok()) return kv.status();
-    return gpu_executor_->UseResidentKv(*std::move(kv));
+    absl::StatusOr<ResidentRows> rows =
+        host_contexts_->Find(load.name, load.chunks);
+    if (!rows.ok()) return rows.status();
+    return broadcast_executor_ != nullptr
+               ? broadcast_executor_->UseResidentRows(*std::move(rows))
+               : pass_q_executor_->UseResidentRows(*std::move(rows));
   }
 
   // OK once every row of the shard arrived; INVALID_ARGUMENT naming the first
@@ -879,7 +892,9 @@ class ExecuteReactor final
   std::unique_ptr<PassQExecutor> pass_q_executor_;
   std::array<ShardRowsTarget, 3> targets_;
   std::optional<ContextLoad> context_load_;  // for a query of a context
-  std::optional<ContextPiece> append_;       // rows the query appends
+  // A CPU executor reads the context's rows where they lie (not a copy).
+  bool kv_read_in_place_ = false;
+  std::optional<ContextPiece> append_;  // rows the query appends
   int64_t context_bytes_ = 0;  // held for the context once they are stored
   bool run_requested_ = false;
 

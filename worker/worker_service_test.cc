@@ -434,9 +434,10 @@ TEST(WorkerServiceContexts, QueryStoresTheRowsItsHeaderAppends) {
       Execute(worker.stub(), QueryAppendingTwoPositions("c", 0));
   ASSERT_TRUE(result.status.ok()) << result.status.error_message();
   EXPECT_EQ(OutputRows(result), 2);
-  // fp32 K and V of 10 positions, 2 heads of 16.
+  // fp32 K and V of 10 positions, 2 heads of 16, in buffers grown an eighth
+  // beyond them (to 11 rows) for the append.
   EXPECT_EQ(result.responses.back().done().context_bytes(),
-            2 * 10 * 2 * 16 * 4);
+            2 * 11 * 2 * 16 * 4);
   // The rows stay: a plain query of the 10 positions finds them.
   std::vector<v1::ExecuteRequest> plain = QueryOfTenPositions("c", 0.5);
   plain[0].mutable_header()->set_rendezvous_prefix("plain");

@@ -1,4 +1,4 @@
-#include "worker/cpu_kv_dtype.h"
+#include "worker/cpu_kv_holding.h"
 
 #include <cstdint>
 
@@ -6,16 +6,18 @@
 
 namespace ringattn {
 
-absl::Status CheckCpuKvDType(const AttentionSpec& spec, DType kv_dtype) {
-  if (kv_dtype == DType::kFloat32) return absl::OkStatus();
-  if (kv_dtype != DType::kBFloat16) {
+absl::Status CheckCpuKvHolding(const AttentionSpec& spec,
+                               const CpuKvHolding& holding) {
+  if (holding.dtype != DType::kFloat32 && holding.dtype != DType::kBFloat16) {
     return absl::InvalidArgumentError(
         absl::StrCat("a CPU worker holds K and V in fp32 or bf16, not ",
-                     DTypeName(kv_dtype)));
+                     DTypeName(holding.dtype)));
   }
-  if (!spec.dilated.empty()) {
+  if ((holding.resident || holding.dtype != DType::kFloat32) &&
+      !spec.dilated.empty()) {
     return absl::InvalidArgumentError(
-        "a CPU worker holds the K and V of a dilated request in fp32");
+        "a CPU worker holds the K and V of a dilated request in fp32 buffers "
+        "of its own");
   }
   return absl::OkStatus();
 }
