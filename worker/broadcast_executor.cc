@@ -77,34 +77,13 @@ BroadcastExecutor::BroadcastExecutor(const AttentionSpec& spec, int rank,
       kv_layout_(std::move(kv_layout)),
       plan_(RingPlan::Build(spec, q_layout_, WorldOfOne(kv_layout_, rank),
                             /*blocks=*/nullptr)),
-      resident_kv_(kv_holding.resident) {
+      kv_(kv_holding, Shape{spec.batch, kv_layout_.ShardLength(rank),
+                            spec.kv_heads, spec.head_dim}) {
   const Shape q_shape{spec.batch, spec.q_len, spec.q_heads, spec.head_dim};
-  const Shape kv_shape{spec.batch, kv_layout_.ShardLength(rank), spec.kv_heads,
-                       spec.head_dim};
   q_ = Tensor<float>(q_shape);
-  if (!kv_holding.resident) {
-    k_ = TypedTensor(kv_holding.dtype, kv_shape);
-    v_ = TypedTensor(kv_holding.dtype, kv_shape);
-  }
   o_ = Tensor<float>(q_shape);
   lse_ = Tensor<float>(Shape{q_shape.batch, q_shape.seq, q_shape.heads, 1});
   std::fill(lse_.values().begin(), lse_.values().end(), -INFINITY);
-}
-
-absl::Status BroadcastExecutor::UseResidentRows(ResidentRows rows) {
-  if (!resident_kv_) {
-    return absl::FailedPreconditionError(
-        "this broadcast-Q executor holds K and V in buffers of its own");
-  }
-  const Shape want{spec_.batch, kv_layout_.ShardLength(rank_), spec_.kv_heads,
-                   spec_.head_dim};
-  if (rows.k.shape() != want || rows.v.shape() != want) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", rank_, " expected ", want.seq,
-                     " resident K/V rows, got ", rows.k.shape().seq));
-  }
-  resident_ = std::move(rows);
-  return absl::OkStatus();
 }
 
 absl::StatusOr<RingOutput> BroadcastExecutor::Run(
@@ -114,21 +93,14 @@ absl::StatusOr<RingOutput> BroadcastExecutor::Run(
   }
   ran_ = true;
   RingRunStats stats;
-  stats.peak_bytes =
-      BytesNeeded(spec_, rank_, kv_layout_.num_workers(), &kv_layout_,
-                  CpuKvHolding{k_.dtype(), resident_kv_});
+  stats.peak_bytes = BytesNeeded(spec_, rank_, kv_layout_.num_workers(),
+                                 &kv_layout_, kv_.holding());
   stats.steps = 1;
   const absl::Time start = absl::Now();
-  if (resident_kv_ && !resident_.has_value()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "rank ", rank_, " was given no resident rows to read K and V from"));
-  }
-  const WorkerBuffers buffers{q_.view(),
-                              resident_kv_ ? resident_->k : CpuKvView(k_),
-                              resident_kv_ ? resident_->v : CpuKvView(v_),
-                              o_.view(),
-                              lse_.view(),
-                              &task_scratch_};
+  absl::StatusOr<std::pair<KvView, KvView>> kv = kv_.Views();
+  if (!kv.ok()) return kv.status();
+  const WorkerBuffers buffers{q_.view(), kv->first,   kv->second,
+                              o_.view(), lse_.view(), &task_scratch_};
   for (const AttentionTask& task : plan_.Step(0, 0).tasks) {
     if (cancelled != nullptr && cancelled->load()) {
       return absl::CancelledError(absl::StrCat(

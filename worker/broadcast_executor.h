@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -58,13 +59,15 @@ class BroadcastExecutor {
   // K and V rows of kv_layout().Chunks(rank) in chunk order, in the K/V dtype
   // (empty for resident rows).
   View<float> q() { return q_.view(); }
-  TypedView k() { return k_.view(); }
-  TypedView v() { return v_.view(); }
+  TypedView k() { return kv_.k(); }
+  TypedView v() { return kv_.v(); }
 
   // For an executor made to read resident rows: the K and V rows of
   // kv_layout().Chunks(rank), read where they lie. FAILED_PRECONDITION for
   // another executor, INVALID_ARGUMENT for rows of another shape.
-  absl::Status UseResidentRows(ResidentRows rows);
+  absl::Status UseResidentRows(ResidentRows rows) {
+    return kv_.UseResidentRows(std::move(rows));
+  }
 
   // Computes the partial output of every query row over this rank's keys
   // (rows that see none: O = 0, LSE = -inf). Once only: FAILED_PRECONDITION
@@ -85,10 +88,7 @@ class BroadcastExecutor {
   Tensor<float> q_;
   // Uninitialized until loaded (every row is): no zero-filling of a long
   // context's copy on each query.
-  TypedTensor k_;
-  TypedTensor v_;
-  const bool resident_kv_;
-  std::optional<ResidentRows> resident_;
+  CpuKvRows kv_;
   Tensor<float> o_;
   Tensor<float> lse_;
   std::vector<float> task_scratch_;  // one task's partial result

@@ -49,23 +49,6 @@ void ConvertRuns(const std::vector<RowRun>& runs, int64_t batch) {
   }
 }
 
-// K or V rows [first, first + rows) of a [batch, capacity, heads, dim] buffer
-// as the kernels read them.
-KvView RowsOf(const TypedTensor& buffer, int64_t first, int64_t rows) {
-  const Shape& shape = buffer.shape();
-  const int64_t seq_stride = shape.heads * shape.dim;
-  const Shape view_shape{shape.batch, rows, shape.heads, shape.dim};
-  const int64_t offset = first * seq_stride;
-  if (buffer.dtype() == DType::kBFloat16) {
-    return KvView::BFloat16(View<const uint16_t>(
-        reinterpret_cast<const uint16_t*>(buffer.view().data()) + offset,
-        view_shape, shape.seq * seq_stride, seq_stride));
-  }
-  return View<const float>(
-      reinterpret_cast<const float*>(buffer.view().data()) + offset, view_shape,
-      shape.seq * seq_stride, seq_stride);
-}
-
 }  // namespace
 
 int64_t ContextStore::RowBytes(const Context& context) {
@@ -79,21 +62,14 @@ int64_t ContextStore::BytesOf(const Context& context) {
                          : 0;
 }
 
-const ContextStore::Piece* ContextStore::PieceHolding(const Context& context,
-                                                      int64_t position) {
-  auto piece = std::upper_bound(
-      context.pieces.begin(), context.pieces.end(), position,
-      [](int64_t p, const Piece& piece) { return p < piece.positions.begin; });
-  if (piece == context.pieces.begin()) return nullptr;
-  --piece;
-  return position < piece->positions.end ? &*piece : nullptr;
-}
-
-int64_t ContextStore::RowOf(const Context& context, int64_t position) {
-  const Piece* piece = PieceHolding(context, position);
-  return piece == nullptr
-             ? -1
-             : piece->first_row + position - piece->positions.begin;
+absl::StatusOr<const ContextStore::Context*> ContextStore::Lookup(
+    const std::string& name) const {
+  auto found = contexts_.find(name);
+  if (found == contexts_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("context '", name, "' is not held by this worker"));
+  }
+  return &found->second;
 }
 
 int64_t ContextStore::HeldBytes() const {
@@ -121,11 +97,12 @@ absl::Status ContextStore::Reserve(Context& context, int64_t rows) {
   buffers->k = TypedTensor(context.dtype, shape);
   buffers->v = TypedTensor(context.dtype, shape);
   buffers->capacity = capacity;
-  if (context.rows() > 0) {
+  const int64_t held_rows = context.held.rows();
+  if (held_rows > 0) {
     std::vector<RowRun> runs;
-    AddRuns(context.buffers->k.view(), 0, buffers->k.view(), 0, context.rows(),
+    AddRuns(context.buffers->k.view(), 0, buffers->k.view(), 0, held_rows,
             runs);
-    AddRuns(context.buffers->v.view(), 0, buffers->v.view(), 0, context.rows(),
+    AddRuns(context.buffers->v.view(), 0, buffers->v.view(), 0, held_rows,
             runs);
     ConvertRuns(runs, batch);
   }
@@ -141,13 +118,8 @@ absl::StatusOr<int64_t> ContextStore::Add(const std::string& name, bool create,
   const bool exists = found != contexts_.end();
   RINGATTN_RETURN_IF_ERROR(CheckAddition(
       name, create, exists, exists ? found->second.layout : Layout{}, layout));
-  if (exists && !found->second.pieces.empty() &&
-      positions.begin < found->second.pieces.back().positions.end) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "context '", name, "' holds positions up to ",
-        found->second.pieces.back().positions.end,
-        " on this worker; a worker takes new rows only after those, got [",
-        positions.begin, ", ", positions.end, ")"));
+  if (exists) {
+    RINGATTN_RETURN_IF_ERROR(found->second.held.CheckAppend(name, positions));
   }
   Context fresh;
   if (!exists) {
@@ -168,16 +140,15 @@ absl::StatusOr<int64_t> ContextStore::Add(const std::string& name, bool create,
     }
     context.buffers =
         std::make_shared<Buffers>(Buffers{std::move(k), std::move(v), count});
-    context.pieces.push_back(Piece{positions, 0});
+    context.held.Append(positions);
   } else if (count > 0) {
-    RINGATTN_RETURN_IF_ERROR(Reserve(context, context.rows() + count));
+    const int64_t at = context.held.rows();
+    RINGATTN_RETURN_IF_ERROR(Reserve(context, at + count));
     std::vector<RowRun> runs;
-    AddRuns(k.view(), 0, context.buffers->k.view(), context.rows(), count,
-            runs);
-    AddRuns(v.view(), 0, context.buffers->v.view(), context.rows(), count,
-            runs);
+    AddRuns(k.view(), 0, context.buffers->k.view(), at, count, runs);
+    AddRuns(v.view(), 0, context.buffers->v.view(), at, count, runs);
     ConvertRuns(runs, layout.batch);
-    context.pieces.push_back(Piece{positions, context.rows()});
+    context.held.Append(positions);
   }
   const int64_t bytes = BytesOf(context);
   if (!exists) contexts_.emplace(name, std::move(fresh));
@@ -189,15 +160,11 @@ void ContextStore::Drop(const std::string& name, int64_t keep_length) {
   absl::MutexLock lock(&mutex_);
   auto found = contexts_.find(name);
   if (found == contexts_.end()) return;
-  Context& context = found->second;
   if (keep_length <= 0) {
     contexts_.erase(found);
     return;
   }
-  while (!context.pieces.empty() &&
-         context.pieces.back().positions.begin >= keep_length) {
-    context.pieces.pop_back();
-  }
+  found->second.held.DropFrom(keep_length);
 }
 
 int64_t ContextStore::bytes_in_use() {
@@ -207,43 +174,19 @@ int64_t ContextStore::bytes_in_use() {
 
 absl::StatusOr<DType> ContextStore::DTypeOf(const std::string& name) {
   absl::MutexLock lock(&mutex_);
-  auto found = contexts_.find(name);
-  if (found == contexts_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("context '", name, "' is not held by this worker"));
-  }
-  return found->second.dtype;
+  absl::StatusOr<const Context*> context = Lookup(name);
+  if (!context.ok()) return context.status();
+  return (*context)->dtype;
 }
 
 absl::StatusOr<ResidentRows> ContextStore::Find(
     const std::string& name, const std::vector<Range>& chunks) {
   absl::MutexLock lock(&mutex_);
-  auto found = contexts_.find(name);
-  if (found == contexts_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("context '", name, "' is not held by this worker"));
-  }
-  const Context& context = found->second;
-  int64_t first = -1;
-  int64_t rows = 0;
-  for (const Range& chunk : chunks) {
-    if (chunk.empty()) continue;
-    const int64_t begin = RowOf(context, chunk.begin);
-    const int64_t last = RowOf(context, chunk.end - 1);
-    if (begin < 0 || last < 0) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("context '", name, "' positions [", chunk.begin, ", ",
-                       chunk.end, ") are not all held by this worker"));
-    }
-    if (last - begin != chunk.size() - 1 ||
-        (first >= 0 && begin != first + rows)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "context '", name, "' positions [", chunk.begin, ", ", chunk.end,
-          ") are not the rows that follow the query's previous ones here"));
-    }
-    if (first < 0) first = begin;
-    rows += chunk.size();
-  }
+  absl::StatusOr<const Context*> found = Lookup(name);
+  if (!found.ok()) return found.status();
+  const Context& context = **found;
+  absl::StatusOr<Range> rows = context.held.RowsOf(name, chunks);
+  if (!rows.ok()) return rows.status();
   ResidentRows resident;
   if (!context.buffers) {  // nothing held yet: no rows
     const View<const float> none(
@@ -253,9 +196,8 @@ absl::StatusOr<ResidentRows> ContextStore::Find(
     resident.v = none;
     return resident;
   }
-  first = std::max<int64_t>(first, 0);
-  resident.k = RowsOf(context.buffers->k, first, rows);
-  resident.v = RowsOf(context.buffers->v, first, rows);
+  resident.k = KvRowsOf(context.buffers->k, rows->begin, rows->size());
+  resident.v = KvRowsOf(context.buffers->v, rows->begin, rows->size());
   resident.keep_alive = context.buffers;
   return resident;
 }
@@ -263,30 +205,20 @@ absl::StatusOr<ResidentRows> ContextStore::Find(
 absl::Status ContextStore::Copy(const std::string& name,
                                 const std::vector<Range>& chunks,
                                 const TypedView& k, const TypedView& v) {
-  std::vector<RowRun> runs;
   absl::MutexLock lock(&mutex_);
-  auto found = contexts_.find(name);
-  if (found == contexts_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("context '", name, "' is not held by this worker"));
-  }
-  const Context& context = found->second;
+  absl::StatusOr<const Context*> found = Lookup(name);
+  if (!found.ok()) return found.status();
+  const Context& context = **found;
+  std::vector<RowRun> runs;
   int64_t row = 0;
   for (const Range& chunk : chunks) {
-    for (int64_t p = chunk.begin; p < chunk.end;) {
-      const Piece* piece = PieceHolding(context, p);
-      if (piece == nullptr) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("context '", name, "' position ", p,
-                         " is not held by this worker"));
-      }
-      const int64_t from = piece->first_row + p - piece->positions.begin;
-      // The rest of the chunk, up to the end of the piece holding p.
-      const int64_t end = std::min(chunk.end, piece->positions.end);
-      AddRuns(context.buffers->k.view(), from, k, row, end - p, runs);
-      AddRuns(context.buffers->v.view(), from, v, row, end - p, runs);
-      row += end - p;
-      p = end;
+    absl::StatusOr<std::vector<HeldPositions::RowRun>> held =
+        context.held.RunsOf(name, chunk);
+    if (!held.ok()) return held.status();
+    for (const HeldPositions::RowRun& run : *held) {
+      AddRuns(context.buffers->k.view(), run.row, k, row, run.count, runs);
+      AddRuns(context.buffers->v.view(), run.row, v, row, run.count, runs);
+      row += run.count;
     }
   }
   ConvertRuns(runs, k.shape().batch);

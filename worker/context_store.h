@@ -26,6 +26,7 @@
 #include "core/range.h"
 #include "core/typed_tensor.h"
 #include "worker/cpu_kv_holding.h"
+#include "worker/held_positions.h"
 #include "worker/resident_contexts.h"
 
 namespace ringattn {
@@ -69,31 +70,19 @@ class ContextStore final : public ResidentContexts {
     TypedTensor v;
     int64_t capacity = 0;  // rows per batch
   };
-  struct Piece {
-    Range positions;
-    int64_t first_row = 0;  // where its rows start in the buffers
-  };
   struct Context {
     Layout layout;
     DType dtype = DType::kFloat32;
     std::shared_ptr<Buffers> buffers;
-    std::vector<Piece> pieces;  // in position order, rows one after another
-
-    // Rows held: those of the pieces.
-    int64_t rows() const {
-      return pieces.empty()
-                 ? 0
-                 : pieces.back().first_row + pieces.back().positions.size();
-    }
+    HeldPositions held;  // whose rows lie in the buffers
   };
 
   // Bytes of one row (K or V) of `context`, and of its buffers.
   static int64_t RowBytes(const Context& context);
   static int64_t BytesOf(const Context& context);
-  // The piece holding `position` in `context`, or null.
-  static const Piece* PieceHolding(const Context& context, int64_t position);
-  // The row of `position` in `context`, or -1 if it is not held.
-  static int64_t RowOf(const Context& context, int64_t position);
+  // Context `name`; NOT_FOUND if there is none.
+  absl::StatusOr<const Context*> Lookup(const std::string& name) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Bytes of every context's buffers.
   int64_t HeldBytes() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Makes room for `rows` rows in `context`: exactly that many for a new

@@ -8,10 +8,14 @@
 // context where they lie (ResidentRows).
 
 #include <memory>
+#include <optional>
+#include <utility>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "core/attention_spec.h"
 #include "core/dtype.h"
+#include "core/tensor.h"
 #include "core/typed_tensor.h"
 #include "kernels/cpu/kv_view.h"
 
@@ -31,14 +35,45 @@ struct ResidentRows {
   std::shared_ptr<const void> keep_alive;
 };
 
+// The K and V rows a CPU executor computes with: buffers of its own, or rows
+// of a resident context given later. Thread-compatible.
+class CpuKvRows {
+ public:
+  CpuKvRows() = default;
+  // Buffers of `shape` ([batch, rows, kv_heads, head_dim]) in holding.dtype,
+  // uninitialized; none when holding.resident.
+  CpuKvRows(const CpuKvHolding& holding, const Shape& shape);
+
+  const CpuKvHolding& holding() const { return holding_; }
+  // The own buffers, where the caller loads the rows (empty when resident).
+  TypedView k() const { return k_.view(); }
+  TypedView v() const { return v_.view(); }
+
+  // Takes the resident rows to read. FAILED_PRECONDITION when holding rows
+  // of its own, INVALID_ARGUMENT for rows of another shape.
+  absl::Status UseResidentRows(ResidentRows rows);
+
+  // K and V for the kernels; FAILED_PRECONDITION while resident rows are
+  // still to be given.
+  absl::StatusOr<std::pair<KvView, KvView>> Views() const;
+
+ private:
+  CpuKvHolding holding_;
+  Shape shape_;
+  TypedTensor k_;
+  TypedTensor v_;
+  std::optional<ResidentRows> resident_;
+};
+
+// Rows [first, first + count) of a [batch, capacity, heads, dim] buffer in
+// fp32 or bf16, as the kernels read them in place.
+KvView KvRowsOf(const TypedTensor& buffer, int64_t first, int64_t count);
+
 // INVALID_ARGUMENT unless the K and V of `spec` can be held as `holding`
 // says: own buffers in fp32 always, in bf16 unless the spec is dilated (its
 // tasks gather strided fp32 rows); resident rows unless the spec is dilated.
 absl::Status CheckCpuKvHolding(const AttentionSpec& spec,
                                const CpuKvHolding& holding);
-
-// The kernels' view of K or V rows held in fp32 or bf16.
-KvView CpuKvView(const TypedTensor& rows);
 
 }  // namespace ringattn
 

@@ -48,16 +48,6 @@ int64_t DeviceContextStore::HeldBytes() const {
   return bytes;
 }
 
-int64_t DeviceContextStore::RowOf(const Context& context, int64_t position) {
-  auto piece = std::upper_bound(
-      context.pieces.begin(), context.pieces.end(), position,
-      [](int64_t p, const Piece& piece) { return p < piece.positions.begin; });
-  if (piece == context.pieces.begin()) return -1;
-  --piece;
-  if (position >= piece->positions.end) return -1;
-  return piece->first_row + position - piece->positions.begin;
-}
-
 absl::Status DeviceContextStore::Reserve(const std::string& name,
                                          Context& context, int64_t rows) {
   const int64_t held = context.buffers ? context.buffers->capacity : 0;
@@ -88,8 +78,8 @@ absl::Status DeviceContextStore::Reserve(const std::string& name,
     }
     *buffer = *std::move(allocated);
   }
-  if (context.rows() > 0) {
-    const size_t width = static_cast<size_t>(context.rows() * pitch);
+  if (context.held.rows() > 0) {
+    const size_t width = static_cast<size_t>(context.held.rows() * pitch);
     for (const auto& [to, from] :
          {std::make_pair(&buffers->k, &context.buffers->k),
           std::make_pair(&buffers->v, &context.buffers->v)}) {
@@ -116,13 +106,8 @@ absl::StatusOr<int64_t> DeviceContextStore::Add(const std::string& name,
   const bool exists = found != contexts_.end();
   RINGATTN_RETURN_IF_ERROR(CheckAddition(
       name, create, exists, exists ? found->second.layout : Layout{}, layout));
-  if (exists && !found->second.pieces.empty() &&
-      positions.begin < found->second.pieces.back().positions.end) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "context '", name, "' holds positions up to ",
-        found->second.pieces.back().positions.end,
-        " on this worker; a GPU worker takes new rows only after those, got [",
-        positions.begin, ", ", positions.end, ")"));
+  if (exists) {
+    RINGATTN_RETURN_IF_ERROR(found->second.held.CheckAppend(name, positions));
   }
   RINGATTN_RETURN_IF_ERROR(UseCudaDevice(device_));
   if (stream_.get() == nullptr) {
@@ -137,7 +122,8 @@ absl::StatusOr<int64_t> DeviceContextStore::Add(const std::string& name,
   }
   Context& context = exists ? found->second : fresh;
   const int64_t count = positions.size();
-  RINGATTN_RETURN_IF_ERROR(Reserve(name, context, context.rows() + count));
+  const int64_t at = context.held.rows();
+  RINGATTN_RETURN_IF_ERROR(Reserve(name, context, at + count));
   if (count > 0) {
     const DType host = HostDTypeOf(context.dtype);
     const int64_t pitch = RowBytes(context);
@@ -147,7 +133,7 @@ absl::StatusOr<int64_t> DeviceContextStore::Add(const std::string& name,
     const DeviceBuffer* targets[] = {&context.buffers->k, &context.buffers->v};
     for (int i = 0; i < 2; ++i) {
       RINGATTN_RETURN_IF_ERROR(CudaStatus(
-          cudaMemcpy2DAsync(targets[i]->as<char>() + context.rows() * pitch,
+          cudaMemcpy2DAsync(targets[i]->as<char>() + at * pitch,
                             capacity * pitch, rows[i].view().data(),
                             count * pitch, count * pitch, layout.batch,
                             cudaMemcpyHostToDevice, stream_.get()),
@@ -155,7 +141,7 @@ absl::StatusOr<int64_t> DeviceContextStore::Add(const std::string& name,
     }
     RINGATTN_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_.get()),
                                         "copying context rows"));
-    context.pieces.push_back(Piece{positions, context.rows()});
+    context.held.Append(positions);
   }
   const int64_t bytes = BytesOf(context);
   if (!exists) contexts_.emplace(name, std::move(fresh));
@@ -167,15 +153,11 @@ void DeviceContextStore::Drop(const std::string& name, int64_t keep_length) {
   absl::MutexLock lock(&mutex_);
   auto found = contexts_.find(name);
   if (found == contexts_.end()) return;
-  Context& context = found->second;
   if (keep_length <= 0) {
     contexts_.erase(found);
     return;
   }
-  while (!context.pieces.empty() &&
-         context.pieces.back().positions.begin >= keep_length) {
-    context.pieces.pop_back();
-  }
+  found->second.held.DropFrom(keep_length);
 }
 
 int64_t DeviceContextStore::bytes_in_use() {
@@ -203,31 +185,13 @@ absl::StatusOr<ResidentKv> DeviceContextStore::Find(
         absl::StrCat("context '", name, "' is not held by this worker"));
   }
   const Context& context = found->second;
-  int64_t first = -1;
-  int64_t rows = 0;
-  for (const Range& chunk : chunks) {
-    if (chunk.empty()) continue;
-    const int64_t begin = RowOf(context, chunk.begin);
-    const int64_t last = RowOf(context, chunk.end - 1);
-    if (begin < 0 || last < 0) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("context '", name, "' positions [", chunk.begin, ", ",
-                       chunk.end, ") are not all held by this worker"));
-    }
-    if (last - begin != chunk.size() - 1 ||
-        (first >= 0 && begin != first + rows)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "context '", name, "' positions [", chunk.begin, ", ", chunk.end,
-          ") are not the rows that follow the query's previous ones here"));
-    }
-    if (first < 0) first = begin;
-    rows += chunk.size();
-  }
+  absl::StatusOr<Range> rows = context.held.RowsOf(name, chunks);
+  if (!rows.ok()) return rows.status();
   ResidentKv kv;
   kv.dtype = context.dtype;
-  kv.rows = rows;
+  kv.rows = rows->size();
   if (context.buffers) {
-    const int64_t offset = std::max<int64_t>(first, 0) * RowBytes(context);
+    const int64_t offset = rows->begin * RowBytes(context);
     kv.k = context.buffers->k.as<char>() + offset;
     kv.v = context.buffers->v.as<char>() + offset;
     kv.batch_stride = context.buffers->capacity * context.layout.kv_heads *

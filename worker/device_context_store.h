@@ -27,6 +27,7 @@
 #include "kernels/cuda/attention_args.h"
 #include "kernels/cuda/device_buffer.h"
 #include "worker/device.h"
+#include "worker/held_positions.h"
 #include "worker/resident_contexts.h"
 
 namespace ringattn {
@@ -77,23 +78,11 @@ class DeviceContextStore final : public ResidentContexts {
     DeviceBuffer v;
     int64_t capacity = 0;  // rows per batch
   };
-  struct Piece {
-    Range positions;
-    int64_t first_row = 0;  // where its rows start in the buffers
-  };
   struct Context {
     Layout layout;
     DeviceDType dtype = DeviceDType::kBFloat16;
     std::shared_ptr<Buffers> buffers;
-    std::vector<Piece>
-        pieces;  // in position order, their rows one after another
-
-    // Rows held: those of the pieces.
-    int64_t rows() const {
-      return pieces.empty()
-                 ? 0
-                 : pieces.back().first_row + pieces.back().positions.size();
-    }
+    HeldPositions held;  // whose rows lie in the buffers
   };
 
   // Bytes of one row (K or V) of `context`, and of its buffers.
@@ -105,8 +94,6 @@ class DeviceContextStore final : public ResidentContexts {
   // room to spare when they are too small).
   absl::Status Reserve(const std::string& name, Context& context, int64_t rows)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
-  // The row of `position` in `context`, or -1 if it is not held.
-  static int64_t RowOf(const Context& context, int64_t position);
 
   const int device_;
   const int64_t capacity_;

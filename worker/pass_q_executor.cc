@@ -78,18 +78,13 @@ PassQExecutor::PassQExecutor(const AttentionSpec& spec, int rank,
       q_layout_(QueryLayoutFor(spec, world_size)),
       kv_layout_(std::move(kv_layout)),
       blocks_(BlockMask::ForSpec(spec)),
-      resident_kv_(kv_holding.resident) {
+      kv_(kv_holding, Shape{spec.batch, kv_layout_.ShardLength(rank),
+                            spec.kv_heads, spec.head_dim}) {
   // The plan lists, for every query shard, its tasks against every K/V block;
   // this rank keeps those against its own.
   tasks_ = RingPlan::Build(spec, q_layout_, kv_layout_,
                            blocks_.has_value() ? &*blocks_ : nullptr)
                .TasksAgainstBlock(rank);
-  const Shape kv_shape{spec.batch, kv_layout_.ShardLength(rank), spec.kv_heads,
-                       spec.head_dim};
-  if (!kv_holding.resident) {
-    k_ = TypedTensor(kv_holding.dtype, kv_shape);
-    v_ = TypedTensor(kv_holding.dtype, kv_shape);
-  }
   int64_t largest = 0;
   for (int64_t owner = 0; owner < world_size; ++owner) {
     largest = std::max(largest, BlockValues(owner));
@@ -142,32 +137,14 @@ absl::Status PassQExecutor::Cancel(RingCommunicator& communicator,
       absl::StrCat("rank ", rank_, " was cancelled at pass-Q step ", step));
 }
 
-absl::Status PassQExecutor::UseResidentRows(ResidentRows rows) {
-  if (!resident_kv_) {
-    return absl::FailedPreconditionError(
-        "this pass-Q executor holds K and V in buffers of its own");
-  }
-  const Shape want{spec_.batch, kv_layout_.ShardLength(rank_), spec_.kv_heads,
-                   spec_.head_dim};
-  if (rows.k.shape() != want || rows.v.shape() != want) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", rank_, " expected ", want.seq,
-                     " resident K/V rows, got ", rows.k.shape().seq));
-  }
-  resident_ = std::move(rows);
-  return absl::OkStatus();
-}
-
 absl::StatusOr<RingOutput> PassQExecutor::Run(RingCommunicator& communicator,
                                               const RingOptions& options) {
   if (ran_) {
     return absl::FailedPreconditionError("a pass-Q executor runs only once");
   }
   ran_ = true;
-  if (resident_kv_ && !resident_.has_value()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "rank ", rank_, " was given no resident rows to read K and V from"));
-  }
+  absl::StatusOr<std::pair<KvView, KvView>> kv = kv_.Views();
+  if (!kv.ok()) return kv.status();
   RINGATTN_RETURN_IF_ERROR(
       CheckCommunicatorRank(communicator, rank_, world_size_));
   const BlockMask* blocks = blocks_.has_value() ? &*blocks_ : nullptr;
@@ -175,8 +152,8 @@ absl::StatusOr<RingOutput> PassQExecutor::Run(RingCommunicator& communicator,
   const int next = static_cast<int>(Modulo(rank_ + 1, p));
   const int previous = static_cast<int>(Modulo(rank_ - 1, p));
   RingRunStats stats;
-  stats.peak_bytes = BytesNeeded(spec_, rank_, world_size_, &kv_layout_,
-                                 CpuKvHolding{k_.dtype(), resident_kv_});
+  stats.peak_bytes =
+      BytesNeeded(spec_, rank_, world_size_, &kv_layout_, kv_.holding());
   stats.steps = p;
   // At step s the front buffer holds the block of rank - s; after the last
   // step's transfer the rank's own block is back.
@@ -192,8 +169,8 @@ absl::StatusOr<RingOutput> PassQExecutor::Run(RingCommunicator& communicator,
     }
     const absl::Time compute_start = absl::Now();
     const WorkerBuffers buffers{BlockQueries(front_, held),
-                                resident_kv_ ? resident_->k : CpuKvView(k_),
-                                resident_kv_ ? resident_->v : CpuKvView(v_),
+                                kv->first,
+                                kv->second,
                                 BlockOutput(front_, held),
                                 BlockLse(front_, held),
                                 &task_scratch_};

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -65,13 +66,15 @@ class PassQExecutor {
   // in the K/V dtype (empty for resident rows), in chunk order ([B, n, H,
   // D]). Valid until Run.
   View<float> q() { return BlockQueries(front_, rank_); }
-  TypedView k() { return k_.view(); }
-  TypedView v() { return v_.view(); }
+  TypedView k() { return kv_.k(); }
+  TypedView v() { return kv_.v(); }
 
   // For an executor made to read resident rows: the K and V rows of
   // kv_layout().Chunks(rank), read where they lie. FAILED_PRECONDITION for
   // another executor, INVALID_ARGUMENT for rows of another shape.
-  absl::Status UseResidentRows(ResidentRows rows);
+  absl::Status UseResidentRows(ResidentRows rows) {
+    return kv_.UseResidentRows(std::move(rows));
+  }
 
   // Runs the ring over `communicator` (rank and world size must match) and
   // returns this rank's output rows in the order of q_layout().Chunks(rank).
@@ -109,10 +112,7 @@ class PassQExecutor {
   std::vector<std::vector<AttentionTask>> tasks_;
 
   // fp32, filled by the caller: not zeroed (as RingExecutor's blocks).
-  TypedTensor k_;
-  TypedTensor v_;
-  const bool resident_kv_;
-  std::optional<ResidentRows> resident_;
+  CpuKvRows kv_;
   std::vector<float> task_scratch_;  // one task's partial result
   // Two travelling blocks of the largest size: [front | back].
   std::unique_ptr<float[]> block_storage_;

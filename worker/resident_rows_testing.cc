@@ -11,20 +11,6 @@ namespace {
 
 constexpr int64_t kSpareRows = 5;
 
-// Rows [0, rows) of a [batch, capacity, heads, dim] buffer, in place.
-KvView FirstRows(const TypedTensor& buffer, int64_t rows) {
-  const Shape& shape = buffer.shape();
-  const int64_t seq_stride = shape.heads * shape.dim;
-  const Shape view_shape{shape.batch, rows, shape.heads, shape.dim};
-  if (buffer.dtype() == DType::kBFloat16) {
-    return KvView::BFloat16(View<const uint16_t>(
-        reinterpret_cast<const uint16_t*>(buffer.view().data()), view_shape,
-        shape.seq * seq_stride, seq_stride));
-  }
-  return View<const float>(reinterpret_cast<const float*>(buffer.view().data()),
-                           view_shape, shape.seq * seq_stride, seq_stride);
-}
-
 }  // namespace
 
 ResidentRows ResidentRowsOf(const Tensor<float>& k, const Tensor<float>& v,
@@ -48,8 +34,8 @@ ResidentRows ResidentRowsOf(const Tensor<float>& k, const Tensor<float>& v,
     }
   }
   ResidentRows resident;
-  resident.k = FirstRows(buffers->first, rows);
-  resident.v = FirstRows(buffers->second, rows);
+  resident.k = KvRowsOf(buffers->first, 0, rows);
+  resident.v = KvRowsOf(buffers->second, 0, rows);
   resident.keep_alive = std::move(buffers);
   return resident;
 }
