@@ -24,7 +24,8 @@ StrategyRates CpuStrategyRates() {
                        /*flops=*/5e10,
                        /*step=*/5e-5,
                        /*hop_interference=*/1.0 / 3,
-                       /*ring_element_bytes=*/4};
+                       /*ring_element_bytes=*/4,
+                       /*single_worker_copies=*/true};
 }
 
 StrategySeconds EstimateStrategySeconds(const AttentionSpec& spec,
@@ -65,8 +66,10 @@ StrategySeconds EstimateStrategySeconds(const AttentionSpec& spec,
       spec, workers, output_element_bytes, rates.merge, communicator_kept);
   StrategySeconds seconds;
   const double hop = kv(m) / l;
+  const double copy =
+      workers > 1 || rates.single_worker_copies ? 2 * kv(m) / rates.memory : 0;
   seconds.pass_kv =
-      (q + y) / g + step +
+      (q + y) / g + copy + step +
       (p - 1) * (std::max(step, hop) +
                  rates.hop_interference * std::min(step, hop) + rates.step);
   seconds.pass_q =

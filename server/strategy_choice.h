@@ -3,7 +3,7 @@
 
 // The cost model that picks a strategy for STRATEGY_AUTO, and the check of a
 // forced one. It estimates the seconds each strategy spends on what differs
-// between them for one request over p workers: moving query and output rows
+// between them for one query of a resident context over p workers: moving query and output rows
 // between the coordinator and the workers (gRPC, rate G), moving blocks
 // around the ring (rate L), the workers' attention (a pass over j keys reads
 // them at M bytes/s, and its FLOPs run at F) and a fixed cost S per ring
@@ -22,11 +22,16 @@
 //                                            keys (c: the fraction of pairs a
 //                                            causal mask leaves)
 //
-//   pass-KV     = (Q + Y) / G + T(n, m) + (p - 1) * (max(T(n, m), KV(m) / L)
+//   pass-KV     = (Q + Y) / G + C * 2 * KV(m) / M + T(n, m)
+//                 + (p - 1) * (max(T(n, m), KV(m) / L)
 //                 + I * min(T(n, m), KV(m) / L) + S)
 //                                            (each K/V hop runs beside the
 //                                            step's compute and slows it by I
-//                                            of the shorter one)
+//                                            of the shorter one; C = 1 where
+//                                            it first copies the context's
+//                                            rows into its ring buffer: with
+//                                            more than one worker, and on CPU
+//                                            workers always; 0 otherwise)
 //   pass-Q      = (Q + Y) / G + p * (T(n, m) + A / (p * L) + S)
 //                                            (a query block leaves only with
 //                                            the worker's keys merged in; one
@@ -68,6 +73,8 @@ struct StrategyRates {
   double step = 0;                 // S, seconds
   double hop_interference = 0;     // I
   int64_t ring_element_bytes = 0;  // k
+  // Whether pass-KV copies the context's rows with a single worker too.
+  bool single_worker_copies = false;
 };
 
 // GPU workers (one H200 each, NVLink): M 4 TB/s (a one-row query read its
@@ -79,7 +86,9 @@ struct StrategyRates {
 // GpuMergeRates.
 StrategyRates GpuStrategyRates();
 // CPU workers: M 10 GB/s, F 50 GFLOP/s per worker, S 50 us (Gloo over TCP),
-// I 1/3 as on GPUs (not measured), fp32 ring blocks.
+// I 1/3 as on GPUs (not measured), fp32 ring blocks; a single worker's
+// pass-KV copies the context too (broadcast-Q and pass-Q read it in place:
+// a 64K-token decode step on one CPU worker took 122-136 ms with pass-KV).
 StrategyRates CpuStrategyRates();
 
 struct StrategySeconds {

@@ -63,8 +63,10 @@ TEST(StrategyChoice, EstimatesSecondsPerTheFormula) {
   const double t2 = 320000 / 1e11 + 4.0 * 2 * 500 * 8 * 80 / 1e12;
   const double t4 = 320000 / 1e11 + 4.0 * 4 * 500 * 8 * 80 / 1e12;
   const double hop = 320000 / 1e10;
-  EXPECT_DOUBLE_EQ(s.pass_kv, (5120 + 5248) / 1e9 + t2 + std::max(t2, hop) +
-                                  0.5 * std::min(t2, hop) + 1e-4);
+  const double copy = 2 * 320000 / 1e11;
+  EXPECT_DOUBLE_EQ(s.pass_kv, (5120 + 5248) / 1e9 + copy + t2 +
+                                  std::max(t2, hop) + 0.5 * std::min(t2, hop) +
+                                  1e-4);
   EXPECT_DOUBLE_EQ(s.pass_q,
                    (5120 + 5248) / 1e9 + 2 * (t2 + 15488 / 2e10 + 1e-4));
   const MergeSeconds merge =
@@ -74,11 +76,27 @@ TEST(StrategyChoice, EstimatesSecondsPerTheFormula) {
       2 * 5120 / 1e9 + t4 + std::min(merge.at_coordinator, merge.on_workers));
 }
 
-TEST(StrategyChoice, OneWorkerRunsPassKv) {
+TEST(StrategyChoice, OneGpuRunsPassKv) {
   for (int64_t nq : {1, 300, 5000}) {
     EXPECT_EQ(Auto(ContextSpec(nq, 100000), 1, GpuStrategyRates()),
               v1::PASS_KV);
   }
+}
+
+// A single CPU worker's pass-KV copies the context; broadcast-Q reads it in
+// place, so it takes short queries there too.
+TEST(StrategyChoice, OneCpuWorkerReadsShortQueriesInPlace) {
+  const StrategyRates cpu = CpuStrategyRates();
+  auto choose = [&](int64_t nq) {
+    return *ChooseStrategy(ContextSpec(nq, 65536), v1::STRATEGY_AUTO, 1, 2, 2,
+                           cpu, false);
+  };
+  EXPECT_EQ(choose(1), v1::BROADCAST_Q);
+  EXPECT_EQ(choose(16), v1::BROADCAST_Q);
+  const StrategySeconds s = EstimateStrategySeconds(ContextSpec(1, 65536), 1,
+                                                    2, 2, cpu, false);
+  // The copy: K and V of 65536 rows, 8 heads of 128, fp32, read and written.
+  EXPECT_GT(s.pass_kv - s.broadcast_q, 0.9 * 2 * 2 * 65536 * 8 * 128 * 4 / 1e10);
 }
 
 TEST(StrategyChoice, GpuChoicesFollowWhatRanFastestOnTwoH200) {
