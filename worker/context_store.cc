@@ -1,7 +1,6 @@
 #include "worker/context_store.h"
 
 #include <algorithm>
-#include <cstring>
 #include <utility>
 #include <vector>
 
