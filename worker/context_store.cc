@@ -195,8 +195,8 @@ absl::StatusOr<ResidentRows> ContextStore::Find(
     resident.v = none;
     return resident;
   }
-  resident.k = KvRowsOf(context.buffers->k, rows->begin, rows->size());
-  resident.v = KvRowsOf(context.buffers->v, rows->begin, rows->size());
+  resident.k = KvRowsOf(context.buffers->k.view(), rows->begin, rows->size());
+  resident.v = KvRowsOf(context.buffers->v.view(), rows->begin, rows->size());
   resident.keep_alive = context.buffers;
   return resident;
 }

@@ -22,18 +22,18 @@ absl::Status CheckCpuKvHolding(const AttentionSpec& spec,
   return absl::OkStatus();
 }
 
-KvView KvRowsOf(const TypedTensor& buffer, int64_t first, int64_t count) {
+KvView KvRowsOf(const TypedView& buffer, int64_t first, int64_t count) {
   const Shape& shape = buffer.shape();
   const int64_t seq_stride = shape.heads * shape.dim;
   const Shape rows{shape.batch, count, shape.heads, shape.dim};
   const int64_t offset = first * seq_stride;
   if (buffer.dtype() == DType::kBFloat16) {
     return KvView::BFloat16(View<const uint16_t>(
-        reinterpret_cast<const uint16_t*>(buffer.view().data()) + offset, rows,
+        reinterpret_cast<const uint16_t*>(buffer.data()) + offset, rows,
         shape.seq * seq_stride, seq_stride));
   }
   return View<const float>(
-      reinterpret_cast<const float*>(buffer.view().data()) + offset, rows,
+      reinterpret_cast<const float*>(buffer.data()) + offset, rows,
       shape.seq * seq_stride, seq_stride);
 }
 
@@ -62,8 +62,8 @@ absl::Status CpuKvRows::UseResidentRows(ResidentRows rows) {
 
 absl::StatusOr<std::pair<KvView, KvView>> CpuKvRows::Views() const {
   if (!holding_.resident) {
-    return std::make_pair(KvRowsOf(k_, 0, shape_.seq),
-                          KvRowsOf(v_, 0, shape_.seq));
+    return std::make_pair(KvRowsOf(k_.view(), 0, shape_.seq),
+                          KvRowsOf(v_.view(), 0, shape_.seq));
   }
   if (!resident_.has_value()) {
     return absl::FailedPreconditionError(

@@ -65,9 +65,9 @@ class CpuKvRows {
   std::optional<ResidentRows> resident_;
 };
 
-// Rows [first, first + count) of a [batch, capacity, heads, dim] buffer in
-// fp32 or bf16, as the kernels read them in place.
-KvView KvRowsOf(const TypedTensor& buffer, int64_t first, int64_t count);
+// Rows [first, first + count) of a contiguous [batch, capacity, heads, dim]
+// buffer in fp32 or bf16, as the kernels read them in place.
+KvView KvRowsOf(const TypedView& buffer, int64_t first, int64_t count);
 
 // INVALID_ARGUMENT unless the K and V of `spec` can be held as `holding`
 // says: own buffers in fp32 always, in bf16 unless the spec is dilated (its

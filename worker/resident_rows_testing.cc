@@ -34,8 +34,8 @@ ResidentRows ResidentRowsOf(const Tensor<float>& k, const Tensor<float>& v,
     }
   }
   ResidentRows resident;
-  resident.k = KvRowsOf(buffers->first, 0, rows);
-  resident.v = KvRowsOf(buffers->second, 0, rows);
+  resident.k = KvRowsOf(buffers->first.view(), 0, rows);
+  resident.v = KvRowsOf(buffers->second.view(), 0, rows);
   resident.keep_alive = std::move(buffers);
   return resident;
 }

@@ -9,6 +9,7 @@
 #include "core/ring_plan.h"
 #include "core/status_macros.h"
 #include "kernels/cpu/run_task.h"
+#include "worker/cpu_kv_holding.h"
 #include "worker/executor_memory.h"
 #include "worker/task_flops.h"
 
@@ -23,24 +24,27 @@ double SecondsSince(absl::Time start) {
 
 absl::StatusOr<std::unique_ptr<RingExecutor>> RingExecutor::Create(
     const AttentionSpec& spec, int rank, int world_size,
-    std::optional<ShardLayout> kv_layout) {
+    std::optional<ShardLayout> kv_layout, DType kv_dtype) {
   RINGATTN_RETURN_IF_ERROR(spec.Validate());
   RINGATTN_RETURN_IF_ERROR(CheckRank(rank, world_size));
+  RINGATTN_RETURN_IF_ERROR(CheckCpuKvHolding(spec, CpuKvHolding{kv_dtype}));
   absl::StatusOr<ShardLayout> layout =
       KvLayoutFor(spec, world_size, std::move(kv_layout));
   if (!layout.ok()) return layout.status();
   kv_layout = std::move(*layout);
-  const int64_t bytes = BytesNeeded(spec, rank, world_size, &*kv_layout);
+  const int64_t bytes =
+      BytesNeeded(spec, rank, world_size, &*kv_layout, kv_dtype);
   RINGATTN_RETURN_IF_ERROR(
       CheckExecutorBytes(bytes, rank, world_size, "its share"));
   return AllocateExecutor<RingExecutor>(bytes, rank, [&] {
-    return new RingExecutor(spec, rank, world_size, std::move(*kv_layout));
+    return new RingExecutor(spec, rank, world_size, std::move(*kv_layout),
+                            kv_dtype);
   });
 }
 
 int64_t RingExecutor::BytesNeeded(const AttentionSpec& spec, int rank,
-                                  int world_size,
-                                  const ShardLayout* kv_layout) {
+                                  int world_size, const ShardLayout* kv_layout,
+                                  DType kv_dtype) {
   // In double, so that absurd shapes saturate instead of overflowing.
   const double q_rows =
       static_cast<double>(QueryLayoutFor(spec, world_size).ShardLength(rank));
@@ -55,13 +59,13 @@ int64_t RingExecutor::BytesNeeded(const AttentionSpec& spec, int rank,
       2 * batch * block_rows * spec.kv_heads * spec.head_dim;
   // Q, O and the LSE; two blocks; the kernels' scratch (at most one more O and
   // LSE).
-  const double bytes =
-      sizeof(float) * (3 * q_values + 2 * lse_values + 2 * block_values);
+  const double bytes = sizeof(float) * (3 * q_values + 2 * lse_values) +
+                       DTypeSize(kv_dtype) * 2 * block_values;
   return SaturatedBytes(bytes);
 }
 
 RingExecutor::RingExecutor(const AttentionSpec& spec, int rank, int world_size,
-                           ShardLayout kv_layout)
+                           ShardLayout kv_layout, DType kv_dtype)
     : spec_(spec),
       rank_(rank),
       world_size_(world_size),
@@ -69,19 +73,20 @@ RingExecutor::RingExecutor(const AttentionSpec& spec, int rank, int world_size,
       kv_layout_(std::move(kv_layout)),
       blocks_(BlockMask::ForSpec(spec)),
       plan_(RingPlan::Build(spec, q_layout_, kv_layout_,
-                            blocks_.has_value() ? &*blocks_ : nullptr)) {
+                            blocks_.has_value() ? &*blocks_ : nullptr)),
+      kv_dtype_(kv_dtype) {
   const Shape q_shape{spec.batch, q_layout_.ShardLength(rank), spec.q_heads,
                       spec.head_dim};
   q_ = TypedTensor(DType::kFloat32, q_shape);
   o_ = Tensor<float>(q_shape);
   lse_ = Tensor<float>(Shape{q_shape.batch, q_shape.seq, q_shape.heads, 1});
   std::fill(lse_.values().begin(), lse_.values().end(), -INFINITY);
-  const size_t block_values =
-      static_cast<size_t>(2 * spec.batch * kv_layout_.LargestShard() *
-                          spec.kv_heads * spec.head_dim);
-  block_storage_.reset(new float[2 * block_values]);
+  const size_t block_bytes = static_cast<size_t>(
+      DTypeSize(kv_dtype) * 2 * spec.batch * kv_layout_.LargestShard() *
+      spec.kv_heads * spec.head_dim);
+  block_storage_.reset(new char[2 * block_bytes]);
   front_ = block_storage_.get();
-  back_ = block_storage_.get() + block_values;
+  back_ = block_storage_.get() + block_bytes;
 }
 
 int64_t RingExecutor::BlockRows(int64_t owner) const {
@@ -89,19 +94,19 @@ int64_t RingExecutor::BlockRows(int64_t owner) const {
 }
 
 int64_t RingExecutor::BlockBytes(int64_t owner) const {
-  return static_cast<int64_t>(sizeof(float)) * 2 * spec_.batch *
-         BlockRows(owner) * spec_.kv_heads * spec_.head_dim;
+  return DTypeSize(kv_dtype_) * 2 * spec_.batch * BlockRows(owner) *
+         spec_.kv_heads * spec_.head_dim;
 }
 
-View<float> RingExecutor::BlockKeys(float* buffer, int64_t owner) const {
-  return View<float>(buffer, Shape{spec_.batch, BlockRows(owner),
-                                   spec_.kv_heads, spec_.head_dim});
+TypedView RingExecutor::BlockKeys(char* buffer, int64_t owner) const {
+  return TypedView(
+      kv_dtype_, buffer,
+      Shape{spec_.batch, BlockRows(owner), spec_.kv_heads, spec_.head_dim});
 }
 
-View<float> RingExecutor::BlockValues(float* buffer, int64_t owner) const {
-  const Shape shape{spec_.batch, BlockRows(owner), spec_.kv_heads,
-                    spec_.head_dim};
-  return View<float>(buffer + shape.NumElements(), shape);
+TypedView RingExecutor::BlockValues(char* buffer, int64_t owner) const {
+  const TypedView keys = BlockKeys(buffer, owner);
+  return TypedView(kv_dtype_, buffer + keys.bytes(), keys.shape());
 }
 
 absl::Status RingExecutor::Cancel(RingCommunicator& communicator,
@@ -121,7 +126,8 @@ absl::StatusOr<RingOutput> RingExecutor::Run(RingCommunicator& communicator,
       CheckCommunicatorRank(communicator, rank_, world_size_));
   const BlockMask* blocks = blocks_.has_value() ? &*blocks_ : nullptr;
   RingRunStats stats;
-  stats.peak_bytes = BytesNeeded(spec_, rank_, world_size_);
+  stats.peak_bytes =
+      BytesNeeded(spec_, rank_, world_size_, &kv_layout_, kv_dtype_);
   stats.steps = plan_.num_steps();
   int64_t held = rank_;  // whose block the front buffer holds
   for (int64_t s = 0; s < plan_.num_steps(); ++s) {
@@ -156,12 +162,13 @@ absl::StatusOr<RingOutput> RingExecutor::Run(RingCommunicator& communicator,
       stats.bytes_sent += BlockBytes(held);
     }
     const absl::Time compute_start = absl::Now();
-    const WorkerBuffers buffers{q_.floats(),
-                                BlockKeys(front_, held),
-                                BlockValues(front_, held),
-                                o_.view(),
-                                lse_.view(),
-                                &task_scratch_};
+    const WorkerBuffers buffers{
+        q_.floats(),
+        KvRowsOf(BlockKeys(front_, held), 0, BlockRows(held)),
+        KvRowsOf(BlockValues(front_, held), 0, BlockRows(held)),
+        o_.view(),
+        lse_.view(),
+        &task_scratch_};
     for (const AttentionTask& task : step.tasks) {
       if (options.cancelled != nullptr && options.cancelled->load()) {
         return Cancel(communicator, in_flight, s);

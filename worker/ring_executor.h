@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "core/attention_spec.h"
 #include "core/block_mask.h"
+#include "core/dtype.h"
 #include "core/ring_plan.h"
 #include "core/shard_layout.h"
 #include "core/tensor.h"
@@ -65,17 +66,21 @@ class RingExecutor {
  public:
   // An executor for rank `rank` of `world_size`, its buffers allocated. K/V
   // are sharded as the spec's usual layout, or as `kv_layout` when given (a
-  // resident context's pieces). INVALID_ARGUMENT for a bad spec, rank, world
-  // size or layout.
+  // resident context's pieces). K/V blocks are held and travel in `kv_dtype`:
+  // fp32, or bf16 for rows that arrive in bf16 (half the bytes to hold and to
+  // send; cpu_kv_holding.h). INVALID_ARGUMENT for a bad spec, rank, world
+  // size, layout or K/V dtype.
   static absl::StatusOr<std::unique_ptr<RingExecutor>> Create(
       const AttentionSpec& spec, int rank, int world_size,
-      std::optional<ShardLayout> kv_layout = std::nullopt);
+      std::optional<ShardLayout> kv_layout = std::nullopt,
+      DType kv_dtype = DType::kFloat32);
 
   // The bytes an executor for this rank holds (what Create allocates plus the
   // kernels' scratch). Requires a valid spec and 0 <= rank < world_size.
   static int64_t BytesNeeded(const AttentionSpec& spec, int rank,
                              int world_size,
-                             const ShardLayout* kv_layout = nullptr);
+                             const ShardLayout* kv_layout = nullptr,
+                             DType kv_dtype = DType::kFloat32);
 
   RingExecutor(const RingExecutor&) = delete;
   RingExecutor& operator=(const RingExecutor&) = delete;
@@ -88,12 +93,12 @@ class RingExecutor {
   const ShardLayout& kv_layout() const { return kv_layout_; }
   const RingPlan& plan() const { return plan_; }
 
-  // Where the caller loads the rank's shard before Run, fp32: Q rows of
-  // q_layout().Chunks(rank), K and V rows of kv_layout().Chunks(rank), in
-  // chunk order ([B, n, H, D]). Valid until Run.
+  // Where the caller loads the rank's shard before Run: Q rows of
+  // q_layout().Chunks(rank) in fp32, K and V rows of kv_layout().Chunks(rank)
+  // in the K/V dtype, in chunk order ([B, n, H, D]). Valid until Run.
   View<float> q() { return q_.floats(); }
-  View<float> k() { return BlockKeys(front_, rank_); }
-  View<float> v() { return BlockValues(front_, rank_); }
+  TypedView k() { return BlockKeys(front_, rank_); }
+  TypedView v() { return BlockValues(front_, rank_); }
 
   // Runs the ring over `communicator` (rank and world size must match) and
   // returns this rank's output. Once only: FAILED_PRECONDITION after that.
@@ -105,14 +110,14 @@ class RingExecutor {
 
  private:
   RingExecutor(const AttentionSpec& spec, int rank, int world_size,
-               ShardLayout kv_layout);
+               ShardLayout kv_layout, DType kv_dtype);
 
   // Rows and bytes of the K/V block of `owner`.
   int64_t BlockRows(int64_t owner) const;
   int64_t BlockBytes(int64_t owner) const;
   // The K and V halves of the block of `owner` stored at `buffer`.
-  View<float> BlockKeys(float* buffer, int64_t owner) const;
-  View<float> BlockValues(float* buffer, int64_t owner) const;
+  TypedView BlockKeys(char* buffer, int64_t owner) const;
+  TypedView BlockValues(char* buffer, int64_t owner) const;
   // Stops at a cancellation: aborts the communicator, waits out what is in
   // flight (so no transfer outlives the buffers) and returns CANCELLED.
   absl::Status Cancel(RingCommunicator& communicator, bool in_flight,
@@ -125,6 +130,7 @@ class RingExecutor {
   const ShardLayout kv_layout_;
   const std::optional<BlockMask> blocks_;
   const RingPlan plan_;
+  const DType kv_dtype_;
 
   TypedTensor q_;  // fp32, filled by the caller: not zeroed
   Tensor<float> o_;
@@ -134,9 +140,9 @@ class RingExecutor {
   // zeroed: rows arrive before they are read, and a world of one never
   // touches the back block (zeroing gigabytes of K/V that are written next
   // was most of a CPU worker's time on an upload).
-  std::unique_ptr<float[]> block_storage_;
-  float* front_ = nullptr;
-  float* back_ = nullptr;
+  std::unique_ptr<char[]> block_storage_;
+  char* front_ = nullptr;
+  char* back_ = nullptr;
   bool ran_ = false;
 };
 

@@ -277,16 +277,18 @@ class ExecuteReactor final
     if (strategy == v1::PASS_Q) {
       return AcceptPassQHeader(header, std::move(kv_layout));
     }
+    const DType kv_dtype = RingKvDType(header);
     RINGATTN_RETURN_IF_ERROR(ticket_.Reserve(RingExecutor::BytesNeeded(
-        spec_, rank_, world_size_, kv_layout ? &*kv_layout : nullptr)));
+        spec_, rank_, world_size_, kv_layout ? &*kv_layout : nullptr,
+        kv_dtype)));
     absl::StatusOr<std::unique_ptr<RingExecutor>> executor =
-        RingExecutor::Create(spec_, rank_, world_size_, std::move(kv_layout));
+        RingExecutor::Create(spec_, rank_, world_size_, std::move(kv_layout),
+                             kv_dtype);
     if (!executor.ok()) return executor.status();
     executor_ = std::move(*executor);
     StageShard(header, executor_->q_layout(), rank_, TypedView(executor_->q()),
-               executor_->kv_layout(), rank_, TypedView(executor_->k()),
-               TypedView(executor_->v()));
-    LogHeader("", "", "bytes");
+               executor_->kv_layout(), rank_, executor_->k(), executor_->v());
+    LogHeader("", absl::StrCat(", K/V in ", DTypeName(kv_dtype)), "bytes");
     return absl::OkStatus();
   }
 
@@ -377,6 +379,19 @@ class ExecuteReactor final
     }
     return CpuKvHolding{wire_dtype_ == DType::kBFloat16 ? DType::kBFloat16
                                                         : DType::kFloat32};
+  }
+
+  // The dtype a CPU pass-KV ring holds and sends its K/V blocks in: that of
+  // the rows it reads when they are bf16 (a bf16 context, or a request's own
+  // bf16 rows), which loses nothing and halves the bytes; fp32 otherwise
+  // (and for dilated requests).
+  DType RingKvDType(const v1::ExecuteHeader& header) const {
+    if (!spec_.dilated.empty()) return DType::kFloat32;
+    if (!header.context().empty()) {
+      absl::StatusOr<DType> held = host_contexts_->DTypeOf(header.context());
+      return held.ok() ? *held : DType::kFloat32;
+    }
+    return wire_dtype_ == DType::kBFloat16 ? DType::kBFloat16 : DType::kFloat32;
   }
 
   // What LogHeader says of how K and V are held.
