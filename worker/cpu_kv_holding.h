@@ -1,11 +1,12 @@
 #ifndef RINGATTN_WORKER_CPU_KV_HOLDING_H_
 #define RINGATTN_WORKER_CPU_KV_HOLDING_H_
 
-// How the CPU executors that keep their K/V shard (broadcast-Q, pass-Q) hold
-// it: in buffers of their own, in fp32, or in bf16 when the rows arrive in
-// bf16 (the kernels read them at that width, which is exact, with half the
-// bytes to copy and to read); or not at all, reading the rows of a resident
-// context where they lie (ResidentRows).
+// How the CPU executors hold K and V: in fp32, or in bf16 when the rows arrive
+// in bf16 (the kernels read them at that width, which is exact, with half the
+// bytes to copy, send and read); and for those that keep their K/V shard
+// (broadcast-Q, pass-Q) possibly not at all, reading the rows of a resident
+// context where they lie (ResidentRows). Pass-KV rings hold their travelling
+// blocks in the same two dtypes.
 
 #include <memory>
 #include <optional>
