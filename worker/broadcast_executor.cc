@@ -61,10 +61,8 @@ int64_t BroadcastExecutor::BytesNeeded(const AttentionSpec& spec, int rank,
   const double kv_values = 2 * batch * kv_rows * spec.kv_heads * spec.head_dim;
   // Q, O and the LSE; the own K/V; the kernels' scratch (at most one more O
   // and LSE).
-  const double own_kv_bytes =
-      kv_holding.resident ? 0 : DTypeSize(kv_holding.dtype) * kv_values;
-  const double bytes =
-      sizeof(float) * (3 * q_values + 2 * lse_values) + own_kv_bytes;
+  const double bytes = sizeof(float) * (3 * q_values + 2 * lse_values) +
+                       kv_holding.OwnBytes(kv_values);
   return SaturatedBytes(bytes);
 }
 

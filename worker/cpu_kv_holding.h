@@ -25,6 +25,11 @@ namespace ringattn {
 struct CpuKvHolding {
   DType dtype = DType::kFloat32;  // of the executor's own buffers
   bool resident = false;          // rows of a resident context instead
+
+  // The bytes the executor's own buffers take for `values` K and V values.
+  double OwnBytes(double values) const {
+    return resident ? 0 : static_cast<double>(DTypeSize(dtype)) * values;
+  }
 };
 
 // Rows of a resident context as a query reads them in place: K and V

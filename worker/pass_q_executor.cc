@@ -64,9 +64,8 @@ int64_t PassQExecutor::BytesNeeded(const AttentionSpec& spec, int rank,
   const double values =
       2 * block_values + own_rows * row_values + largest_rows * row_values;
   const double kv_values = 2 * batch * kv_rows * spec.kv_heads * spec.head_dim;
-  const double own_kv_bytes =
-      kv_holding.resident ? 0 : DTypeSize(kv_holding.dtype) * kv_values;
-  return SaturatedBytes(sizeof(float) * values + own_kv_bytes);
+  return SaturatedBytes(sizeof(float) * values +
+                        kv_holding.OwnBytes(kv_values));
 }
 
 PassQExecutor::PassQExecutor(const AttentionSpec& spec, int rank,

@@ -60,7 +60,7 @@ int64_t RingExecutor::BytesNeeded(const AttentionSpec& spec, int rank,
   // Q, O and the LSE; two blocks; the kernels' scratch (at most one more O and
   // LSE).
   const double bytes = sizeof(float) * (3 * q_values + 2 * lse_values) +
-                       DTypeSize(kv_dtype) * 2 * block_values;
+                       CpuKvHolding{kv_dtype}.OwnBytes(2 * block_values);
   return SaturatedBytes(bytes);
 }
 

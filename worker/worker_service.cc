@@ -277,7 +277,7 @@ class ExecuteReactor final
     if (strategy == v1::PASS_Q) {
       return AcceptPassQHeader(header, std::move(kv_layout));
     }
-    const DType kv_dtype = RingKvDType(header);
+    const DType kv_dtype = CopiedKvDType(header);
     RINGATTN_RETURN_IF_ERROR(ticket_.Reserve(RingExecutor::BytesNeeded(
         spec_, rank_, world_size_, kv_layout ? &*kv_layout : nullptr,
         kv_dtype)));
@@ -367,31 +367,25 @@ class ExecuteReactor final
     return absl::OkStatus();
   }
 
-  // How a broadcast-Q or pass-Q executor holds K and V: a query of a
-  // context reads the context's rows where they lie (dilated specs aside);
-  // otherwise the executor holds them itself, in bf16 when they arrive in
-  // bf16 (which loses nothing and halves the bytes to stage and to read),
-  // else in fp32.
-  CpuKvHolding KvHoldingFor(const v1::ExecuteHeader& header) const {
-    if (!spec_.dilated.empty()) return CpuKvHolding{};
-    if (!header.context().empty()) {
-      return CpuKvHolding{DType::kFloat32, /*resident=*/true};
-    }
-    return CpuKvHolding{wire_dtype_ == DType::kBFloat16 ? DType::kBFloat16
-                                                        : DType::kFloat32};
-  }
-
-  // The dtype a CPU pass-KV ring holds and sends its K/V blocks in: that of
-  // the rows it reads when they are bf16 (a bf16 context, or a request's own
-  // bf16 rows), which loses nothing and halves the bytes; fp32 otherwise
-  // (and for dilated requests).
-  DType RingKvDType(const v1::ExecuteHeader& header) const {
+  // The dtype a CPU executor holds the K/V rows it copies in: that of the
+  // rows it reads when they are bf16 (a bf16 context, or a request's own bf16
+  // rows), which loses nothing and halves the bytes to hold, send and read;
+  // fp32 otherwise, and for dilated requests.
+  DType CopiedKvDType(const v1::ExecuteHeader& header) const {
     if (!spec_.dilated.empty()) return DType::kFloat32;
     if (!header.context().empty()) {
       absl::StatusOr<DType> held = host_contexts_->DTypeOf(header.context());
       return held.ok() ? *held : DType::kFloat32;
     }
     return wire_dtype_ == DType::kBFloat16 ? DType::kBFloat16 : DType::kFloat32;
+  }
+
+  // How a broadcast-Q or pass-Q executor holds K and V: a query of a
+  // context reads the context's rows where they lie (dilated specs aside);
+  // otherwise the executor holds them itself, in CopiedKvDType.
+  CpuKvHolding KvHoldingFor(const v1::ExecuteHeader& header) const {
+    return CpuKvHolding{CopiedKvDType(header),
+                        !header.context().empty() && spec_.dilated.empty()};
   }
 
   // What LogHeader says of how K and V are held.
