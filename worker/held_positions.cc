@@ -25,12 +25,20 @@ absl::Status HeldPositions::CheckAppend(const std::string& name,
 }
 
 void HeldPositions::Append(Range positions) {
+  if (!pieces_.empty() && pieces_.back().positions.end == positions.begin) {
+    // Its rows follow the last piece's too: one piece, however many appends.
+    pieces_.back().positions.end = positions.end;
+    return;
+  }
   pieces_.push_back(Piece{positions, rows()});
 }
 
 void HeldPositions::DropFrom(int64_t keep_length) {
   while (!pieces_.empty() && pieces_.back().positions.begin >= keep_length) {
     pieces_.pop_back();
+  }
+  if (!pieces_.empty() && pieces_.back().positions.end > keep_length) {
+    pieces_.back().positions.end = keep_length;
   }
 }
 

@@ -2,10 +2,11 @@
 #define RINGATTN_WORKER_HELD_POSITIONS_H_
 
 // HeldPositions: which positions of one resident context a worker holds and
-// where their rows lie. Pieces (the positions one upload gave the worker)
-// come in position order and their rows follow one another from row 0, so a
-// query's chunks of this worker are one run of rows. The context stores keep
-// one per context beside the buffers the rows are in. Thread-compatible.
+// where their rows lie. Pieces (runs of consecutive positions the uploads
+// gave the worker; an append that follows on extends the last) come in
+// position order and their rows follow one another from row 0, so a query's
+// chunks of this worker are one run of rows. The context stores keep one per
+// context beside the buffers the rows are in. Thread-compatible.
 
 #include <cstdint>
 #include <string>
@@ -28,7 +29,7 @@ class HeldPositions {
   absl::Status CheckAppend(const std::string& name, Range positions) const;
   // Holds `positions` (CheckAppend passed) in the rows after the last.
   void Append(Range positions);
-  // Forgets the pieces that start at or after `keep_length`.
+  // Forgets the positions from `keep_length` on (an undone append).
   void DropFrom(int64_t keep_length);
 
   // The row of `position`, or -1 if it is not held.

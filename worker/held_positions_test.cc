@@ -72,28 +72,55 @@ TEST(HeldPositions, RunsFollowThePieces) {
   EXPECT_EQ((*runs)[0].count, 1);
   EXPECT_EQ(held.RunsOf("c", {2, 6}).status().code(),
             absl::StatusCode::kFailedPrecondition);
-  HeldPositions adjacent;
-  adjacent.Append({0, 4});
-  adjacent.Append({4, 6});
-  runs = adjacent.RunsOf("c", {2, 6});
-  ASSERT_TRUE(runs.ok()) << runs.status();
-  ASSERT_EQ(runs->size(), 2u);
-  EXPECT_EQ((*runs)[0].row, 2);
-  EXPECT_EQ((*runs)[0].count, 2);
-  EXPECT_EQ((*runs)[1].row, 4);
-  EXPECT_EQ((*runs)[1].count, 2);
 }
 
-TEST(HeldPositions, DropForgetsPiecesFromKeepLength) {
+// A decode session appends one position at a time: they join the last piece,
+// so its rows stay one run however long the session.
+TEST(HeldPositions, AppendsThatFollowOnExtendTheLastPiece) {
   HeldPositions held = ThreePieces();
-  held.DropFrom(6);  // [5, 7) starts before 6 and stays
-  EXPECT_EQ(held.rows(), 5);
+  for (int64_t position = 11; position < 1011; ++position) {
+    held.Append({position, position + 1});
+  }
+  held.Append({2000, 2002});
+  EXPECT_EQ(held.rows(), 1008);
+  EXPECT_EQ(held.RowOf(10), 5);
+  EXPECT_EQ(held.RowOf(1010), 1005);
+  EXPECT_EQ(held.RowOf(1011), -1);
+  EXPECT_EQ(held.RowOf(2001), 1007);
+  absl::StatusOr<std::vector<HeldPositions::RowRun>> runs =
+      held.RunsOf("c", {10, 1011});
+  ASSERT_TRUE(runs.ok()) << runs.status();
+  ASSERT_EQ(runs->size(), 1u);
+  EXPECT_EQ((*runs)[0].row, 5);
+  EXPECT_EQ((*runs)[0].count, 1001);
+}
+
+TEST(HeldPositions, DropForgetsPositionsFromKeepLength) {
+  HeldPositions held = ThreePieces();
+  held.DropFrom(6);  // [5, 7) keeps 5
+  EXPECT_EQ(held.rows(), 4);
+  EXPECT_EQ(held.RowOf(5), 3);
+  EXPECT_EQ(held.RowOf(6), -1);
   EXPECT_EQ(held.RowOf(10), -1);
+  EXPECT_TRUE(held.CheckAppend("c", {6, 7}).ok());
   held.DropFrom(5);
   EXPECT_EQ(held.rows(), 3);
   EXPECT_TRUE(held.CheckAppend("c", {3, 4}).ok());
   held.DropFrom(0);
   EXPECT_TRUE(held.empty());
+}
+
+// An undone append that had joined the last piece leaves it as it was.
+TEST(HeldPositions, DropUndoesAnAppendThatJoinedTheLastPiece) {
+  HeldPositions held = ThreePieces();
+  held.Append({11, 14});
+  EXPECT_EQ(held.rows(), 9);
+  held.DropFrom(11);
+  EXPECT_EQ(held.rows(), 6);
+  EXPECT_EQ(held.RowOf(10), 5);
+  EXPECT_EQ(held.RowOf(11), -1);
+  held.Append({11, 12});
+  EXPECT_EQ(held.RowOf(11), 6);
 }
 
 }  // namespace
