@@ -12,8 +12,6 @@ namespace {
 
 // Context rows a core converts at a time.
 constexpr int64_t kRowsPerRun = 256;
-// Spare rows after a reallocation, as a fraction of the rows needed.
-constexpr int64_t kGrowthSpareDivisor = 8;
 
 // Rows to convert from one [batch, n, heads, dim] tensor to another.
 struct RowRun {
@@ -55,10 +53,12 @@ int64_t ContextStore::RowBytes(const Context& context) {
          DTypeSize(context.dtype);
 }
 
+int64_t ContextStore::CapacityOf(const Context& context) {
+  return context.buffers ? context.buffers->k.view().shape().seq : 0;
+}
+
 int64_t ContextStore::BytesOf(const Context& context) {
-  return context.buffers ? 2 * context.layout.batch *
-                               context.buffers->capacity * RowBytes(context)
-                         : 0;
+  return 2 * context.layout.batch * CapacityOf(context) * RowBytes(context);
 }
 
 absl::StatusOr<const ContextStore::Context*> ContextStore::Lookup(
@@ -78,24 +78,17 @@ int64_t ContextStore::HeldBytes() const {
 }
 
 absl::Status ContextStore::Reserve(Context& context, int64_t rows) {
-  const int64_t held = context.buffers ? context.buffers->capacity : 0;
-  if (rows <= held) return absl::OkStatus();
-  const int64_t capacity =
-      context.buffers ? rows + rows / kGrowthSpareDivisor : rows;
+  if (rows <= CapacityOf(context)) return absl::OkStatus();
+  const int64_t capacity = context.buffers ? GrownCapacity(rows) : rows;
   const int64_t batch = context.layout.batch;
-  const int64_t old_bytes = BytesOf(context);
-  const int64_t new_bytes = 2 * batch * capacity * RowBytes(context);
-  const int64_t in_use = HeldBytes();
-  if (in_use - old_bytes + new_bytes > capacity_) {
-    return ContextMemoryFull("this worker's context memory", in_use, capacity_,
-                             new_bytes - old_bytes);
-  }
+  RINGATTN_RETURN_IF_ERROR(CheckContextRoom(
+      "this worker's context memory", HeldBytes(), capacity_,
+      2 * batch * capacity * RowBytes(context) - BytesOf(context)));
   const Shape shape{batch, capacity, context.layout.kv_heads,
                     context.layout.head_dim};
   auto buffers = std::make_shared<Buffers>();
   buffers->k = TypedTensor(context.dtype, shape);
   buffers->v = TypedTensor(context.dtype, shape);
-  buffers->capacity = capacity;
   const int64_t held_rows = context.held.rows();
   if (held_rows > 0) {
     std::vector<RowRun> runs;
@@ -131,14 +124,11 @@ absl::StatusOr<int64_t> ContextStore::Add(const std::string& name, bool create,
   if (count > 0 && context.buffers == nullptr && k.dtype() == context.dtype &&
       v.dtype() == context.dtype) {
     // The first rows, already in the context's dtype, become its buffers.
-    const int64_t in_use = HeldBytes();
-    const int64_t added = k.view().bytes() + v.view().bytes();
-    if (in_use + added > capacity_) {
-      return ContextMemoryFull("this worker's context memory", in_use,
-                               capacity_, added);
-    }
+    RINGATTN_RETURN_IF_ERROR(
+        CheckContextRoom("this worker's context memory", HeldBytes(), capacity_,
+                         k.view().bytes() + v.view().bytes()));
     context.buffers =
-        std::make_shared<Buffers>(Buffers{std::move(k), std::move(v), count});
+        std::make_shared<Buffers>(Buffers{std::move(k), std::move(v)});
     context.held.Append(positions);
   } else if (count > 0) {
     const int64_t at = context.held.rows();

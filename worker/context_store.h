@@ -68,7 +68,6 @@ class ContextStore final : public ResidentContexts {
   struct Buffers {
     TypedTensor k;  // [batch, capacity, kv_heads, head_dim]
     TypedTensor v;
-    int64_t capacity = 0;  // rows per batch
   };
   struct Context {
     Layout layout;
@@ -77,8 +76,10 @@ class ContextStore final : public ResidentContexts {
     HeldPositions held;  // whose rows lie in the buffers
   };
 
-  // Bytes of one row (K or V) of `context`, and of its buffers.
+  // Bytes of one row (K or V) of `context`, its buffers' rows per batch
+  // (0 before it has any), and their bytes.
   static int64_t RowBytes(const Context& context);
+  static int64_t CapacityOf(const Context& context);
   static int64_t BytesOf(const Context& context);
   // Context `name`; NOT_FOUND if there is none.
   absl::StatusOr<const Context*> Lookup(const std::string& name) const

@@ -15,8 +15,6 @@ namespace {
 // (at least kLeastSpareRows), so that appends rarely reallocate.
 constexpr int64_t kCreateSpareDivisor = 64;
 constexpr int64_t kLeastSpareRows = 256;
-// Spare rows after a reallocation, as a fraction of the rows needed.
-constexpr int64_t kGrowthSpareDivisor = 8;
 
 // `tensor` in `dtype`, converted on the host if it is in another.
 TypedTensor InDType(TypedTensor tensor, DType dtype) {
@@ -54,17 +52,14 @@ absl::Status DeviceContextStore::Reserve(const std::string& name,
   if (rows <= held) return absl::OkStatus();
   const int64_t capacity =
       context.buffers
-          ? rows + rows / kGrowthSpareDivisor
+          ? GrownCapacity(rows)
           : rows + std::max(kLeastSpareRows, rows / kCreateSpareDivisor);
   const int64_t pitch = RowBytes(context);
   const int64_t batch = context.layout.batch;
-  const int64_t old_bytes = BytesOf(context);
   const int64_t new_bytes = 2 * batch * capacity * pitch;
-  const int64_t in_use = HeldBytes();
-  if (in_use - old_bytes + new_bytes > capacity_) {
-    return ContextMemoryFull("this worker's device memory for contexts", in_use,
-                             capacity_, new_bytes - old_bytes);
-  }
+  RINGATTN_RETURN_IF_ERROR(
+      CheckContextRoom("this worker's device memory for contexts", HeldBytes(),
+                       capacity_, new_bytes - BytesOf(context)));
   auto buffers = std::make_shared<Buffers>();
   buffers->capacity = capacity;
   for (DeviceBuffer* buffer : {&buffers->k, &buffers->v}) {

@@ -73,11 +73,14 @@ absl::Status CheckAddition(const std::string& name, bool create, bool exists,
   return absl::OkStatus();
 }
 
-absl::Status ContextMemoryFull(const char* where, int64_t in_use,
-                               int64_t capacity, int64_t added) {
+absl::Status CheckContextRoom(const char* where, int64_t in_use,
+                              int64_t capacity, int64_t added) {
+  if (in_use + added <= capacity) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrCat(
       where, " is full: ", in_use, " of ", capacity, " bytes in use, ", added,
       " more needed; delete contexts or add workers"));
 }
+
+int64_t GrownCapacity(int64_t rows) { return rows + rows / 8; }
 
 }  // namespace ringattn

@@ -89,10 +89,14 @@ absl::Status CheckAddition(const std::string& name, bool create, bool exists,
                            const ResidentContexts::Layout& has,
                            const ResidentContexts::Layout& layout);
 
-// RESOURCE_EXHAUSTED saying that `added` more bytes do not fit beside `in_use`
-// of `capacity` in `where` (e.g. "this worker's context memory").
-absl::Status ContextMemoryFull(const char* where, int64_t in_use,
-                               int64_t capacity, int64_t added);
+// OK if `added` more bytes fit beside `in_use` of `capacity` in `where` (e.g.
+// "this worker's context memory"); RESOURCE_EXHAUSTED saying so otherwise.
+absl::Status CheckContextRoom(const char* where, int64_t in_use,
+                              int64_t capacity, int64_t added);
+
+// The rows a context's buffers are reallocated to when an append finds no
+// room for `rows`: an eighth more, so that appends rarely reallocate.
+int64_t GrownCapacity(int64_t rows);
 
 }  // namespace ringattn
 
