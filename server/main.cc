@@ -241,5 +241,7 @@ int main(int argc, char** argv) {
       "[--auth_token_file F]] [--worker_tls_ca F [--worker_tls_cert F "
       "--worker_tls_key F]]");
   absl::ParseCommandLine(argc, argv);
+  // Microseconds: a decode step's phases are a few hundred of them apart.
+  spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%f] [%l] %v");
   return ringattn::Main();
 }

@@ -250,5 +250,7 @@ int main(int argc, char** argv) {
       "[--host ADDR] [--port N] [--memory_bytes N] [--tls_cert F --tls_key F "
       "[--tls_ca F]] [--coordinator_tls_ca F]");
   absl::ParseCommandLine(argc, argv);
+  // Microseconds: a decode step's phases are a few hundred of them apart.
+  spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%f] [%l] %v");
   return ringattn::Main();
 }
