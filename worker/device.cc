@@ -1,5 +1,6 @@
 #include "worker/device.h"
 
+#include <thread>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -152,8 +153,7 @@ CudaEvent& CudaEvent::operator=(CudaEvent&& other) noexcept {
 
 absl::StatusOr<CudaEvent> CudaEvent::Create(bool timing) {
   CudaEvent event;
-  const unsigned flags =
-      timing ? cudaEventBlockingSync : cudaEventDisableTiming;
+  const unsigned flags = timing ? cudaEventDefault : cudaEventDisableTiming;
   if (absl::Status s =
           CudaStatus(cudaEventCreateWithFlags(&event.event_, flags),
                      "cudaEventCreateWithFlags");
@@ -161,6 +161,14 @@ absl::StatusOr<CudaEvent> CudaEvent::Create(bool timing) {
     return s;
   }
   return event;
+}
+
+absl::Status CudaEvent::Wait(const char* what) const {
+  cudaError_t state;
+  while ((state = cudaEventQuery(event_)) == cudaErrorNotReady) {
+    std::this_thread::yield();
+  }
+  return CudaStatus(state, what);
 }
 
 }  // namespace ringattn

@@ -838,8 +838,7 @@ absl::Status GpuRingExecutor::EnqueueStep(int64_t step,
 
 absl::Status GpuRingExecutor::CountStep(int64_t step, absl::Time step_start,
                                         GpuRingStats& stats) {
-  RINGATTN_RETURN_IF_ERROR(
-      CudaStatus(cudaEventSynchronize(compute_end_.get()), "computing"));
+  RINGATTN_RETURN_IF_ERROR(compute_end_.Wait("computing"));
   float milliseconds = 0;
   RINGATTN_RETURN_IF_ERROR(
       CudaStatus(cudaEventElapsedTime(&milliseconds, compute_start_.get(),
@@ -976,8 +975,7 @@ absl::Status GpuRingExecutor::RunPassQ(RingCommunicator& communicator,
         EnqueueStep(s, QueryBlockAt(front, held), own_kv, options, stats);
     // The block leaves only once this rank's keys are merged into it.
     if (compute.ok()) {
-      compute =
-          CudaStatus(cudaEventSynchronize(compute_end_.get()), "computing");
+      compute = compute_end_.Wait("computing");
     }
     if (!compute.ok()) return Stop(communicator, in_flight, compute);
     if (p > 1 && QueryBlockBytes(held) > 0) {
