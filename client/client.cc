@@ -104,7 +104,8 @@ class Completion {
 };
 
 // The messages of an upload stream: a header, then every chunk of a
-// ChunkStream, all built in one reused message. Used by one write at a time.
+// ChunkStream, all built in one reused message (the next chunk read ahead).
+// Used by one write at a time.
 // Reports progress unless `progress` is null.
 template <typename Request>
 class RequestSequence {
@@ -115,6 +116,9 @@ class RequestSequence {
 
   Request* First() { return &request_; }
 
+  // Whether the message last handed out is the last one.
+  bool AtLast() const { return !has_next_chunk_; }
+
   // Once the message last handed out is written: the next one, or null when
   // all are written.
   Request* Next() {
@@ -123,7 +127,10 @@ class RequestSequence {
       progress_->Report(Progress::Phase::kUpload, uploaded_,
                         chunks_->total_bytes());
     }
-    return chunks_->Next(request_.mutable_chunk()) ? &request_ : nullptr;
+    if (!has_next_chunk_) return nullptr;
+    request_.mutable_chunk()->Swap(&next_chunk_);
+    has_next_chunk_ = chunks_->Next(&next_chunk_);
+    return &request_;
   }
 
  private:
@@ -131,6 +138,9 @@ class RequestSequence {
   ChunkSource* chunks_;
   ProgressReporter* progress_;
   int64_t uploaded_ = 0;
+  // The chunk after the one in request_, read ahead so that AtLast knows.
+  v1::TensorChunk next_chunk_;
+  bool has_next_chunk_ = chunks_->Next(&next_chunk_);
 };
 
 // What the responses of an Attend or Query call bring: output rows into an
@@ -278,9 +288,11 @@ absl::Status RunOnThisThread(
   bool open = true;
   for (Request* message = requests.First(); message != nullptr && open;
        message = requests.Next()) {
-    open = stream.Write(*message);
+    // The last message closes the writes in the same step.
+    open = stream.Write(*message, requests.AtLast()
+                                      ? grpc::WriteOptions().set_last_message()
+                                      : grpc::WriteOptions());
   }
-  if (open) stream.WritesDone();
   absl::Status response_error;
   v1::AttendResponse response;
   while (stream.Read(&response)) {

@@ -64,7 +64,13 @@ std::optional<WorkerEvent> OneMessageExecutes::Next(absl::Duration timeout) {
           WorkerEvent event{link.rank, std::move(link.response),
                             grpc::Status::OK};
           link.response.Clear();
-          link.stream->Read(&link.response, Tag(value / 3, Op::kRead));
+          // The message with 'done' is the stream's last: its status came
+          // with it, so Finish takes it without a read that finds the end.
+          if (event.response->has_done()) {
+            link.stream->Finish(&link.status, Tag(value / 3, Op::kFinish));
+          } else {
+            link.stream->Read(&link.response, Tag(value / 3, Op::kRead));
+          }
           ++pending_;
           return event;
         }

@@ -635,16 +635,23 @@ class ExecuteReactor final
             : executor_->Run(**communicator, options);
     SetCancelTarget(nullptr);
     communicator->reset();
-    executor_.reset();
-    gpu_executor_.reset();
-    pass_q_executor_.reset();
     if (!output.ok()) {
+      DropExecutors();
       FinishWith(output.status());
       return;
     }
     // Broadcast-Q partials stay fp32: the coordinator merges them.
     if (!broadcast_) NarrowOutput(*output);
     StartOutput(std::move(*output));
+    // Only once the output is on its way: freeing device memory waits for the
+    // whole device. The writes touch nothing of the executors.
+    DropExecutors();
+  }
+
+  void DropExecutors() {
+    executor_.reset();
+    gpu_executor_.reset();
+    pass_q_executor_.reset();
   }
 
   // Converts O to the request's output dtype, so that the coordinator takes
