@@ -64,7 +64,9 @@ ABSL_FLAG(std::string, query_rows, "",
 ABSL_FLAG(int, query_repeats, 10, "how often each --query_rows query runs");
 ABSL_FLAG(std::string, query_strategies, "STRATEGY_AUTO",
           "with --query_rows: the strategies each query size runs with "
-          "(comma-separated: STRATEGY_AUTO, PASS_KV, PASS_Q, BROADCAST_Q)");
+          "(comma-separated: STRATEGY_AUTO, PASS_KV, PASS_Q, BROADCAST_Q, each "
+          "optionally with /MERGE_AT_COORDINATOR or /MERGE_ON_WORKERS: where "
+          "broadcast-Q merges its partials)");
 ABSL_FLAG(bool, upload_only, false,
           "upload each length as a resident context, print the upload rate "
           "and delete it again (no decode steps, no queries)");
@@ -294,12 +296,19 @@ double SlowestWorkerCompute(const v1::Summary& summary) {
   return slowest;
 }
 
+// How a timed query asks to run: its strategy and, for broadcast-Q, where its
+// partials merge.
+struct QueryChoice {
+  v1::Strategy strategy = v1::STRATEGY_AUTO;
+  v1::PartialMerge merge = v1::MERGE_AUTO;
+};
+
 // Times `repeats` queries of `nq` rows (rows of the pool) against context
 // `name` of `n` tokens, no rows appended; returns a table row (end to end and
 // the slowest worker's compute, p50), or the failure.
 std::string TimeQueries(Client& client, const RowPool& pool, const Shapes& s,
                         const std::string& name, int64_t n, int64_t nq,
-                        v1::Strategy strategy, int repeats, int threads) {
+                        const QueryChoice& choice, int repeats, int threads) {
   Tensor<float> q(Shape{1, nq, s.hq, s.d});
   for (int64_t i = 0; i < nq; ++i) {
     std::memcpy(q.view().Row(0, i, 0), pool.Floats(0, i, s.RowValues(0)),
@@ -313,7 +322,8 @@ std::string TimeQueries(Client& client, const RowPool& pool, const Shapes& s,
   spec.set_head_dim(s.d);
   spec.set_causal(s.causal);
   spec.set_wire_dtype(v1::BF16);
-  spec.set_strategy(strategy);
+  spec.set_strategy(choice.strategy);
+  spec.set_partial_merge(choice.merge);
   std::vector<double> latencies, computes;
   absl::StatusOr<AttendResult> result;
   for (int i = 0; i < repeats; ++i) {
@@ -329,9 +339,13 @@ std::string TimeQueries(Client& client, const RowPool& pool, const Shapes& s,
   const double error = RowZeroError(pool, s, n, nq, result->output, threads);
   const double bytes = 2.0 * n * s.hkv * s.d * 2;
   const double compute = Quantile(computes, 0.5);
+  std::string ran = v1::Strategy_Name(result->summary.strategy());
+  if (result->summary.strategy() == v1::BROADCAST_Q) {
+    absl::StrAppend(&ran, "/",
+                    v1::PartialMerge_Name(result->summary.partial_merge()));
+  }
   return absl::StrFormat(
-      "| %d | %d | %s | %.3f | %.3f | %.3f | %.0f | %.2g | %s |", n, nq,
-      v1::Strategy_Name(result->summary.strategy()),
+      "| %d | %d | %s | %.3f | %.3f | %.3f | %.0f | %.2g | %s |", n, nq, ran,
       1e3 * Quantile(latencies, 0.5), 1e3 * Quantile(latencies, 0.99),
       1e3 * compute, compute > 0 ? bytes / compute / 1e9 : 0.0, error,
       error <= 3e-2 ? "ok" : "FAILED");
@@ -341,13 +355,13 @@ std::string TimeQueries(Client& client, const RowPool& pool, const Shapes& s,
 // against it (each: query row 0 of the pool and the next K/V row, appended
 // and attended in one call), and checks the last step against float64. Prints
 // one table row; false if anything failed. Then times queries of each of
-// `query_rows` rows with each of `strategies`, adding a line to `query_lines`
+// `query_rows` rows with each of `choices`, adding a line to `query_lines`
 // for each. With no steps it only uploads: the row says how fast, and the
 // context is deleted.
 bool RunDecodeSteps(Client& client, const RowPool& pool, Shapes s, int steps,
                     int64_t chunk_bytes, int threads,
                     const std::vector<int64_t>& query_rows,
-                    const std::vector<v1::Strategy>& strategies,
+                    const std::vector<QueryChoice>& choices,
                     std::vector<std::string>& query_lines) {
   const std::string name = absl::StrCat("service-bench-", s.n);
   client.DeleteContext(name).IgnoreError();
@@ -407,9 +421,9 @@ bool RunDecodeSteps(Client& client, const RowPool& pool, Shapes s, int steps,
   }
   if (result.ok()) {
     for (int64_t nq : query_rows) {
-      for (v1::Strategy strategy : strategies) {
+      for (const QueryChoice& choice : choices) {
         query_lines.push_back(
-            TimeQueries(client, pool, s, name, s.n + steps, nq, strategy,
+            TimeQueries(client, pool, s, name, s.n + steps, nq, choice,
                         absl::GetFlag(FLAGS_query_repeats), threads));
       }
     }
@@ -490,16 +504,19 @@ int Run() {
       }
       query_rows.push_back(rows);
     }
-    std::vector<v1::Strategy> strategies;
+    std::vector<QueryChoice> choices;
     for (absl::string_view text : absl::StrSplit(
              absl::GetFlag(FLAGS_query_strategies), ',', absl::SkipEmpty())) {
-      v1::Strategy strategy;
-      if (!v1::Strategy_Parse(std::string(text), &strategy)) {
+      const std::vector<std::string> parts = absl::StrSplit(text, '/');
+      QueryChoice choice;
+      if (parts.size() > 2 || !v1::Strategy_Parse(parts[0], &choice.strategy) ||
+          (parts.size() == 2 &&
+           !v1::PartialMerge_Parse(parts[1], &choice.merge))) {
         std::fprintf(stderr, "bad query strategy '%s'\n",
                      std::string(text).c_str());
         return 2;
       }
-      strategies.push_back(strategy);
+      choices.push_back(choice);
     }
     bool ok = true;
     std::vector<std::string> query_lines;
@@ -512,7 +529,7 @@ int Run() {
       }
       ok &= RunDecodeSteps(
           **client, pool, s, absl::GetFlag(FLAGS_upload_only) ? 0 : steps,
-          options.chunk_bytes, threads, query_rows, strategies, query_lines);
+          options.chunk_bytes, threads, query_rows, choices, query_lines);
     }
     if (!query_lines.empty()) {
       std::printf(
