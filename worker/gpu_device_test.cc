@@ -1,7 +1,8 @@
-// --device parsing and CUDA device lookup. Runs with or without a GPU: without
-// one, opening a device must fail with "no CUDA device N: ...".
+// --device parsing, CUDA device lookup and event waits. Runs with or without
+// a GPU: without one, opening a device must fail with "no CUDA device N: ...".
 
 #include "gtest/gtest.h"
+#include "kernels/cuda/device_buffer.h"
 #include "worker/device.h"
 
 namespace ringattn {
@@ -57,6 +58,36 @@ TEST(OpenCudaDeviceTest, DescribesEveryDevice) {
                 info->name.c_str(), info->total_bytes / 1073741824.0,
                 info->free_bytes / 1073741824.0, info->compute_major,
                 info->compute_minor);
+  }
+}
+
+// Wait polls instead of sleeping; it must still not return before the work
+// recorded ahead of the event is done.
+TEST(CudaEventTest, WaitReturnsOnlyOnceTheWorkBeforeItIsDone) {
+  if (CudaDeviceCount() == 0) {
+    GTEST_SKIP() << "no CUDA device here; runs on a GPU machine";
+  }
+  ASSERT_TRUE(EnterCudaDevice(0).ok());
+  absl::StatusOr<CudaStream> stream = CudaStream::Create();
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  absl::StatusOr<CudaEvent> event = CudaEvent::Create(/*timing=*/true);
+  ASSERT_TRUE(event.ok()) << event.status();
+  constexpr size_t kBytes = size_t{1} << 30;  // a memset of about 0.3 ms
+  absl::StatusOr<DeviceBuffer> buffer = DeviceBuffer::Allocate(kBytes);
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_EQ(
+        cudaMemsetAsync(buffer->as<char>(), round + 1, kBytes, stream->get()),
+        cudaSuccess);
+    ASSERT_EQ(cudaEventRecord(event->get(), stream->get()), cudaSuccess);
+    ASSERT_TRUE(event->Wait("the test's memset").ok());
+    EXPECT_EQ(cudaStreamQuery(stream->get()), cudaSuccess)
+        << "Wait returned while the memset before the event still ran";
+    unsigned char last = 0;
+    ASSERT_EQ(cudaMemcpy(&last, buffer->as<char>() + kBytes - 1, 1,
+                         cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    EXPECT_EQ(last, round + 1);
   }
 }
 
