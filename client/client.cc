@@ -112,7 +112,9 @@ class RequestSequence {
  public:
   RequestSequence(Request header, ChunkSource* chunks,
                   ProgressReporter* progress)
-      : request_(std::move(header)), chunks_(chunks), progress_(progress) {}
+      : request_(std::move(header)), chunks_(chunks), progress_(progress) {
+    has_next_chunk_ = chunks_->Next(&next_chunk_);
+  }
 
   Request* First() { return &request_; }
 
@@ -140,7 +142,7 @@ class RequestSequence {
   int64_t uploaded_ = 0;
   // The chunk after the one in request_, read ahead so that AtLast knows.
   v1::TensorChunk next_chunk_;
-  bool has_next_chunk_ = chunks_->Next(&next_chunk_);
+  bool has_next_chunk_ = false;
 };
 
 // What the responses of an Attend or Query call bring: output rows into an
