@@ -4,6 +4,7 @@
 
 #include <csignal>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "absl/flags/flag.h"
@@ -23,6 +24,7 @@
 #include "server/http_endpoints.h"
 #include "server/metrics.h"
 #include "server/rendezvous_store.h"
+#include "server/ring_warm_up.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, host, "127.0.0.1",
@@ -43,6 +45,10 @@ ABSL_FLAG(double, ring_timeout_seconds, 60,
           "how long workers wait on each other before failing a request");
 ABSL_FLAG(double, heartbeat_timeout_seconds, 3,
           "a worker silent this long is considered dead");
+ABSL_FLAG(bool, warm_up_ring, true,
+          "when the cluster forms, run two tiny internal requests so that the "
+          "workers make their ring communicator before the first request "
+          "needs it (about 0.5 s on GPUs)");
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate chain of the gRPC port; with --tls_key, clients "
           "and workers must connect over TLS");
@@ -161,9 +167,12 @@ int Main() {
   ContextRegistry contexts;
   CommunicatorKeys communicator_keys(store, CommunicatorKeys::NewInstance());
   UploadRegistry uploads;
-  AttentionService attention(CoordinatorState{options, &cluster, &store,
-                                              &metrics, &admission, &contexts,
-                                              &communicator_keys, &uploads});
+  const CoordinatorState state{
+      options,   &cluster,           &store,  &metrics, &admission,
+      &contexts, &communicator_keys, &uploads};
+  AttentionService attention(state);
+  std::optional<RingWarmUp> warm_up;
+  if (absl::GetFlag(FLAGS_warm_up_ring)) warm_up.emplace(state);
   CoordinationService coordination(&cluster, &store);
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -207,12 +216,14 @@ int Main() {
                                                    : ", bearer tokens required",
       (*http)->port(), world_size);
 
-  // gRPC health follows readiness: SERVING once every worker has joined.
+  // gRPC health follows readiness: SERVING once every worker has joined. Each
+  // newly formed cluster is warmed up.
   absl::Notification stopping;
   std::thread health([&] {
     bool ready = false;
     server->GetHealthCheckService()->SetServingStatus(false);
     while (!stopping.WaitForNotificationWithTimeout(absl::Milliseconds(250))) {
+      if (warm_up.has_value()) warm_up->Poll();
       const bool now = cluster.Ready();
       if (now == ready) continue;
       ready = now;
@@ -227,6 +238,7 @@ int Main() {
   stopping.Notify();
   health.join();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  warm_up.reset();
   return 0;
 }
 

@@ -89,14 +89,6 @@ KernelLaunches ExpectCpuKernelLaunches(const v1::Summary& summary) {
   return launches;
 }
 
-// The value of the series `series` (name and labels) on a /metrics page; 0
-// if it is not there.
-double SeriesValue(const std::string& metrics, const std::string& series) {
-  const size_t at = metrics.find("\n" + series + " ");
-  if (at == std::string::npos) return 0;
-  return std::strtod(metrics.c_str() + at + series.size() + 2, nullptr);
-}
-
 class Strategies : public testing::Test {
  protected:
   static void SetUpTestSuite() {

@@ -106,6 +106,12 @@ absl::Status TestCluster::WaitReady(bool ready, absl::Duration timeout) {
                    " in time; last status: ", last.ToString()));
 }
 
+double SeriesValue(const std::string& metrics, const std::string& series) {
+  const size_t at = metrics.find("\n" + series + " ");
+  if (at == std::string::npos) return 0;
+  return std::strtod(metrics.c_str() + at + series.size() + 2, nullptr);
+}
+
 absl::StatusOr<std::string> TestCluster::Metrics() const {
   httplib::Client http("127.0.0.1", http_port_);
   httplib::Result result = http.Get("/metrics");

@@ -17,6 +17,10 @@
 
 namespace ringattn {
 
+// The value of the series `series` (name and labels) on a /metrics page; 0
+// if it is not there.
+double SeriesValue(const std::string& metrics, const std::string& series);
+
 class TestCluster {
  public:
   struct Options {

@@ -27,12 +27,6 @@ constexpr std::chrono::seconds kCallLimit(30);
 // streams to arrive.
 constexpr int kRingTimeoutSeconds = 5;
 
-double SeriesValue(const std::string& metrics, const std::string& series) {
-  const size_t at = metrics.find("\n" + series + " ");
-  if (at == std::string::npos) return 0;
-  return std::strtod(metrics.c_str() + at + series.size() + 2, nullptr);
-}
-
 constexpr char kAttachedOk[] =
     "ringattn_requests_total{method=\"AttachUpload\",code=\"OK\"}";
 

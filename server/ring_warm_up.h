@@ -1,0 +1,55 @@
+#ifndef RINGATTN_SERVER_RING_WARM_UP_H_
+#define RINGATTN_SERVER_RING_WARM_UP_H_
+
+// RingWarmUp: has the workers of a newly formed cluster make the ring
+// communicator they keep between requests before a user's request needs it.
+// Once per membership epoch of more than one worker it runs two tiny internal
+// requests down the ordinary request path: a pass-KV ring (the communicator,
+// and NCCL's first connections to ring neighbours) and a broadcast-Q request
+// merged on the workers (the tree's connections). Without it the first ring
+// request after the cluster forms pays that setup, about 0.5 s on GPUs.
+// Thread-safe.
+
+#include <cstdint>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "server/attend_call.h"
+#include "server/metrics.h"
+
+namespace ringattn {
+
+class RingWarmUp {
+ public:
+  // `state`'s pointers must outlive this. Outcomes are counted in
+  // `state.metrics` (ringattn_ring_warm_ups_total); the warm-up requests
+  // themselves are not counted as requests.
+  explicit RingWarmUp(const CoordinatorState& state);
+  // Waits for a warm-up in flight (bounded by its ring timeout).
+  ~RingWarmUp();
+
+  RingWarmUp(const RingWarmUp&) = delete;
+  RingWarmUp& operator=(const RingWarmUp&) = delete;
+
+  // Starts a warm-up in the background if the cluster is ready in an epoch
+  // not seen before and has more than one worker. An epoch that finds
+  // requests admitted or waiting is left alone: they make the communicator
+  // themselves. Returns at once.
+  void Poll();
+
+ private:
+  void Run(int64_t epoch);
+
+  CoordinatorState state_;  // with metrics = &own_metrics_
+  Metrics* const metrics_;  // the coordinator's
+  Metrics own_metrics_;
+  absl::Mutex mutex_;
+  int64_t last_epoch_ ABSL_GUARDED_BY(mutex_) = -1;
+  bool running_ ABSL_GUARDED_BY(mutex_) = false;
+  std::thread thread_ ABSL_GUARDED_BY(mutex_);
+};
+
+}  // namespace ringattn
+
+#endif  // RINGATTN_SERVER_RING_WARM_UP_H_
