@@ -1,14 +1,20 @@
 #include "worker/compute_threads.h"
 
+#include <thread>
 #include <utility>
 
+#include "absl/time/clock.h"
+
 namespace ringattn {
+
+ComputeThreads::ComputeThreads(absl::Duration linger) : linger_(linger) {}
 
 ComputeThreads::~ComputeThreads() {
   std::vector<std::thread> threads;
   {
     absl::MutexLock lock(&mutex_);
     stopping_ = true;
+    arrivals_.fetch_add(1, std::memory_order_release);
     threads.swap(threads_);
   }
   for (std::thread& thread : threads) thread.join();
@@ -17,6 +23,7 @@ ComputeThreads::~ComputeThreads() {
 void ComputeThreads::Run(absl::AnyInvocable<void() &&> work) {
   absl::MutexLock lock(&mutex_);
   queue_.push_back(std::move(work));
+  arrivals_.fetch_add(1, std::memory_order_release);
   // Every queued piece of work has an idle thread of its own to take it.
   if (idle_ >= static_cast<int64_t>(queue_.size())) return;
   ++idle_;
@@ -42,6 +49,7 @@ void ComputeThreads::Serve() {
   };
   absl::MutexLock lock(&mutex_);
   for (;;) {
+    if (!has_work()) Linger();
     mutex_.Await(absl::Condition(&has_work));
     if (queue_.empty()) return;  // stopping, with nothing left to run
     absl::AnyInvocable<void()&&> work = std::move(queue_.front());
@@ -54,6 +62,18 @@ void ComputeThreads::Serve() {
     --busy_;
     ++idle_;
   }
+}
+
+void ComputeThreads::Linger() {
+  if (linger_ <= absl::ZeroDuration()) return;
+  const int64_t seen = arrivals_.load(std::memory_order_acquire);
+  mutex_.Unlock();
+  const absl::Time until = absl::Now() + linger_;
+  while (arrivals_.load(std::memory_order_acquire) == seen &&
+         absl::Now() < until) {
+    std::this_thread::yield();
+  }
+  mutex_.Lock();
 }
 
 }  // namespace ringattn

@@ -4,8 +4,11 @@
 // ComputeThreads: runs each request's computation on a thread of its own,
 // reusing threads whose earlier work ended, so that a decode step does not pay
 // for starting one. Work never waits behind other work: with every thread
-// busy, Run starts another. Thread-safe.
+// busy, Run starts another. A thread whose work ended may linger, polling for
+// the next piece before it sleeps, so that work arriving soon after starts
+// without waiting for a thread to wake. Thread-safe.
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <thread>
@@ -14,12 +17,15 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 
 namespace ringattn {
 
 class ComputeThreads {
  public:
-  ComputeThreads() = default;
+  // `linger`: how long a thread whose work ended keeps polling for more
+  // before it sleeps (one core busy for that long; zero: it sleeps at once).
+  explicit ComputeThreads(absl::Duration linger = absl::ZeroDuration());
   // Waits for the work already given, then ends the threads.
   ~ComputeThreads();
 
@@ -37,7 +43,14 @@ class ComputeThreads {
 
  private:
   void Serve();
+  // Polls for up to linger_ for work given or the end, with the mutex
+  // released.
+  void Linger() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
+  const absl::Duration linger_;
+  // Counts the calls of Run and the destructor's stop: what a lingering
+  // thread polls for, without the mutex.
+  std::atomic<int64_t> arrivals_{0};
   mutable absl::Mutex mutex_;
   std::deque<absl::AnyInvocable<void() &&>> queue_ ABSL_GUARDED_BY(mutex_);
   int64_t idle_ ABSL_GUARDED_BY(mutex_) = 0;

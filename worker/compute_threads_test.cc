@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
 namespace ringattn {
@@ -45,6 +46,28 @@ TEST(ComputeThreads, DestructionWaitsForWorkGiven) {
     for (int i = 0; i < 5; ++i) threads.Run([&ran] { ++ran; });
   }
   EXPECT_EQ(ran.load(), 5);
+}
+
+TEST(ComputeThreads, LingeringThreadTakesTheNextWork) {
+  ComputeThreads threads(absl::Seconds(30));
+  std::atomic<int> ran{0};
+  for (int i = 0; i < 10; ++i) {
+    threads.Run([&ran] { ++ran; });
+    threads.WaitForIdle();
+  }
+  EXPECT_EQ(ran.load(), 10);
+  EXPECT_EQ(threads.threads_started(), 1);
+}
+
+TEST(ComputeThreads, DestructionEndsALingeringThreadAtOnce) {
+  const absl::Time start = absl::Now();
+  {
+    ComputeThreads threads(absl::Hours(1));
+    threads.Run([] {});
+    threads.WaitForIdle();
+  }
+  // The thread would linger for an hour; the destructor's stop ends it.
+  EXPECT_LT(absl::Now() - start, absl::Minutes(1));
 }
 
 }  // namespace

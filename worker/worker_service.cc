@@ -986,7 +986,8 @@ WorkerService::WorkerService(RingConnector& connector,
     : connector_(connector),
       communicators_(connector),
       options_(options),
-      budget_(options.max_concurrent_executions, options.memory_bytes) {
+      budget_(options.max_concurrent_executions, options.memory_bytes),
+      compute_threads_(options.compute_linger) {
   if (options.cuda_device >= 0) {
     device_contexts_ = std::make_unique<DeviceContextStore>(
         options.cuda_device, options.context_memory_bytes);

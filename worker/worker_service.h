@@ -53,6 +53,9 @@ struct WorkerServiceOptions {
   // move device memory: an NcclConnector, and memory_bytes counts device
   // memory); -1: the CPU (RingExecutor).
   int cuda_device = -1;
+  // How long a compute thread whose request ended polls for the next before
+  // it sleeps (ComputeThreads).
+  absl::Duration compute_linger = absl::ZeroDuration();
 };
 
 class WorkerService final : public v1::Worker::CallbackService {
