@@ -13,6 +13,8 @@
 //   service_bench --lengths=1048576 --kv_heads=8 --decode_steps=100
 //       --query_rows=1,16,256
 //   service_bench --lengths=65536 --upload_only
+//
+// --round_trips=N first prints the p50 and p99 of N GetClusterInfo calls.
 
 #include <algorithm>
 #include <atomic>
@@ -70,6 +72,9 @@ ABSL_FLAG(std::string, query_strategies, "STRATEGY_AUTO",
 ABSL_FLAG(bool, upload_only, false,
           "upload each length as a resident context, print the upload rate "
           "and delete it again (no decode steps, no queries)");
+ABSL_FLAG(int, round_trips, 0,
+          "first time this many GetClusterInfo calls: the gRPC round trip "
+          "to the coordinator, the floor under every request");
 ABSL_FLAG(int, wait_ready_seconds, 0,
           "how long to wait for the cluster to become ready");
 
@@ -268,6 +273,28 @@ double Quantile(std::vector<double>& values, double quantile) {
   std::sort(values.begin(), values.end());
   return values[std::min(values.size() - 1,
                          static_cast<size_t>(quantile * values.size()))];
+}
+
+// Times `calls` GetClusterInfo round trips; prints their p50 and p99.
+bool TimeRoundTrips(Client& client, int calls) {
+  std::vector<double> ms;
+  for (int i = 0; i < calls; ++i) {
+    const Clock::time_point start = Clock::now();
+    absl::StatusOr<v1::ClusterInfo> info = client.GetClusterInfo();
+    if (!info.ok()) {
+      std::fprintf(stderr, "GetClusterInfo: %s\n",
+                   info.status().ToString().c_str());
+      return false;
+    }
+    ms.push_back(1e3 * Seconds(start, Clock::now()));
+  }
+  const double p50 = Quantile(ms, 0.5);
+  std::printf(
+      "gRPC round trip to the coordinator (GetClusterInfo, %d calls): p50 "
+      "%.3f ms, p99 %.3f ms\n\n",
+      calls, p50, Quantile(ms, 0.99));
+  std::fflush(stdout);
+  return true;
 }
 
 // Row 0's largest error against float64 (`n` keys, `nq` causal query rows),
@@ -483,6 +510,10 @@ int Run() {
       return 1;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  if (const int calls = absl::GetFlag(FLAGS_round_trips);
+      calls > 0 && !TimeRoundTrips(**client, calls)) {
+    return 1;
   }
   if (const int steps = absl::GetFlag(FLAGS_decode_steps);
       steps > 0 || absl::GetFlag(FLAGS_upload_only)) {
