@@ -111,9 +111,7 @@ void RingWarmUp::Poll() {
   absl::MutexLock lock(&mutex_);
   if (running_ || membership->epoch == last_epoch_) return;
   last_epoch_ = membership->epoch;
-  if (state_.admission->in_use() > 0 || state_.admission->waiting() > 0) {
-    return;
-  }
+  if (state_.communicator_keys->Reusable(membership->epoch)) return;
   if (thread_.joinable()) thread_.join();  // finished: running_ is false
   running_ = true;
   thread_ = std::thread(&RingWarmUp::Run, this, membership->epoch);

@@ -33,9 +33,9 @@ class RingWarmUp {
   RingWarmUp& operator=(const RingWarmUp&) = delete;
 
   // Starts a warm-up in the background if the cluster is ready in an epoch
-  // not seen before and has more than one worker. An epoch that finds
-  // requests admitted or waiting is left alone: they make the communicator
-  // themselves. Returns at once.
+  // not seen before, has more than one worker, and no request of the epoch
+  // made the communicator yet. It runs beside requests already admitted (a
+  // context upload makes no communicator). Returns at once.
   void Poll();
 
  private:
