@@ -30,7 +30,6 @@ void AwaitWarmUps(const TestCluster& cluster, double count) {
   std::string metrics;
   while (absl::Now() < deadline) {
     metrics = cluster.Metrics().value_or("");
-    ASSERT_EQ(SeriesValue(metrics, kWarmUpsFailed), 0) << metrics;
     if (SeriesValue(metrics, kWarmUpsOk) >= count) return;
     // Polls: the warm-up runs on the coordinator's own schedule.
     absl::SleepFor(absl::Milliseconds(50));
@@ -58,6 +57,7 @@ TEST(RingWarmUp, FirstRequestReusesTheCommunicatorTheWarmUpMade) {
   AwaitWarmUps(**cluster, 1);
   RingMatchesReference(**cluster, 101, 1);
   const std::string metrics = (*cluster)->Metrics().value_or("");
+  EXPECT_EQ(SeriesValue(metrics, kWarmUpsFailed), 0) << metrics;
   EXPECT_EQ(SeriesValue(metrics, Communicators("reused")), 1) << metrics;
   EXPECT_EQ(SeriesValue(metrics, Communicators("new")), 0) << metrics;
   // The warm-up's own requests are not the users'.
@@ -68,9 +68,11 @@ TEST(RingWarmUp, FirstRequestReusesTheCommunicatorTheWarmUpMade) {
       << metrics;
 }
 
+// A warm-up that starts before the coordinator has noticed the dead worker
+// fails, harmlessly; the re-formed cluster's warm-up succeeds.
 TEST(RingWarmUp, ReformedClusterIsWarmedUpAgain) {
-  absl::StatusOr<std::unique_ptr<TestCluster>> cluster = TestCluster::Start(
-      {.workers = 2, .coordinator_flags = {"--heartbeat_timeout_seconds=1"}});
+  absl::StatusOr<std::unique_ptr<TestCluster>> cluster =
+      TestCluster::Start({.workers = 2});
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   AwaitWarmUps(**cluster, 1);
   (*cluster)->KillWorker(1);
