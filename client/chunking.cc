@@ -16,6 +16,10 @@ void ChunkStream::Add(v1::TensorName name, View<const float> tensor) {
 }
 
 bool ChunkStream::Next(v1::TensorChunk* chunk) {
+  if (effective_chunk_bytes_ == 0) {
+    effective_chunk_bytes_ = std::min(
+        chunk_bytes_, std::max(kLeastSplitChunkBytes, total_bytes() / 8));
+  }
   while (entry_ < entries_.size()) {
     const Entry& entry = entries_[entry_];
     const Shape& shape = entry.tensor.shape();
@@ -32,9 +36,10 @@ bool ChunkStream::Next(v1::TensorChunk* chunk) {
     }
     const int64_t row_values = shape.heads * shape.dim;
     const int64_t row_bytes = row_values * DTypeSize(wire_dtype_);
-    const int64_t rows = std::min(
-        shape.seq - token_,
-        std::max<int64_t>(1, chunk_bytes_ / std::max<int64_t>(1, row_bytes)));
+    const int64_t rows =
+        std::min(shape.seq - token_,
+                 std::max<int64_t>(1, effective_chunk_bytes_ /
+                                          std::max<int64_t>(1, row_bytes)));
     chunk->set_tensor(entry.name);
     chunk->set_batch(batch_);
     chunk->set_token_offset(token_);

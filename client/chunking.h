@@ -34,9 +34,16 @@ class ChunkSource {
 // Hands out the chunks of one or more tensors in order: for each tensor, batch
 // entry by batch entry, runs of whole token rows of at most `chunk_bytes` wire
 // bytes (one row per chunk where a single row is larger), converted to the
-// wire dtype.
+// wire dtype. An upload of a few MiB goes in smaller chunks, about an eighth
+// of it each but not under kLeastSplitChunkBytes: the coordinator forwards a
+// chunk's rows to the workers while the client still sends the next, so the
+// hops overlap instead of each waiting for the whole upload (2x H200: a
+// 256-row query, 2 MB, took 11.5-11.7 ms in 256 KiB chunks against 12.7-13.3
+// in one).
 class ChunkStream : public ChunkSource {
  public:
+  static constexpr int64_t kLeastSplitChunkBytes = int64_t{256} << 10;
+
   // Requires chunk_bytes >= 1.
   ChunkStream(DType wire_dtype, int64_t chunk_bytes);
 
@@ -58,7 +65,9 @@ class ChunkStream : public ChunkSource {
   };
 
   DType wire_dtype_;
+  // The limit asked for; the one in force, set at the first Next.
   int64_t chunk_bytes_;
+  int64_t effective_chunk_bytes_ = 0;
   std::vector<Entry> entries_;
   // The position of the next chunk: tensor, batch entry and first token.
   size_t entry_ = 0;

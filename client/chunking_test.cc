@@ -121,6 +121,29 @@ TEST(ChunkStreamTest, SendsTensorsInTheOrderAdded) {
   EXPECT_FALSE(stream.Next(&chunk));
 }
 
+// Chunk sizes of `tokens` rows of 8 KiB (32 heads, D=128, bf16) in a stream
+// whose limit is 4 MiB.
+std::vector<int64_t> ChunkTokens(int64_t tokens) {
+  const Tensor<float> q(Shape{1, tokens, 32, 128});
+  ChunkStream stream(DType::kBFloat16, 4 << 20);
+  stream.Add(v1::Q, q.view());
+  std::vector<int64_t> counts;
+  v1::TensorChunk chunk;
+  while (stream.Next(&chunk)) counts.push_back(chunk.token_count());
+  return counts;
+}
+
+TEST(ChunkStreamTest, SplitsAFewMebibytesIntoChunksThatPipeline) {
+  // 2 MiB: eight chunks of 256 KiB (32 rows), not one of 2 MiB.
+  EXPECT_EQ(ChunkTokens(256), std::vector<int64_t>(8, 32));
+  // 16 MiB: eighths of 2 MiB.
+  EXPECT_EQ(ChunkTokens(2048), std::vector<int64_t>(8, 256));
+  // 40 MiB: the 4 MiB limit.
+  EXPECT_EQ(ChunkTokens(5120), std::vector<int64_t>(10, 512));
+  // Under 256 KiB in all: one chunk.
+  EXPECT_EQ(ChunkTokens(20), std::vector<int64_t>{20});
+}
+
 v1::OutputChunk OutputRows(int64_t batch, int64_t offset, int64_t count,
                            int64_t heads, int64_t dim, bool with_lse) {
   v1::OutputChunk chunk;
