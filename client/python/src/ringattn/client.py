@@ -391,9 +391,12 @@ class Client:
         With `carry` (a Query header), the chunks ride inside the header.
         """
         try:
+            total = sum(int(np.prod(_tensors.shape_of(x)))
+                        for _, x in tensors) * _tensors.WIRE_ITEMSIZE[wire]
+            chunk_bytes = _chunking.split_chunk_bytes(total, self.chunk_bytes)
             chunks = (chunk for name, x in tensors
                       for chunk in _chunking.tensor_chunks(
-                          pb, name, x, wire, self.chunk_bytes, bar.update))
+                          pb, name, x, wire, chunk_bytes, bar.update))
             if carry:
                 header.header.chunks.extend(chunks)
                 yield header
