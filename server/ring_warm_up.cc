@@ -1,13 +1,11 @@
 #include "server/ring_warm_up.h"
 
 #include <chrono>
-#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "core/dtype.h"
 #include "server/attention_service.h"
 #include "spdlog/spdlog.h"
