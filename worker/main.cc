@@ -149,6 +149,11 @@ int Main() {
   }
   options.cuda_device = device->cuda_index;
   const int64_t linger_us = absl::GetFlag(FLAGS_compute_linger_us);
+  if (linger_us < -1) {
+    return Usage(absl::StrCat(
+        "--compute_linger_us must be -1 (automatic) or at least 0, got ",
+        linger_us));
+  }
   options.compute_linger = absl::Microseconds(
       linger_us >= 0 ? linger_us : (device->is_cuda() ? 2000 : 0));
   // Resident contexts may use as much again as requests in flight.

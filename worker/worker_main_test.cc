@@ -193,6 +193,16 @@ TEST(WorkerMain, BadFlagsExitWithUsageError) {
   EXPECT_NE(ReadFile(errors).find("--coordinator HOST:PORT is required"),
             std::string::npos)
       << ReadFile(errors);
+  {
+    Child worker({"--coordinator=127.0.0.1:1", "--compute_linger_us=-2"},
+                 errors);
+    ASSERT_TRUE(worker.started());
+    EXPECT_EQ(worker.WaitForExit(kPatience), std::optional<int>(2));
+  }
+  EXPECT_NE(ReadFile(errors).find("--compute_linger_us must be -1 (automatic) "
+                                  "or at least 0, got -2"),
+            std::string::npos)
+      << ReadFile(errors);
 }
 
 }  // namespace
