@@ -9,8 +9,8 @@
 namespace ringattn {
 namespace {
 
-TEST(ComputeThreads, SequentialWorkReusesOneThread) {
-  ComputeThreads threads;
+// Runs ten pieces of work one after another: all run, on one thread.
+void ExpectSequentialWorkReusesOneThread(ComputeThreads& threads) {
   std::atomic<int> ran{0};
   for (int i = 0; i < 10; ++i) {
     threads.Run([&ran] { ++ran; });
@@ -18,6 +18,11 @@ TEST(ComputeThreads, SequentialWorkReusesOneThread) {
   }
   EXPECT_EQ(ran.load(), 10);
   EXPECT_EQ(threads.threads_started(), 1);
+}
+
+TEST(ComputeThreads, SequentialWorkReusesOneThread) {
+  ComputeThreads threads;
+  ExpectSequentialWorkReusesOneThread(threads);
 }
 
 TEST(ComputeThreads, WorkNeverWaitsBehindBusyThreads) {
@@ -50,13 +55,7 @@ TEST(ComputeThreads, DestructionWaitsForWorkGiven) {
 
 TEST(ComputeThreads, LingeringThreadTakesTheNextWork) {
   ComputeThreads threads(absl::Seconds(30));
-  std::atomic<int> ran{0};
-  for (int i = 0; i < 10; ++i) {
-    threads.Run([&ran] { ++ran; });
-    threads.WaitForIdle();
-  }
-  EXPECT_EQ(ran.load(), 10);
-  EXPECT_EQ(threads.threads_started(), 1);
+  ExpectSequentialWorkReusesOneThread(threads);
 }
 
 TEST(ComputeThreads, DestructionEndsALingeringThreadAtOnce) {
