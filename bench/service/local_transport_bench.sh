@@ -55,9 +55,11 @@ measure() {
   shift
   coordinator=$(ticks "${pids[0]}")
   workers_before=$(ticks "${pids[@]:1}")
-  row=$(perf stat -x, -e task-clock -o "$logs/client.$name" "$bench" \
-    --target="127.0.0.1:$port" "$@" 2>>"$logs/$name.err" | tail -1)
-  client=$(awk -F, '/task-clock/ {printf "%.2f", $1 / 1000}' "$logs/client.$name")
+  # The subshell's `times` ends with its children's CPU: service_bench's.
+  row=$( ("$bench" --target="127.0.0.1:$port" "$@" 2>>"$logs/$name.err" |
+    tail -1 && times >"$logs/client.$name"))
+  client=$(awk 'END { split($1 " " $2, t, /[ms ]+/)
+    printf "%.2f", t[1] * 60 + t[2] + t[3] * 60 + t[4] }' "$logs/client.$name")
   awk -v name="$name" -v row="$row" -v client="$client" \
     -v coordinator=$(($(ticks "${pids[0]}") - coordinator)) \
     -v workers=$(($(ticks "${pids[@]:1}") - workers_before)) \

@@ -1,0 +1,232 @@
+// grpc_floor_bench: what one gRPC hop moves on this machine with nothing of
+// ringattn's own around it, the floor under the service's per-byte cost. It
+// starts itself again as a server that only receives (ByteSink: reads each
+// ringattn.v1.TensorChunk and drops it), then streams chunks of
+// --message_bytes to it over 1..S streams, all on one connection (as the
+// client's upload streams share a channel) or each on a connection of its own.
+// Prints a Markdown table: GB/s, and the CPU seconds per GB of the sender and
+// of the receiver (all their threads, kernel time included).
+//
+//   grpc_floor_bench [--streams=1,2,4] [--gigabytes=4]
+//                    [--message_bytes=4194304]
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "bench/service/byte_sink.grpc.pb.h"
+#include "client/child_process.h"
+#include "grpcpp/grpcpp.h"
+
+ABSL_FLAG(std::vector<std::string>, streams,
+          (std::vector<std::string>{"1", "2", "4"}),
+          "concurrent streams to time");
+ABSL_FLAG(double, gigabytes, 4, "data bytes each case sends, in GB");
+ABSL_FLAG(int64_t, message_bytes, 4 << 20,
+          "data bytes per chunk (the client's default chunk is 4 MiB)");
+ABSL_FLAG(bool, serve, false,
+          "run as the receiving server (started by the bench itself)");
+
+namespace ringattn {
+namespace {
+
+constexpr int kMaxMessageBytes = 64 << 20;
+
+class ByteSink final : public bench::ByteSink::Service {
+  grpc::Status Drain(grpc::ServerContext* /*context*/,
+                     grpc::ServerReader<v1::TensorChunk>* reader,
+                     bench::DrainSummary* summary) override {
+    v1::TensorChunk chunk;
+    int64_t bytes = 0;
+    while (reader->Read(&chunk)) bytes += chunk.data().size();
+    summary->set_bytes(bytes);
+    return grpc::Status::OK;
+  }
+};
+
+// Serves ByteSink on a free port of 127.0.0.1, printing the port on stdout.
+int Serve() {
+  ByteSink sink;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(&sink);
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) return 1;
+  std::printf("%d\n", port);
+  std::fflush(stdout);
+  server->Wait();
+  return 0;
+}
+
+double OwnCpuSeconds() {
+  rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_utime.tv_sec + usage.ru_stime.tv_sec +
+         1e-6 * (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
+}
+
+// User plus system CPU seconds of process `pid` so far.
+double ProcessCpuSeconds(pid_t pid) {
+  std::ifstream file(absl::StrCat("/proc/", pid, "/stat"));
+  std::string text((std::istreambuf_iterator<char>(file)),
+                   std::istreambuf_iterator<char>());
+  // Fields after the command name, which ends with the last ')'.
+  std::vector<std::string> fields =
+      absl::StrSplit(text.substr(text.rfind(')') + 2), ' ');
+  int64_t user = 0;
+  int64_t system = 0;
+  if (fields.size() < 13 || !absl::SimpleAtoi(fields[11], &user) ||
+      !absl::SimpleAtoi(fields[12], &system)) {
+    return 0;
+  }
+  return static_cast<double>(user + system) / sysconf(_SC_CLK_TCK);
+}
+
+std::shared_ptr<grpc::Channel> NewConnection(const std::string& target,
+                                             int index) {
+  grpc::ChannelArguments arguments;
+  // A channel argument of its own keeps gRPC from sharing the connection.
+  arguments.SetInt("ringattn.bench.connection", index);
+  arguments.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(),
+                                   arguments);
+}
+
+struct Rates {
+  double gigabytes_per_second = 0;
+  double sender_cpu_per_gigabyte = 0;
+  double receiver_cpu_per_gigabyte = 0;
+  bool ok = true;
+};
+
+// Sends `bytes` in copies of `chunk` over `streams` concurrent streams, all
+// on one connection or (`separate`) each on a connection of its own.
+Rates Send(const std::string& target, pid_t receiver, int streams,
+           bool separate, const v1::TensorChunk& chunk, int64_t bytes) {
+  std::vector<std::unique_ptr<bench::ByteSink::Stub>> stubs;
+  std::shared_ptr<grpc::Channel> shared = NewConnection(target, 0);
+  for (int s = 0; s < streams; ++s) {
+    stubs.push_back(bench::ByteSink::NewStub(
+        separate ? NewConnection(target, s + 1) : shared));
+  }
+  const int64_t messages_per_stream =
+      bytes / static_cast<int64_t>(chunk.data().size()) / streams;
+  const double receiver_before = ProcessCpuSeconds(receiver);
+  const double sender_before = OwnCpuSeconds();
+  const absl::Time start = absl::Now();
+  std::vector<bool> ok(streams, false);
+  std::vector<std::thread> threads;
+  for (int s = 0; s < streams; ++s) {
+    threads.emplace_back([&, s] {
+      grpc::ClientContext context;
+      context.set_wait_for_ready(true);
+      bench::DrainSummary summary;
+      std::unique_ptr<grpc::ClientWriter<v1::TensorChunk>> writer =
+          stubs[s]->Drain(&context, &summary);
+      for (int64_t m = 0; m < messages_per_stream; ++m) {
+        if (!writer->Write(chunk)) break;
+      }
+      writer->WritesDone();
+      ok[s] = writer->Finish().ok() &&
+              summary.bytes() == messages_per_stream *
+                                     static_cast<int64_t>(chunk.data().size());
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  const double gigabytes =
+      static_cast<double>(messages_per_stream * streams * chunk.data().size()) /
+      1e9;
+  Rates rates;
+  rates.gigabytes_per_second = gigabytes / seconds;
+  rates.sender_cpu_per_gigabyte = (OwnCpuSeconds() - sender_before) / gigabytes;
+  rates.receiver_cpu_per_gigabyte =
+      (ProcessCpuSeconds(receiver) - receiver_before) / gigabytes;
+  for (bool stream_ok : ok) rates.ok = rates.ok && stream_ok;
+  return rates;
+}
+
+int Run(const char* self) {
+  absl::StatusOr<ChildProcess> server =
+      ChildProcess::Spawn(self, {"--serve"}, ChildProcess::Output::kPipe);
+  if (!server.ok()) {
+    std::fprintf(stderr, "%s\n", server.status().ToString().c_str());
+    return 1;
+  }
+  char line[32] = {};
+  int port = 0;
+  const ssize_t got = read(server->stdout_fd(), line, sizeof(line) - 1);
+  if (got <= 0 || !absl::SimpleAtoi(absl::StripAsciiWhitespace(line), &port)) {
+    std::fprintf(stderr, "the receiving server did not start\n");
+    return 1;
+  }
+  const std::string target = absl::StrCat("127.0.0.1:", port);
+
+  v1::TensorChunk chunk;
+  chunk.set_tensor(v1::K);
+  chunk.set_token_count(1);
+  std::string data(static_cast<size_t>(absl::GetFlag(FLAGS_message_bytes)),
+                   '\0');
+  std::mt19937_64 random(1);
+  for (size_t i = 0; i + 8 <= data.size(); i += 8) {
+    const uint64_t word = random();
+    data.replace(i, 8, reinterpret_cast<const char*>(&word), 8);
+  }
+  chunk.set_data(std::move(data));
+  const int64_t bytes =
+      static_cast<int64_t>(absl::GetFlag(FLAGS_gigabytes) * 1e9);
+
+  // A first pass to open connections and grow flow-control windows.
+  Send(target, server->pid(), 1, false, chunk, bytes / 8);
+  std::printf(
+      "| streams | connections | GB/s | sender CPU s per GB | receiver CPU s "
+      "per GB |\n| --- | --- | --- | --- | --- |\n");
+  int failures = 0;
+  for (const std::string& text : absl::GetFlag(FLAGS_streams)) {
+    int streams = 0;
+    if (!absl::SimpleAtoi(text, &streams) || streams < 1) {
+      std::fprintf(stderr, "--streams: not a positive count: %s\n",
+                   text.c_str());
+      return 2;
+    }
+    for (bool separate : {false, true}) {
+      if (separate && streams == 1) continue;
+      const Rates rates =
+          Send(target, server->pid(), streams, separate, chunk, bytes);
+      failures += rates.ok ? 0 : 1;
+      std::printf("| %d | %s | %.2f | %.2f | %.2f |%s\n", streams,
+                  separate ? "one each" : "1", rates.gigabytes_per_second,
+                  rates.sender_cpu_per_gigabyte,
+                  rates.receiver_cpu_per_gigabyte, rates.ok ? "" : " failed");
+      std::fflush(stdout);
+    }
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace ringattn
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  if (absl::GetFlag(FLAGS_serve)) return ringattn::Serve();
+  return ringattn::Run("/proc/self/exe");
+}
