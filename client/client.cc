@@ -379,17 +379,29 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
     arguments.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, ms);
     arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, ms);
   }
-  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
-      target,
+  const std::shared_ptr<grpc::ChannelCredentials> credentials =
       options.credentials ? options.credentials
-                          : grpc::InsecureChannelCredentials(),
-      arguments);
+                          : grpc::InsecureChannelCredentials();
+  std::unique_ptr<v1::Attention::Stub> stub = v1::Attention::NewStub(
+      grpc::CreateCustomChannel(target, credentials, arguments));
+  std::vector<std::unique_ptr<v1::Attention::Stub>> upload_stubs;
+  for (int i = 1; i < options.upload_streams; ++i) {
+    // Channels whose arguments differ never share a connection.
+    grpc::ChannelArguments own = arguments;
+    own.SetInt("ringattn.upload_stream", i);
+    upload_stubs.push_back(v1::Attention::NewStub(
+        grpc::CreateCustomChannel(target, credentials, own)));
+  }
   return std::unique_ptr<Client>(
-      new Client(v1::Attention::NewStub(channel), std::move(options)));
+      new Client(std::move(stub), std::move(upload_stubs), std::move(options)));
 }
 
-Client::Client(std::unique_ptr<v1::Attention::Stub> stub, ClientOptions options)
-    : stub_(std::move(stub)), options_(std::move(options)) {}
+Client::Client(std::unique_ptr<v1::Attention::Stub> stub,
+               std::vector<std::unique_ptr<v1::Attention::Stub>> upload_stubs,
+               ClientOptions options)
+    : stub_(std::move(stub)),
+      upload_stubs_(std::move(upload_stubs)),
+      options_(std::move(options)) {}
 
 void Client::Prepare(grpc::ClientContext* context) const {
   context->set_wait_for_ready(options_.wait_for_ready);
@@ -468,8 +480,10 @@ absl::StatusOr<v1::Summary> Client::Run(Request header, ChunkSource& source,
                                             total);
                           });
       SharedChunkStream own(&chunks, 0);
+      std::vector<v1::Attention::Stub*> upload_stubs;
+      for (const auto& stub : upload_stubs_) upload_stubs.push_back(stub.get());
       AttachedUploads attached(
-          options_.upload_streams - 1, stub_.get(), &chunks,
+          std::move(upload_stubs), &chunks,
           [this](grpc::ClientContext* c) { Prepare(c); },
           [&context] { context.TryCancel(); });
       OutputCall<Request> call(&context, std::move(header), &own, &output,

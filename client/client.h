@@ -60,8 +60,9 @@ struct ClientOptions {
   absl::Duration reconnect_backoff = absl::InfiniteDuration();
   // Streams one Attend call uploads its chunks over, in [1, 64]: the Attend
   // stream and upload_streams - 1 AttachUpload streams, each written from a
-  // thread of its own and each taking the next chunk when it is ready for one,
-  // so that serializing and parsing them runs on as many threads at every hop.
+  // thread of its own over a connection of its own and each taking the next
+  // chunk when it is ready for one, so that serializing, the transport's
+  // framing and parsing run on as many threads at every hop.
   // Query and context uploads use one stream. With N > 1 an AttendStreaming
   // source's Next is called from several threads, one call at a time.
   int upload_streams = 1;
@@ -143,7 +144,9 @@ class Client {
   absl::StatusOr<std::vector<v1::ContextInfo>> ListContexts();
 
  private:
-  Client(std::unique_ptr<v1::Attention::Stub> stub, ClientOptions options);
+  Client(std::unique_ptr<v1::Attention::Stub> stub,
+         std::vector<std::unique_ptr<v1::Attention::Stub>> upload_stubs,
+         ClientOptions options);
 
   // Sets the deadline and metadata of a new call on `context`.
   void Prepare(grpc::ClientContext* context) const;
@@ -166,6 +169,9 @@ class Client {
                                                 v1::DType wire_dtype);
 
   std::unique_ptr<v1::Attention::Stub> stub_;
+  // The AttachUpload streams' connections, one per stream: streams that
+  // share a connection share the one thread that reads it on each side.
+  std::vector<std::unique_ptr<v1::Attention::Stub>> upload_stubs_;
   ClientOptions options_;
 };
 

@@ -40,13 +40,14 @@ bool SharedChunks::Next(int stream, v1::TensorChunk* chunk) {
   return more;
 }
 
-AttachedUploads::AttachedUploads(int streams, v1::Attention::Stub* stub,
+AttachedUploads::AttachedUploads(std::vector<v1::Attention::Stub*> stubs,
                                  SharedChunks* chunks, const Prepare& prepare,
                                  std::function<void()> on_failure)
-    : stub_(stub),
+    : stubs_(std::move(stubs)),
       chunks_(chunks),
       on_failure_(std::move(on_failure)),
-      statuses_(static_cast<size_t>(streams)) {
+      statuses_(stubs_.size()) {
+  const int streams = static_cast<int>(stubs_.size());
   for (int i = 0; i < streams; ++i) {
     contexts_.push_back(std::make_unique<grpc::ClientContext>());
     prepare(contexts_.back().get());
@@ -136,7 +137,7 @@ absl::Status AttachedUploads::Upload(int stream,
   grpc::ClientContext* context = contexts_[stream - 1].get();
   v1::AttachUploadResponse response;
   std::unique_ptr<grpc::ClientWriter<v1::AttachUploadRequest>> writer =
-      stub_->AttachUpload(context, &response);
+      stubs_[stream - 1]->AttachUpload(context, &response);
   v1::AttachUploadRequest request;
   *request.mutable_ticket() = ticket;
   bool open = writer->Write(request);
