@@ -33,6 +33,11 @@ absl::Status ContextPiece::Start(const v1::StoreContextHeader& header) {
   v_ = TypedTensor(dtype_, shape);
   targets_[0] = ShardRowsTarget("K", k_.view(), &layout_, 0);
   targets_[1] = ShardRowsTarget("V", v_.view(), &layout_, 0);
+  if (2 * k_.view().bytes() >= kBackgroundPageFaultBytes) {
+    page_faults_.emplace(std::vector<absl::Span<char>>{
+        {k_.view().data(), static_cast<size_t>(k_.view().bytes())},
+        {v_.view().data(), static_cast<size_t>(v_.view().bytes())}});
+  }
   for (const v1::ShardRows& rows : header.rows()) {
     RINGATTN_RETURN_IF_ERROR(Place(rows));
   }
@@ -53,6 +58,7 @@ absl::Status ContextPiece::Place(const v1::ShardRows& rows) {
 }
 
 absl::StatusOr<int64_t> ContextPiece::Commit(ResidentContexts& contexts) {
+  page_faults_.reset();
   if (!started_) {
     return absl::InvalidArgumentError("the stream ended before the header");
   }

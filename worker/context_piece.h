@@ -11,6 +11,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -20,6 +21,7 @@
 #include "core/shard_layout.h"
 #include "core/typed_tensor.h"
 #include "ringattn/v1/worker.pb.h"
+#include "worker/background_page_faults.h"
 #include "worker/resident_contexts.h"
 #include "worker/shard_rows.h"
 
@@ -55,6 +57,8 @@ class ContextPiece {
   TypedTensor k_;
   TypedTensor v_;
   std::array<ShardRowsTarget, 2> targets_;
+  // Faults in the pages of a large piece ahead of its rows.
+  std::optional<BackgroundPageFaults> page_faults_;
 };
 
 }  // namespace ringattn

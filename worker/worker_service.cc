@@ -23,6 +23,7 @@
 #include "proto/grpc_status.h"
 #include "proto/spec_conversion.h"
 #include "spdlog/spdlog.h"
+#include "worker/background_page_faults.h"
 #include "worker/broadcast_executor.h"
 #include "worker/context_piece.h"
 #include "worker/gpu_partial_reduction.h"
@@ -480,6 +481,12 @@ class ExecuteReactor final
     targets_[0] = ShardRowsTarget("Q", q, &q_layout, q_rank);
     targets_[1] = ShardRowsTarget("K", k, &kv_layout, kv_rank);
     targets_[2] = ShardRowsTarget("V", v, &kv_layout, kv_rank);
+    if (q.bytes() + k.bytes() + v.bytes() >= kBackgroundPageFaultBytes) {
+      page_faults_.emplace(std::vector<absl::Span<char>>{
+          {q.data(), static_cast<size_t>(q.bytes())},
+          {k.data(), static_cast<size_t>(k.bytes())},
+          {v.data(), static_cast<size_t>(v.bytes())}});
+    }
     if (!header.context().empty()) {
       LoadContextAtRun(header.context(), kv_layout.Chunks(kv_rank), k, v);
     }
@@ -583,6 +590,7 @@ class ExecuteReactor final
   // resident context rows (LoadContext), joins the ring (none for
   // broadcast-Q), computes, starts writing the output.
   void Compute() {
+    page_faults_.reset();
     if (append_.has_value()) {
       if (absl::Status stored = StoreAppend(); !stored.ok()) {
         FinishWith(stored);
@@ -907,6 +915,8 @@ class ExecuteReactor final
   // Instead of executor_ for pass-Q.
   std::unique_ptr<PassQExecutor> pass_q_executor_;
   std::array<ShardRowsTarget, 3> targets_;
+  // Faults in the pages of a large shard ahead of its rows.
+  std::optional<BackgroundPageFaults> page_faults_;
   std::optional<ContextLoad> context_load_;  // for a query of a context
   // A CPU executor reads the context's rows where they lie (not a copy).
   bool kv_read_in_place_ = false;
