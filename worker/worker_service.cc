@@ -481,7 +481,8 @@ class ExecuteReactor final
     targets_[0] = ShardRowsTarget("Q", q, &q_layout, q_rank);
     targets_[1] = ShardRowsTarget("K", k, &kv_layout, kv_rank);
     targets_[2] = ShardRowsTarget("V", v, &kv_layout, kv_rank);
-    if (q.bytes() + k.bytes() + v.bytes() >= kBackgroundPageFaultBytes) {
+    if (q.bytes() + k.bytes() + v.bytes() >=
+        options_.background_page_fault_bytes) {
       page_faults_.emplace(std::vector<absl::Span<char>>{
           {q.data(), static_cast<size_t>(q.bytes())},
           {k.data(), static_cast<size_t>(k.bytes())},

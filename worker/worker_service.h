@@ -29,6 +29,7 @@
 
 #include "absl/time/time.h"
 #include "ringattn/v1/worker.grpc.pb.h"
+#include "worker/background_page_faults.h"
 #include "worker/communicator.h"
 #include "worker/communicator_cache.h"
 #include "worker/compute_threads.h"
@@ -56,6 +57,9 @@ struct WorkerServiceOptions {
   // How long a compute thread whose request ended polls for the next before
   // it sleeps (ComputeThreads).
   absl::Duration compute_linger = absl::ZeroDuration();
+  // A request whose staged shard takes at least this many host bytes has
+  // their pages faulted in ahead of its rows (BackgroundPageFaults).
+  int64_t background_page_fault_bytes = kBackgroundPageFaultBytes;
 };
 
 class WorkerService final : public v1::Worker::CallbackService {

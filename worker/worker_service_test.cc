@@ -67,13 +67,13 @@ class TestWorker {
   std::unique_ptr<v1::Worker::Stub> stub_;
 };
 
-// `count` workers with default options that meet through `store`.
-std::vector<std::unique_ptr<TestWorker>> Workers(gloo::rendezvous::Store& store,
-                                                 int count) {
+// `count` workers with `options` that meet through `store`.
+std::vector<std::unique_ptr<TestWorker>> Workers(
+    gloo::rendezvous::Store& store, int count,
+    const WorkerServiceOptions& options = WorkerServiceOptions()) {
   std::vector<std::unique_ptr<TestWorker>> workers;
   for (int r = 0; r < count; ++r) {
-    workers.push_back(
-        std::make_unique<TestWorker>(store, WorkerServiceOptions()));
+    workers.push_back(std::make_unique<TestWorker>(store, options));
   }
   return workers;
 }
@@ -618,7 +618,8 @@ TEST(WorkerServiceCancel, CancellingTheStreamAbortsTheRing) {
 }
 
 // Two workers compute one request; the rows go in the wire dtype, K as
-// explicit position lists in reverse order, Q and V as runs.
+// explicit position lists in reverse order, Q and V as runs, while the
+// fp32 request's pages are faulted in behind them (BackgroundPageFaults).
 // Pass-KV and pass-Q take the same shards and return the same rows.
 class WorkerServiceRing : public ::testing::TestWithParam<v1::Strategy> {};
 
@@ -650,7 +651,10 @@ TEST_P(WorkerServiceRing, TwoWorkersMatchTheReference) {
                        lse_ref.view());
 
     gloo::rendezvous::HashStore store;
-    std::vector<std::unique_ptr<TestWorker>> workers = Workers(store, kRanks);
+    WorkerServiceOptions options;
+    if (dtype == DType::kFloat32) options.background_page_fault_bytes = 0;
+    std::vector<std::unique_ptr<TestWorker>> workers =
+        Workers(store, kRanks, options);
     const ShardLayout layout = QueryLayoutFor(spec, kRanks);
     const std::string prefix =
         std::string("ring-") + DTypeName(dtype) + v1::Strategy_Name(GetParam());
