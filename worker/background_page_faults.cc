@@ -15,9 +15,10 @@ constexpr uintptr_t kStepBytes = 64 << 20;
 }  // namespace
 
 BackgroundPageFaults::BackgroundPageFaults(
-    std::vector<absl::Span<char>> regions)
-    : thread_([this, regions = std::move(regions)]() mutable {
-        Run(std::move(regions));
+    std::vector<absl::Span<char>> regions, Then then)
+    : thread_([this, regions = std::move(regions),
+               then = std::move(then)]() mutable {
+        Run(std::move(regions), then);
       }) {}
 
 BackgroundPageFaults::~BackgroundPageFaults() {
@@ -30,7 +31,8 @@ int64_t BackgroundPageFaults::Wait() {
   return faulted_;
 }
 
-void BackgroundPageFaults::Run(std::vector<absl::Span<char>> regions) {
+void BackgroundPageFaults::Run(std::vector<absl::Span<char>> regions,
+                               const Then& then) {
   const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   for (absl::Span<char> region : regions) {
     if (region.empty()) continue;
@@ -50,6 +52,7 @@ void BackgroundPageFaults::Run(std::vector<absl::Span<char>> regions) {
       }
       faulted_ += static_cast<int64_t>(bytes);
     }
+    if (then && !stop_) then(region);
   }
 }
 

@@ -7,10 +7,12 @@
 // workers that was 45% of a worker's CPU during an upload, all of it on the
 // one thread that reads the stream). The contents are left alone
 // (MADV_POPULATE_WRITE), so rows may land while it runs; where the kernel
-// lacks that advice (before Linux 5.14) it does nothing.
+// lacks that advice (before Linux 5.14) it does nothing. A caller may have each
+// region handed on once it is in (to be page-locked for CUDA copies, say).
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -23,8 +25,13 @@ inline constexpr int64_t kBackgroundPageFaultBytes = int64_t{16} << 20;
 
 class BackgroundPageFaults {
  public:
-  // Starts faulting in `regions`, in order. They must outlive this object.
-  explicit BackgroundPageFaults(std::vector<absl::Span<char>> regions);
+  // Called on the thread with each region once all of it is in.
+  using Then = std::function<void(absl::Span<char>)>;
+
+  // Starts faulting in `regions`, in order, calling `then` (if set) after
+  // each. They must outlive this object.
+  explicit BackgroundPageFaults(std::vector<absl::Span<char>> regions,
+                                Then then = nullptr);
   // Stops at the next step and waits for the thread.
   ~BackgroundPageFaults();
 
@@ -36,7 +43,7 @@ class BackgroundPageFaults {
   int64_t Wait();
 
  private:
-  void Run(std::vector<absl::Span<char>> regions);
+  void Run(std::vector<absl::Span<char>> regions, const Then& then);
 
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> faulted_{0};

@@ -67,6 +67,27 @@ TEST_F(BackgroundPageFaultsTest, LeavesRowsAlreadyWrittenAlone) {
   }
 }
 
+TEST_F(BackgroundPageFaultsTest, HandsOnEachRegionOnceItIsIn) {
+  const size_t half = bytes_ / 2;
+  std::vector<absl::Span<char>> handed;
+  std::vector<int64_t> resident;
+  BackgroundPageFaults faults(
+      {absl::Span<char>(data_, half), absl::Span<char>(),
+       absl::Span<char>(data_ + half, half)},
+      [&](absl::Span<char> region) {
+        handed.push_back(region);
+        resident.push_back(ResidentPages(region.data(), region.size()));
+      });
+  if (faults.Wait() == 0) {
+    GTEST_SKIP() << "this kernel lacks MADV_POPULATE_WRITE (Linux 5.14)";
+  }
+  ASSERT_EQ(handed.size(), 2u);
+  EXPECT_EQ(handed[0].data(), data_);
+  EXPECT_EQ(handed[1].data(), data_ + half);
+  EXPECT_EQ(resident[0], static_cast<int64_t>(half / page_));
+  EXPECT_EQ(resident[1], static_cast<int64_t>(half / page_));
+}
+
 TEST_F(BackgroundPageFaultsTest, StopsWhenDestroyedAndIgnoresEmptyRegions) {
   BackgroundPageFaults faults(
       {absl::Span<char>(), absl::Span<char>(data_, bytes_)});

@@ -15,10 +15,27 @@
 #include "kernels/cuda/partial_merge.h"
 #include "worker/executor_memory.h"
 #include "worker/kernel_launches.h"
+#include "worker/pinned_host_regions.h"
 #include "worker/task_flops.h"
 
 namespace ringattn {
 namespace {
+
+// Copies `bytes` between the host and the device (`kind` says which way) in
+// pieces of kPinnedPieceBytes from the host end's start, so that each lies in
+// one piece PinnedHostRegions may have locked and runs as DMA.
+absl::Status CopyInPinnedPieces(void* to, const void* from, size_t bytes,
+                                cudaMemcpyKind kind, cudaStream_t stream,
+                                const char* what) {
+  for (size_t at = 0; at < bytes; at += kPinnedPieceBytes) {
+    RINGATTN_RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpyAsync(static_cast<char*>(to) + at,
+                        static_cast<const char*>(from) + at,
+                        std::min(kPinnedPieceBytes, bytes - at), kind, stream),
+        what));
+  }
+  return absl::OkStatus();
+}
 
 // Every slice of the pool starts on this boundary (cuDNN wants 16 bytes).
 constexpr int64_t kAlignment = 256;
@@ -1025,12 +1042,10 @@ absl::StatusOr<GpuRingStats> GpuRingExecutor::RunUploaded(
                  {host_k_.view(), device_k()},
                  {host_v_.view(), device_v()}};
   for (const auto& upload : uploads) {
-    if (upload.host.bytes() == 0) continue;
-    RINGATTN_RETURN_IF_ERROR(
-        CudaStatus(cudaMemcpyAsync(upload.device, upload.host.data(),
-                                   static_cast<size_t>(upload.host.bytes()),
-                                   cudaMemcpyHostToDevice, stream_.get()),
-                   "uploading the shard"));
+    RINGATTN_RETURN_IF_ERROR(CopyInPinnedPieces(
+        upload.device, upload.host.data(),
+        static_cast<size_t>(upload.host.bytes()), cudaMemcpyHostToDevice,
+        stream_.get(), "uploading the shard"));
   }
   // The ring's first send reads the home block on another stream.
   RINGATTN_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_.get()),
@@ -1061,10 +1076,9 @@ absl::StatusOr<RingOutput> GpuRingExecutor::DownloadOutput(DType output_dtype) {
           LaunchConvertFromFloat(narrow, o_, q_, q_shape().NumElements(),
                                  stream_.get()),
           "narrowing O"));
-      RINGATTN_RETURN_IF_ERROR(CudaStatus(
-          cudaMemcpyAsync(o.data(), q_, static_cast<size_t>(o.bytes()),
-                          cudaMemcpyDeviceToHost, stream_.get()),
-          "downloading O"));
+      RINGATTN_RETURN_IF_ERROR(CopyInPinnedPieces(
+          o.data(), q_, static_cast<size_t>(o.bytes()), cudaMemcpyDeviceToHost,
+          stream_.get(), "downloading O"));
       RINGATTN_RETURN_IF_ERROR(
           CudaStatus(cudaMemcpyAsync(output.lse.data(), lse_,
                                      sizeof(float) * lse_shape.NumElements(),

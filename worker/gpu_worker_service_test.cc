@@ -53,6 +53,9 @@ class GpuTestWorker {
     WorkerServiceOptions options;
     options.cuda_device = device;
     options.memory_bytes = int64_t{8} << 30;
+    // Every request's staging is faulted in and page-locked behind its rows,
+    // as a large one's is.
+    options.background_page_fault_bytes = 0;
     service_ = std::make_unique<WorkerService>(*connector_, options);
     grpc::ServerBuilder builder;
     int port = 0;

@@ -31,6 +31,7 @@
 #include "worker/kernel_launches.h"
 #include "worker/partial_reduction.h"
 #include "worker/pass_q_executor.h"
+#include "worker/pinned_host_regions.h"
 #include "worker/ring_executor.h"
 #include "worker/shard_rows.h"
 #include "worker/solo_communicator.h"
@@ -481,12 +482,26 @@ class ExecuteReactor final
     targets_[0] = ShardRowsTarget("Q", q, &q_layout, q_rank);
     targets_[1] = ShardRowsTarget("K", k, &kv_layout, kv_rank);
     targets_[2] = ShardRowsTarget("V", v, &kv_layout, kv_rank);
-    if (q.bytes() + k.bytes() + v.bytes() >=
-        options_.background_page_fault_bytes) {
-      page_faults_.emplace(std::vector<absl::Span<char>>{
-          {q.data(), static_cast<size_t>(q.bytes())},
-          {k.data(), static_cast<size_t>(k.bytes())},
-          {v.data(), static_cast<size_t>(v.bytes())}});
+    const int64_t staged = q.bytes() + k.bytes() + v.bytes();
+    if (staged >= options_.background_page_fault_bytes) {
+      // A CUDA worker's staging is also page-locked once it is in, so that
+      // it crosses to the device (and O comes back) as DMA.
+      BackgroundPageFaults::Then pin;
+      if (gpu_executor_ != nullptr &&
+          staged <= options_.most_pinned_staging_bytes) {
+        pinned_ = std::make_unique<PinnedHostRegions>(options_.cuda_device);
+        pin = [this](absl::Span<char> region) {
+          if (absl::Status status = pinned_->Pin(region); !status.ok()) {
+            Log(spdlog::level::debug, status.ToString());
+          }
+        };
+      }
+      page_faults_.emplace(
+          std::vector<absl::Span<char>>{
+              {q.data(), static_cast<size_t>(q.bytes())},
+              {k.data(), static_cast<size_t>(k.bytes())},
+              {v.data(), static_cast<size_t>(v.bytes())}},
+          std::move(pin));
     }
     if (!header.context().empty()) {
       LoadContextAtRun(header.context(), kv_layout.Chunks(kv_rank), k, v);
@@ -658,6 +673,7 @@ class ExecuteReactor final
   }
 
   void DropExecutors() {
+    pinned_.reset();
     executor_.reset();
     gpu_executor_.reset();
     pass_q_executor_.reset();
@@ -916,7 +932,9 @@ class ExecuteReactor final
   // Instead of executor_ for pass-Q.
   std::unique_ptr<PassQExecutor> pass_q_executor_;
   std::array<ShardRowsTarget, 3> targets_;
-  // Faults in the pages of a large shard ahead of its rows.
+  // A large shard's staging on a CUDA worker, page-locked; and what faults
+  // its pages in ahead of its rows (and then locks them).
+  std::unique_ptr<PinnedHostRegions> pinned_;
   std::optional<BackgroundPageFaults> page_faults_;
   std::optional<ContextLoad> context_load_;  // for a query of a context
   // A CPU executor reads the context's rows where they lie (not a copy).
