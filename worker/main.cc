@@ -60,6 +60,11 @@ ABSL_FLAG(int64_t, compute_linger_us, -1,
           "before it sleeps, in microseconds (a core busy meanwhile; the next "
           "request then starts without a thread wake-up); -1: 2000 with "
           "--device cuda:N, 0 on the CPU, whose cores compute");
+ABSL_FLAG(double, pinned_staging_gib, 16,
+          "with --device cuda:N, a request's host staging of at most this "
+          "many GiB is page-locked once its pages are in, so that it crosses "
+          "to the device as DMA; locked memory cannot be swapped out or used "
+          "by anything else on the host (0: never)");
 ABSL_FLAG(double, ring_timeout_seconds, 60,
           "how long a rank waits for its peers when a request sets no "
           "timeout");
@@ -156,6 +161,13 @@ int Main() {
   }
   options.compute_linger = absl::Microseconds(
       linger_us >= 0 ? linger_us : (device->is_cuda() ? 2000 : 0));
+  const double pinned_gib = absl::GetFlag(FLAGS_pinned_staging_gib);
+  if (!(pinned_gib >= 0)) {
+    return Usage(absl::StrCat("--pinned_staging_gib must not be negative, got ",
+                              pinned_gib));
+  }
+  options.most_pinned_staging_bytes =
+      static_cast<int64_t>(pinned_gib * (int64_t{1} << 30));
   // Resident contexts may use as much again as requests in flight.
   options.context_memory_bytes = options.memory_bytes;
 

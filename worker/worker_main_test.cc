@@ -203,6 +203,16 @@ TEST(WorkerMain, BadFlagsExitWithUsageError) {
                                   "or at least 0, got -2"),
             std::string::npos)
       << ReadFile(errors);
+  {
+    Child worker({"--coordinator=127.0.0.1:1", "--pinned_staging_gib=-1"},
+                 errors);
+    ASSERT_TRUE(worker.started());
+    EXPECT_EQ(worker.WaitForExit(kPatience), std::optional<int>(2));
+  }
+  EXPECT_NE(ReadFile(errors).find(
+                "--pinned_staging_gib must not be negative, got -1"),
+            std::string::npos)
+      << ReadFile(errors);
 }
 
 }  // namespace

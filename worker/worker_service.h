@@ -61,8 +61,9 @@ struct WorkerServiceOptions {
   // their pages faulted in ahead of its rows (BackgroundPageFaults).
   int64_t background_page_fault_bytes = kBackgroundPageFaultBytes;
   // A CUDA worker also page-locks such a shard once its pages are in
-  // (PinnedHostRegions) if it takes at most this many bytes: locked memory
-  // cannot be swapped out or given to anything else on the host.
+  // (PinnedHostRegions) if it takes at most this many bytes (0: never):
+  // locked memory cannot be swapped out or given to anything else on the
+  // host.
   int64_t most_pinned_staging_bytes = int64_t{16} << 30;
 };
 
