@@ -480,10 +480,8 @@ absl::StatusOr<v1::Summary> Client::Run(Request header, ChunkSource& source,
                                             total);
                           });
       SharedChunkStream own(&chunks, 0);
-      std::vector<v1::Attention::Stub*> upload_stubs;
-      for (const auto& stub : upload_stubs_) upload_stubs.push_back(stub.get());
       AttachedUploads attached(
-          std::move(upload_stubs), &chunks,
+          upload_stubs_, &chunks,
           [this](grpc::ClientContext* c) { Prepare(c); },
           [&context] { context.TryCancel(); });
       OutputCall<Request> call(&context, std::move(header), &own, &output,

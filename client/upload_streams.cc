@@ -40,10 +40,11 @@ bool SharedChunks::Next(int stream, v1::TensorChunk* chunk) {
   return more;
 }
 
-AttachedUploads::AttachedUploads(std::vector<v1::Attention::Stub*> stubs,
-                                 SharedChunks* chunks, const Prepare& prepare,
-                                 std::function<void()> on_failure)
-    : stubs_(std::move(stubs)),
+AttachedUploads::AttachedUploads(
+    const std::vector<std::unique_ptr<v1::Attention::Stub>>& stubs,
+    SharedChunks* chunks, const Prepare& prepare,
+    std::function<void()> on_failure)
+    : stubs_(stubs),
       chunks_(chunks),
       on_failure_(std::move(on_failure)),
       statuses_(stubs_.size()) {

@@ -81,9 +81,12 @@ class AttachedUploads {
   // fails other than by the request's upload ending first (the coordinator
   // then ends the Attend call itself); it should cancel the Attend call,
   // which cannot finish without the stream.
-  // Stream i (from 1) calls AttachUpload on stubs[i - 1].
-  AttachedUploads(std::vector<v1::Attention::Stub*> stubs, SharedChunks* chunks,
-                  const Prepare& prepare, std::function<void()> on_failure);
+  // Stream i (from 1) calls AttachUpload on stubs[i - 1]; `stubs` must
+  // outlive this object.
+  AttachedUploads(
+      const std::vector<std::unique_ptr<v1::Attention::Stub>>& stubs,
+      SharedChunks* chunks, const Prepare& prepare,
+      std::function<void()> on_failure);
   // Cancels the streams still open and waits for the threads.
   ~AttachedUploads();
 
@@ -110,7 +113,7 @@ class AttachedUploads {
   absl::Status Upload(int stream, const v1::UploadTicket& ticket);
   void CancelAll();
 
-  const std::vector<v1::Attention::Stub*> stubs_;
+  const std::vector<std::unique_ptr<v1::Attention::Stub>>& stubs_;
   SharedChunks* const chunks_;
   const std::function<void()> on_failure_;
   // By stream - 1; made up front so that cancelling never races a start.

@@ -122,7 +122,8 @@ struct Rates {
 Rates Send(const std::string& target, pid_t receiver, int streams,
            bool separate, const v1::TensorChunk& chunk, int64_t bytes) {
   std::vector<std::unique_ptr<bench::ByteSink::Stub>> stubs;
-  std::shared_ptr<grpc::Channel> shared = NewConnection(target, 0);
+  const std::shared_ptr<grpc::Channel> shared =
+      separate ? nullptr : NewConnection(target, 0);
   for (int s = 0; s < streams; ++s) {
     stubs.push_back(bench::ByteSink::NewStub(
         separate ? NewConnection(target, s + 1) : shared));
@@ -132,7 +133,8 @@ Rates Send(const std::string& target, pid_t receiver, int streams,
   const double receiver_before = ProcessCpuSeconds(receiver);
   const double sender_before = OwnCpuSeconds();
   const absl::Time start = absl::Now();
-  std::vector<bool> ok(streams, false);
+  // Not vector<bool>: its elements share bytes, which threads may not write.
+  std::vector<char> ok(streams, 0);
   std::vector<std::thread> threads;
   for (int s = 0; s < streams; ++s) {
     threads.emplace_back([&, s] {
@@ -160,7 +162,7 @@ Rates Send(const std::string& target, pid_t receiver, int streams,
   rates.sender_cpu_per_gigabyte = (OwnCpuSeconds() - sender_before) / gigabytes;
   rates.receiver_cpu_per_gigabyte =
       (ProcessCpuSeconds(receiver) - receiver_before) / gigabytes;
-  for (bool stream_ok : ok) rates.ok = rates.ok && stream_ok;
+  for (char stream_ok : ok) rates.ok = rates.ok && stream_ok;
   return rates;
 }
 
