@@ -13,6 +13,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -128,8 +129,8 @@ Rates Send(const std::string& target, pid_t receiver, int streams,
     stubs.push_back(bench::ByteSink::NewStub(
         separate ? NewConnection(target, s + 1) : shared));
   }
-  const int64_t messages_per_stream =
-      bytes / static_cast<int64_t>(chunk.data().size()) / streams;
+  const int64_t messages_per_stream = std::max<int64_t>(
+      1, bytes / static_cast<int64_t>(chunk.data().size()) / streams);
   const double receiver_before = ProcessCpuSeconds(receiver);
   const double sender_before = OwnCpuSeconds();
   const absl::Time start = absl::Now();
@@ -167,6 +168,28 @@ Rates Send(const std::string& target, pid_t receiver, int streams,
 }
 
 int Run(const char* self) {
+  const int64_t message_bytes = absl::GetFlag(FLAGS_message_bytes);
+  if (message_bytes < 1 || message_bytes > kMaxMessageBytes - 1024) {
+    std::fprintf(stderr, "--message_bytes must be in [1, %d], got %lld\n",
+                 kMaxMessageBytes - 1024,
+                 static_cast<long long>(message_bytes));
+    return 2;
+  }
+  if (!(absl::GetFlag(FLAGS_gigabytes) > 0)) {
+    std::fprintf(stderr, "--gigabytes must be positive, got %g\n",
+                 absl::GetFlag(FLAGS_gigabytes));
+    return 2;
+  }
+  std::vector<int> stream_counts;
+  for (const std::string& text : absl::GetFlag(FLAGS_streams)) {
+    int streams = 0;
+    if (!absl::SimpleAtoi(text, &streams) || streams < 1) {
+      std::fprintf(stderr, "--streams: not a positive count: %s\n",
+                   text.c_str());
+      return 2;
+    }
+    stream_counts.push_back(streams);
+  }
   absl::StatusOr<ChildProcess> server =
       ChildProcess::Spawn(self, {"--serve"}, ChildProcess::Output::kPipe);
   if (!server.ok()) {
@@ -185,8 +208,7 @@ int Run(const char* self) {
   v1::TensorChunk chunk;
   chunk.set_tensor(v1::K);
   chunk.set_token_count(1);
-  std::string data(static_cast<size_t>(absl::GetFlag(FLAGS_message_bytes)),
-                   '\0');
+  std::string data(static_cast<size_t>(message_bytes), '\0');
   std::mt19937_64 random(1);
   for (size_t i = 0; i + 8 <= data.size(); i += 8) {
     const uint64_t word = random();
@@ -202,13 +224,7 @@ int Run(const char* self) {
       "| streams | connections | GB/s | sender CPU s per GB | receiver CPU s "
       "per GB |\n| --- | --- | --- | --- | --- |\n");
   int failures = 0;
-  for (const std::string& text : absl::GetFlag(FLAGS_streams)) {
-    int streams = 0;
-    if (!absl::SimpleAtoi(text, &streams) || streams < 1) {
-      std::fprintf(stderr, "--streams: not a positive count: %s\n",
-                   text.c_str());
-      return 2;
-    }
+  for (int streams : stream_counts) {
     for (bool separate : {false, true}) {
       if (separate && streams == 1) continue;
       const Rates rates =
