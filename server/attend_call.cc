@@ -51,6 +51,15 @@ const char* TensorLabel(v1::TensorName tensor) {
   return tensor == v1::Q ? "Q" : tensor == v1::K ? "K" : "V";
 }
 
+// An AttachRows stream: more of a large upload's rows to one worker, on a
+// connection of its own.
+struct RowStream {
+  grpc::ClientContext context;
+  v1::AttachRowsResponse response;
+  std::unique_ptr<grpc::ClientWriter<v1::ExecuteRequest>> stream;
+  std::unique_ptr<WorkerWriter> writer;  // destroyed before the stream
+};
+
 // One worker's Execute stream for this call.
 struct WorkerLink {
   Cluster::Member member;
@@ -59,13 +68,20 @@ struct WorkerLink {
   // own and its responses read on another.
   std::unique_ptr<ExecuteStream> stream;
   std::unique_ptr<WorkerWriter> writer;  // destroyed before the stream
+  // A large upload's rows go round these and the Execute stream.
+  std::vector<std::unique_ptr<RowStream>> row_streams;
+  size_t next_row_stream = 0;
   // A small upload: the header, collecting the worker's rows, sent whole
   // with 'run' as the stream's only message (Call::executes_).
   std::optional<v1::ExecuteRequest> whole;
 };
 
-// Rows waiting to be written to one worker, at most.
+// Rows waiting to be written to one worker, at most (shared among its
+// streams).
 constexpr int64_t kMaxQueuedBytesPerWorker = int64_t{64} << 20;
+// The initial metadata that names an AttachRows stream's Execute stream
+// (worker.proto).
+constexpr char kRowsKeyMetadata[] = "ringattn-rows-key";
 // Requests that upload at most this much reach each worker as one message
 // (header, rows and 'run'; worker.proto), written once the client's upload
 // is read: every message on a stream costs a write and a wake-up on both
@@ -133,6 +149,13 @@ class Call {
   absl::Status RouteChunk(v1::TensorChunk& chunk, int64_t index);
   // Queues `request` for worker `worker`; the error of a failed worker.
   absl::Status SendToWorker(int64_t worker, v1::ExecuteRequest request);
+  // Opens worker `link`'s AttachRows streams under `key`.
+  void OpenRowStreams(WorkerLink& link, const std::string& key);
+  // Ends worker `worker`'s AttachRows streams once their rows are written.
+  absl::Status FinishRowStreams(int64_t worker);
+  // The error of worker `worker` whose AttachRows stream ended with
+  // `status`.
+  absl::Status RowStreamError(int64_t worker, grpc::Status status);
   absl::Status CheckComplete();
   absl::Status Compute();
   // Sends each worker its last message and reads its responses: on this
@@ -440,6 +463,9 @@ absl::Status Call::OpenWorkers() {
       coverage_[2 * spec_.batch + b].Mark(0, spec_.kv_len);
     }
   }
+  // A large upload reaches each worker over several connections at once.
+  const bool row_streams =
+      upload_bytes_ / p >= state_.options.row_streams_min_bytes;
   for (const Cluster::Member& member : members) {
     auto link = std::make_unique<WorkerLink>();
     link->member = member;
@@ -454,12 +480,49 @@ absl::Status Call::OpenWorkers() {
       continue;
     }
     link->stream = member.stub->Execute(&link->context);
-    link->writer = std::make_unique<WorkerWriter>(link->stream.get(),
-                                                  kMaxQueuedBytesPerWorker);
+    const int64_t streams =
+        row_streams ? 1 + static_cast<int64_t>(member.row_stubs.size()) : 1;
+    const int64_t queued_bytes = kMaxQueuedBytesPerWorker / streams;
+    link->writer = std::make_unique<WorkerWriter>(
+        [stream = link->stream.get()](const v1::ExecuteRequest& request) {
+          return stream->Write(request);
+        },
+        queued_bytes);
+    h->clear_rows_key();
+    if (streams > 1) {
+      const std::string key = absl::StrCat(request_id_, "/", member.rank);
+      h->set_rows_key(key);
+      OpenRowStreams(*link, key);
+      for (auto& row : link->row_streams) {
+        row->writer = std::make_unique<WorkerWriter>(
+            [stream = row->stream.get()](const v1::ExecuteRequest& request) {
+              return stream->Write(request);
+            },
+            queued_bytes);
+      }
+    }
     workers_.push_back(std::move(link));
     RINGATTN_RETURN_IF_ERROR(SendToWorker(member.rank, header));
   }
+  if (!workers_.front()->row_streams.empty()) {
+    const size_t streams = workers_.front()->row_streams.size();
+    spdlog::info("request {}: rows go to each worker over {} streams",
+                 request_id_, 1 + streams);
+    state_.metrics->Add("ringattn_worker_row_streams_total", {},
+                        static_cast<double>(streams * workers_.size()));
+  }
   return absl::OkStatus();
+}
+
+void Call::OpenRowStreams(WorkerLink& link, const std::string& key) {
+  for (const std::shared_ptr<v1::Worker::Stub>& stub : link.member.row_stubs) {
+    auto row = std::make_unique<RowStream>();
+    row->context.set_deadline(context_->deadline());
+    row->context.set_initial_metadata_corked(true);
+    row->context.AddMetadata(kRowsKeyMetadata, key);
+    row->stream = stub->AttachRows(&row->context, &row->response);
+    link.row_streams.push_back(std::move(row));
+  }
 }
 
 absl::Status Call::SendToWorker(int64_t worker, v1::ExecuteRequest request) {
@@ -469,8 +532,45 @@ absl::Status Call::SendToWorker(int64_t worker, v1::ExecuteRequest request) {
         std::move(*request.mutable_rows());
     return absl::OkStatus();
   }
+  // Rows take the worker's streams in turn; everything else goes on the
+  // Execute stream.
+  const size_t lane =
+      request.has_rows() && !link.row_streams.empty()
+          ? link.next_row_stream++ % (link.row_streams.size() + 1)
+          : 0;
+  if (lane > 0) {
+    RowStream& row = *link.row_streams[lane - 1];
+    if (row.writer->Push(std::move(request))) return absl::OkStatus();
+    return RowStreamError(worker, row.stream->Finish());
+  }
   if (link.writer->Push(std::move(request))) return absl::OkStatus();
   return WorkerError(static_cast<int>(worker), link.stream->Finish());
+}
+
+absl::Status Call::FinishRowStreams(int64_t worker) {
+  WorkerLink& link = *workers_[worker];
+  for (auto& row : link.row_streams) {
+    if (!row->writer->Flush() || !row->stream->WritesDone()) {
+      return RowStreamError(worker, row->stream->Finish());
+    }
+  }
+  // The worker answers each once it has stored the stream's rows.
+  for (auto& row : link.row_streams) {
+    grpc::Status status = row->stream->Finish();
+    if (!status.ok()) return RowStreamError(worker, std::move(status));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Call::RowStreamError(int64_t worker, grpc::Status status) {
+  WorkerLink& link = *workers_[worker];
+  if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+    // The worker ended the request before these rows were in: its Execute
+    // stream, already over, says why.
+    link.writer->Flush();
+    status = link.stream->Finish();
+  }
+  return WorkerError(static_cast<int>(worker), status);
 }
 
 absl::Status Call::WorkerError(int rank, const grpc::Status& status) {
@@ -493,7 +593,10 @@ absl::Status Call::WorkerError(int rank, const grpc::Status& status) {
 }
 
 void Call::CancelWorkers() {
-  for (auto& link : workers_) link->context.TryCancel();
+  for (auto& link : workers_) {
+    link->context.TryCancel();
+    for (auto& row : link->row_streams) row->context.TryCancel();
+  }
 }
 
 absl::Status Call::Upload() {
@@ -660,6 +763,7 @@ absl::Status Call::StartWorkers() {
       link.whole.reset();
       continue;
     }
+    RINGATTN_RETURN_IF_ERROR(FinishRowStreams(static_cast<int64_t>(w)));
     if (!link.writer->Flush() ||
         !link.stream->Write(run, grpc::WriteOptions().set_last_message())) {
       return WorkerError(static_cast<int>(w), link.stream->Finish());

@@ -72,6 +72,10 @@ void DeclareCoordinatorMetrics(Metrics& metrics) {
                   "reused (kept from an earlier request), new (made and "
                   "kept) or own (made for that request alone).",
                   Metrics::Kind::kCounter);
+  metrics.Declare("ringattn_worker_row_streams_total",
+                  "AttachRows streams opened to carry a large upload's rows "
+                  "to a worker beside its Execute stream.",
+                  Metrics::Kind::kCounter);
   metrics.Declare("ringattn_workers_alive", "Workers alive now.",
                   Metrics::Kind::kGauge);
   metrics.Declare("ringattn_world_size", "Workers the cluster needs.",

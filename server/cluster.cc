@@ -35,10 +35,11 @@ std::shared_ptr<grpc::Channel> Cluster::PlaintextChannel(
 }
 
 Cluster::Cluster(int world_size, Clock::duration heartbeat_timeout,
-                 ChannelFactory make_channel)
+                 ChannelFactory make_channel, int row_channels)
     : world_size_(world_size),
       heartbeat_timeout_(heartbeat_timeout),
       make_channel_(std::move(make_channel)),
+      row_channels_(row_channels),
       slots_(static_cast<size_t>(world_size)) {}
 
 bool Cluster::Alive(const Slot& slot, Clock::time_point now) const {
@@ -68,9 +69,20 @@ absl::StatusOr<v1::RegisterResponse> Cluster::Register(
   slot.held = true;
   slot.last_seen = now;
   slot.member =
-      Member{rank, request.address(), request.device(), request.memory_bytes(),
+      Member{rank,
+             request.address(),
+             request.device(),
+             request.memory_bytes(),
              v1::Worker::NewStub(make_channel_(
-                 request.address(), KeepaliveArguments(heartbeat_timeout_)))};
+                 request.address(), KeepaliveArguments(heartbeat_timeout_))),
+             {}};
+  for (int i = 1; i <= row_channels_; ++i) {
+    // Channels whose arguments differ never share a connection.
+    grpc::ChannelArguments arguments = KeepaliveArguments(heartbeat_timeout_);
+    arguments.SetInt("ringattn.row_channel", i);
+    slot.member.row_stubs.push_back(v1::Worker::NewStub(
+        make_channel_(request.address(), std::move(arguments))));
+  }
   ++epoch_;
   v1::RegisterResponse response;
   response.set_rank(rank);

@@ -8,7 +8,9 @@
 // starts a new epoch. Thread-safe.
 //
 // Channels to the workers come from a ChannelFactory: plaintext by default,
-// TLS when the coordinator is given worker credentials.
+// TLS when the coordinator is given worker credentials. Besides its main
+// channel a worker may get `row_channels` more, each its own connection, over
+// which large uploads send rows (AttachRows).
 
 #include <chrono>
 #include <cstdint>
@@ -36,7 +38,7 @@ class Cluster {
       const std::string& address, grpc::ChannelArguments arguments);
 
   Cluster(int world_size, Clock::duration heartbeat_timeout,
-          ChannelFactory make_channel = PlaintextChannel);
+          ChannelFactory make_channel = PlaintextChannel, int row_channels = 0);
 
   Cluster(const Cluster&) = delete;
   Cluster& operator=(const Cluster&) = delete;
@@ -61,6 +63,8 @@ class Cluster {
     std::string device;
     int64_t memory_bytes;
     std::shared_ptr<v1::Worker::Stub> stub;
+    // One per row channel, each on a connection of its own.
+    std::vector<std::shared_ptr<v1::Worker::Stub>> row_stubs;
   };
   // All ranks in order if the cluster is ready; UNAVAILABLE naming the missing
   // ranks otherwise.
@@ -89,6 +93,7 @@ class Cluster {
   const int world_size_;
   const Clock::duration heartbeat_timeout_;
   const ChannelFactory make_channel_;
+  const int row_channels_;
   absl::Mutex mutex_;
   std::vector<Slot> slots_ ABSL_GUARDED_BY(mutex_);
   int64_t epoch_ ABSL_GUARDED_BY(mutex_) = 0;

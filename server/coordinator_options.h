@@ -18,6 +18,10 @@ struct CoordinatorOptions {
   absl::Duration ring_timeout = absl::Seconds(60);
   // Output chunks stay under this many bytes.
   int64_t output_chunk_bytes = int64_t{1} << 20;
+  // A request that uploads at least this many bytes per worker sends each
+  // worker its rows over all of that worker's row channels
+  // (Cluster::Member::row_stubs) as well as its Execute stream.
+  int64_t row_streams_min_bytes = int64_t{64} << 20;
 };
 
 }  // namespace ringattn

@@ -43,6 +43,13 @@ ABSL_FLAG(
     "requests computed at once (each uses every worker); more wait in line");
 ABSL_FLAG(double, ring_timeout_seconds, 60,
           "how long workers wait on each other before failing a request");
+ABSL_FLAG(int, worker_row_streams, 4,
+          "streams, each on a connection of its own, that carry a large "
+          "request's rows to each worker (1: its Execute stream alone); one "
+          "gRPC stream moves about 1.4 GB/s");
+ABSL_FLAG(int64_t, row_streams_min_bytes, int64_t{64} << 20,
+          "a request uploading fewer bytes per worker than this uses one "
+          "stream per worker");
 ABSL_FLAG(double, heartbeat_timeout_seconds, 3,
           "a worker silent this long is considered dead");
 ABSL_FLAG(bool, warm_up_ring, true,
@@ -134,6 +141,17 @@ int Main() {
                   world_size);
     return 2;
   }
+  const int row_streams = absl::GetFlag(FLAGS_worker_row_streams);
+  if (row_streams < 1 || row_streams > 16) {
+    spdlog::error("--worker_row_streams must be in [1, 16], got {}",
+                  row_streams);
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_row_streams_min_bytes) < 0) {
+    spdlog::error("--row_streams_min_bytes must be >= 0, got {}",
+                  absl::GetFlag(FLAGS_row_streams_min_bytes));
+    return 2;
+  }
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> port_credentials =
       PortCredentials();
   absl::StatusOr<Cluster::ChannelFactory> worker_channels = WorkerChannels();
@@ -153,7 +171,7 @@ int Main() {
   Cluster cluster(world_size,
                   std::chrono::milliseconds(static_cast<int64_t>(
                       absl::GetFlag(FLAGS_heartbeat_timeout_seconds) * 1000)),
-                  *std::move(worker_channels));
+                  *std::move(worker_channels), row_streams - 1);
   RendezvousStore store;
   Metrics metrics;
   DeclareCoordinatorMetrics(metrics);
@@ -162,6 +180,7 @@ int Main() {
   options.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
   options.ring_timeout =
       absl::Seconds(absl::GetFlag(FLAGS_ring_timeout_seconds));
+  options.row_streams_min_bytes = absl::GetFlag(FLAGS_row_streams_min_bytes);
   AdmissionControl admission(options.max_inflight_bytes,
                              absl::GetFlag(FLAGS_max_concurrent_requests));
   ContextRegistry contexts;

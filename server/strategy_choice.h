@@ -3,11 +3,11 @@
 
 // The cost model that picks a strategy for STRATEGY_AUTO, and the check of a
 // forced one. It estimates the seconds each strategy spends on what differs
-// between them for one query of a resident context over p workers: moving query and output rows
-// between the coordinator and the workers (gRPC, rate G), moving blocks
-// around the ring (rate L), the workers' attention (a pass over j keys reads
-// them at M bytes/s, and its FLOPs run at F) and a fixed cost S per ring
-// step. With B batch, Nq/Nk query/key tokens, Hq/Hkv heads, D head dim, w
+// between them for one query of a resident context over p workers: moving query
+// and output rows between the coordinator and the workers (gRPC, rate G),
+// moving blocks around the ring (rate L), the workers' attention (a pass over j
+// keys reads them at M bytes/s, and its FLOPs run at F) and a fixed cost S per
+// ring step. With B batch, Nq/Nk query/key tokens, Hq/Hkv heads, D head dim, w
 // wire bytes and o output bytes per element, k bytes per ring element,
 // n = ceil(Nq / p) and m = ceil(Nk / p):
 //

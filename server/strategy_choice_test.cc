@@ -93,10 +93,11 @@ TEST(StrategyChoice, OneCpuWorkerReadsShortQueriesInPlace) {
   };
   EXPECT_EQ(choose(1), v1::BROADCAST_Q);
   EXPECT_EQ(choose(16), v1::BROADCAST_Q);
-  const StrategySeconds s = EstimateStrategySeconds(ContextSpec(1, 65536), 1,
-                                                    2, 2, cpu, false);
+  const StrategySeconds s =
+      EstimateStrategySeconds(ContextSpec(1, 65536), 1, 2, 2, cpu, false);
   // The copy: K and V of 65536 rows, 8 heads of 128, fp32, read and written.
-  EXPECT_GT(s.pass_kv - s.broadcast_q, 0.9 * 2 * 2 * 65536 * 8 * 128 * 4 / 1e10);
+  EXPECT_GT(s.pass_kv - s.broadcast_q,
+            0.9 * 2 * 2 * 65536 * 8 * 128 * 4 / 1e10);
 }
 
 TEST(StrategyChoice, GpuChoicesFollowWhatRanFastestOnTwoH200) {

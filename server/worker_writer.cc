@@ -4,8 +4,8 @@
 
 namespace ringattn {
 
-WorkerWriter::WorkerWriter(Stream* stream, int64_t max_queued_bytes)
-    : stream_(stream),
+WorkerWriter::WorkerWriter(Write write, int64_t max_queued_bytes)
+    : write_(std::move(write)),
       max_queued_bytes_(max_queued_bytes),
       thread_([this] { Run(); }) {}
 
@@ -55,7 +55,7 @@ void WorkerWriter::Run() {
       queue_.pop_front();
       writing_ = true;
     }
-    const bool ok = stream_->Write(next.request);
+    const bool ok = write_(next.request);
     absl::MutexLock lock(&mutex_);
     writing_ = false;
     queued_bytes_ -= next.bytes;

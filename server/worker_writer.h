@@ -1,31 +1,31 @@
 #ifndef RINGATTN_SERVER_WORKER_WRITER_H_
 #define RINGATTN_SERVER_WORKER_WRITER_H_
 
-// WorkerWriter: writes the ExecuteRequests of one call to one worker on a
-// thread of its own, so that the call reads the client's next chunk while the
-// rows of the last are still being written, and the workers of a call are
-// written to in parallel. At most a fixed number of bytes wait in its queue;
-// Push blocks beyond that, which passes the workers' pace back to the client.
-// Thread-safe.
+// WorkerWriter: writes the ExecuteRequests of one call to one worker stream
+// (Execute or AttachRows) on a thread of its own, so that the call reads the
+// client's next chunk while the rows of the last are still being written, and
+// the workers of a call, and a worker's streams, are written to in parallel. At
+// most a fixed number of bytes wait in its queue; Push blocks beyond that,
+// which passes the workers' pace back to the client. Thread-safe.
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
-#include "grpcpp/grpcpp.h"
-#include "ringattn/v1/worker.grpc.pb.h"
+#include "ringattn/v1/worker.pb.h"
 
 namespace ringattn {
 
 class WorkerWriter {
  public:
-  using Stream = grpc::ClientReaderWriterInterface<v1::ExecuteRequest,
-                                                   v1::ExecuteResponse>;
+  // One blocking write to the stream; false once the stream is broken.
+  using Write = std::function<bool(const v1::ExecuteRequest&)>;
 
-  // Writes to `stream`, which must outlive the writer and see no other
-  // writes until Flush has returned.
-  WorkerWriter(Stream* stream, int64_t max_queued_bytes);
+  // Writes through `write`, whose stream must outlive the writer and see no
+  // other writes until Flush has returned.
+  WorkerWriter(Write write, int64_t max_queued_bytes);
   // Stops after the write in progress (cancel the call first to cut it
   // short); what is still queued is dropped.
   ~WorkerWriter();
@@ -43,7 +43,7 @@ class WorkerWriter {
  private:
   void Run();
 
-  Stream* const stream_;
+  const Write write_;
   const int64_t max_queued_bytes_;
   absl::Mutex mutex_;
   struct Queued {

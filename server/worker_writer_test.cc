@@ -13,7 +13,7 @@ namespace {
 
 // A worker stream whose writes block until the test lets them through, and
 // which can be made to fail.
-class GatedStream final : public WorkerWriter::Stream {
+class GatedStream {
  public:
   // Lets `n` more writes complete.
   void Allow(int n) {
@@ -38,7 +38,7 @@ class GatedStream final : public WorkerWriter::Stream {
     return written_.size();
   }
 
-  bool Write(const v1::ExecuteRequest& request, grpc::WriteOptions) override {
+  bool Write(const v1::ExecuteRequest& request) {
     absl::MutexLock lock(&mutex_);
     auto may_go = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
       return broken_ || allowed_ > 0;
@@ -49,11 +49,10 @@ class GatedStream final : public WorkerWriter::Stream {
     written_.push_back(request.rows().first_position());
     return true;
   }
-  void WaitForInitialMetadata() override {}
-  bool WritesDone() override { return true; }
-  bool NextMessageSize(uint32_t*) override { return false; }
-  bool Read(v1::ExecuteResponse*) override { return false; }
-  grpc::Status Finish() override { return grpc::Status::OK; }
+  // What the writer writes through.
+  WorkerWriter::Write Writer() {
+    return [this](const v1::ExecuteRequest& request) { return Write(request); };
+  }
 
  private:
   absl::Mutex mutex_;
@@ -71,7 +70,7 @@ v1::ExecuteRequest Rows(int64_t first, size_t bytes) {
 
 TEST(WorkerWriter, WritesEverythingInOrderAndFlushWaitsForIt) {
   GatedStream stream;
-  WorkerWriter writer(&stream, 1 << 20);
+  WorkerWriter writer(stream.Writer(), 1 << 20);
   for (int64_t i = 0; i < 5; ++i) ASSERT_TRUE(writer.Push(Rows(i, 100)));
   stream.Allow(5);
   ASSERT_TRUE(writer.Flush());
@@ -81,7 +80,7 @@ TEST(WorkerWriter, WritesEverythingInOrderAndFlushWaitsForIt) {
 TEST(WorkerWriter, PushWaitsWhileTheQueueIsFull) {
   GatedStream stream;
   // Room for two of these requests; the one being written still counts.
-  WorkerWriter writer(&stream, 1000);
+  WorkerWriter writer(stream.Writer(), 1000);
   ASSERT_TRUE(writer.Push(Rows(0, 400)));
   ASSERT_TRUE(writer.Push(Rows(1, 400)));
   std::atomic<bool> started{false};
@@ -104,7 +103,7 @@ TEST(WorkerWriter, PushWaitsWhileTheQueueIsFull) {
 
 TEST(WorkerWriter, AFailedWriteFailsPushAndFlush) {
   GatedStream stream;
-  WorkerWriter writer(&stream, 1 << 20);
+  WorkerWriter writer(stream.Writer(), 1 << 20);
   ASSERT_TRUE(writer.Push(Rows(0, 10)));
   stream.Break();
   EXPECT_FALSE(writer.Flush());
@@ -114,7 +113,7 @@ TEST(WorkerWriter, AFailedWriteFailsPushAndFlush) {
 
 TEST(WorkerWriter, OneRequestLargerThanTheLimitStillGoes) {
   GatedStream stream;
-  WorkerWriter writer(&stream, 100);
+  WorkerWriter writer(stream.Writer(), 100);
   ASSERT_TRUE(writer.Push(Rows(0, 1000)));
   stream.Allow(1);
   EXPECT_TRUE(writer.Flush());

@@ -27,6 +27,14 @@ int64_t ShardRowsTarget::LocalRow(int64_t position) const {
 
 absl::Status ShardRowsTarget::Place(const v1::ShardRows& rows,
                                     DType wire_dtype) {
+  absl::StatusOr<std::vector<int64_t>> slots = Claim(rows, wire_dtype);
+  if (!slots.ok()) return slots.status();
+  Store(rows, wire_dtype, *slots);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int64_t>> ShardRowsTarget::Claim(
+    const v1::ShardRows& rows, DType wire_dtype) {
   const Shape& shape = rows_.shape();
   const int64_t seq_len = layout_->seq_len();
   if (rows.batch() < 0 || rows.batch() >= shape.batch) {
@@ -57,6 +65,8 @@ absl::Status ShardRowsTarget::Place(const v1::ShardRows& rows,
                      shape.heads, " x ", shape.dim, " ", DTypeName(wire_dtype),
                      " values take ", count * row_bytes, " bytes"));
   }
+  std::vector<int64_t> slots;
+  slots.reserve(static_cast<size_t>(count));
   for (int64_t i = 0; i < count; ++i) {
     const int64_t position = listed ? rows.positions(static_cast<int>(i))
                                     : rows.first_position() + i;
@@ -80,12 +90,23 @@ absl::Status ShardRowsTarget::Place(const v1::ShardRows& rows,
           absl::StrCat("duplicate row: ", name_, " batch ", rows.batch(),
                        " position ", position, " arrived twice"));
     }
-    ConvertDType(wire_dtype, rows.data().data() + i * row_bytes, rows_.dtype(),
-                 rows_.Row(rows.batch(), row), values_per_row);
     arrived_[slot] = true;
     --missing_;
+    slots.push_back(static_cast<int64_t>(slot));
   }
-  return absl::OkStatus();
+  return slots;
+}
+
+void ShardRowsTarget::Store(const v1::ShardRows& rows, DType wire_dtype,
+                            const std::vector<int64_t>& slots) const {
+  const Shape& shape = rows_.shape();
+  const int64_t values_per_row = shape.heads * shape.dim;
+  const int64_t row_bytes = values_per_row * DTypeSize(wire_dtype);
+  for (size_t i = 0; i < slots.size(); ++i) {
+    ConvertDType(wire_dtype, rows.data().data() + i * row_bytes, rows_.dtype(),
+                 rows_.Row(slots[i] / shape.seq, slots[i] % shape.seq),
+                 values_per_row);
+  }
 }
 
 void ShardRowsTarget::MarkAllArrived() {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "core/dtype.h"
 #include "core/shard_layout.h"
 #include "core/typed_tensor.h"
@@ -26,9 +27,19 @@ class ShardRowsTarget {
   ShardRowsTarget(const char* name, TypedView rows, const ShardLayout* layout,
                   int rank);
 
-  // Converts and stores `rows`. INVALID_ARGUMENT for a bad batch, positions
-  // outside the sequence or the shard, a wrong byte count, or a row twice.
+  // Converts and stores `rows`: Claim, then Store. INVALID_ARGUMENT for a bad
+  // batch, positions outside the sequence or the shard, a wrong byte count,
+  // or a row twice.
   absl::Status Place(const v1::ShardRows& rows, DType wire_dtype);
+
+  // Checks `rows` as Place does and counts them as arrived; returns the slot
+  // (batch * n + local row) of each. Rows before one that fails stay counted.
+  absl::StatusOr<std::vector<int64_t>> Claim(const v1::ShardRows& rows,
+                                             DType wire_dtype);
+  // Converts `rows` into the slots Claim returned for them. Touches only
+  // those rows, so stores of different claims may run at once.
+  void Store(const v1::ShardRows& rows, DType wire_dtype,
+             const std::vector<int64_t>& slots) const;
 
   // Counts every row as present (they were filled another way).
   void MarkAllArrived();

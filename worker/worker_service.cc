@@ -33,6 +33,7 @@
 #include "worker/pass_q_executor.h"
 #include "worker/pinned_host_regions.h"
 #include "worker/ring_executor.h"
+#include "worker/shard_intake.h"
 #include "worker/shard_rows.h"
 #include "worker/solo_communicator.h"
 
@@ -71,6 +72,7 @@ class ExecuteReactor final
                  CommunicatorCache& communicators,
                  ComputeThreads& compute_threads, ContextStore* host_contexts,
                  DeviceContextStore* device_contexts,
+                 AttachedRowStreams& attached_rows,
                  const WorkerServiceOptions& options,
                  absl::StatusOr<ExecutionBudget::Ticket> ticket)
       : connector_(connector),
@@ -78,6 +80,7 @@ class ExecuteReactor final
         compute_threads_(compute_threads),
         host_contexts_(host_contexts),
         device_contexts_(device_contexts),
+        attached_rows_(attached_rows),
         options_(options),
         deadline_(absl::FromChrono(context->deadline())) {
     if (!ticket.ok()) {
@@ -131,6 +134,9 @@ class ExecuteReactor final
   void OnDone() override { Release(); }
 
  private:
+  // Only gRPC and the computation delete it (Release).
+  ~ExecuteReactor() override { CloseRowStreams(); }
+
   // Drops one of the two holders: gRPC (until OnDone) and the computation.
   void Release() {
     if (holders_.fetch_sub(1) == 1) delete this;
@@ -161,6 +167,9 @@ class ExecuteReactor final
     }
     Log(status.ok() ? spdlog::level::info : spdlog::level::warn,
         absl::StrCat("finished: ", status.ToString()));
+    // Attached streams still waiting for this stream's shard are refused
+    // now rather than when it is freed.
+    CloseRowStreams();
     // The computation is over: give the execution slot back before the caller
     // hears the status, so that its next stream is admitted (the buffers
     // themselves go in OnDone, moments later).
@@ -172,6 +181,7 @@ class ExecuteReactor final
     switch (request.kind_case()) {
       case v1::ExecuteRequest::kHeader:
         RINGATTN_RETURN_IF_ERROR(AcceptHeader(request.header()));
+        RINGATTN_RETURN_IF_ERROR(OpenRowStreams());
         for (const v1::ShardRows& rows : request.header().rows()) {
           RINGATTN_RETURN_IF_ERROR(AcceptRows(rows));
         }
@@ -196,9 +206,31 @@ class ExecuteReactor final
       return absl::InvalidArgumentError(
           "'run' before the header: send the header first");
     }
-    RINGATTN_RETURN_IF_ERROR(CheckComplete());
+    // The coordinator sends 'run' once its attached streams finished; any
+    // still sending lose their rows now.
+    CloseRowStreams();
+    RINGATTN_RETURN_IF_ERROR(intake_->CheckComplete());
     run_requested_ = true;
     return absl::OkStatus();
+  }
+
+  // Lets AttachRows streams that present the header's rows_key place rows
+  // into this stream's shard.
+  absl::Status OpenRowStreams() {
+    if (rows_key_.empty()) return absl::OkStatus();
+    absl::Status opened = attached_rows_.Open(rows_key_, intake_);
+    if (!opened.ok()) rows_key_.clear();  // not ours to close
+    return opened;
+  }
+
+  // Ends attached rows: refuses streams that wait or come later, and waits
+  // for rows being stored. Idempotent; after it the shard is stable.
+  void CloseRowStreams() {
+    if (!rows_key_.empty()) {
+      attached_rows_.Close(rows_key_);
+      rows_key_.clear();
+    }
+    if (intake_ != nullptr) intake_->Close();
   }
 
   absl::Status AcceptHeader(const v1::ExecuteHeader& header) {
@@ -207,6 +239,7 @@ class ExecuteReactor final
           "a second header arrived; a stream has exactly one, first");
     }
     request_id_ = header.request_id().empty() ? "-" : header.request_id();
+    rows_key_ = header.rows_key();
     absl::StatusOr<AttentionSpec> spec = SpecFromProto(header.spec());
     if (!spec.ok()) return spec.status();
     absl::StatusOr<DType> dtype = DTypeFromProto(header.spec().wire_dtype());
@@ -448,27 +481,11 @@ class ExecuteReactor final
   }
 
   absl::Status AcceptRows(const v1::ShardRows& rows) {
-    if (!has_executor()) {
+    if (intake_ == nullptr) {
       return absl::InvalidArgumentError(
           "ShardRows before the header: send the header first");
     }
-    int index = -1;
-    switch (rows.tensor()) {
-      case v1::Q:
-        index = 0;
-        break;
-      case v1::K:
-        index = 1;
-        break;
-      case v1::V:
-        index = 2;
-        break;
-      default:
-        return absl::InvalidArgumentError(
-            absl::StrCat("ShardRows.tensor must be Q, K or V, got ",
-                         static_cast<int>(rows.tensor())));
-    }
-    return targets_[index].Place(rows, wire_dtype_);
+    return intake_->Place(rows).status();
   }
 
   // Points the row targets at an executor's staging tensors: Q rows of
@@ -479,9 +496,18 @@ class ExecuteReactor final
                   int q_rank, TypedView q, const ShardLayout& kv_layout,
                   int kv_rank, TypedView k, TypedView v) {
     q_chunks_ = q_layout.Chunks(q_rank);
-    targets_[0] = ShardRowsTarget("Q", q, &q_layout, q_rank);
-    targets_[1] = ShardRowsTarget("K", k, &kv_layout, kv_rank);
-    targets_[2] = ShardRowsTarget("V", v, &kv_layout, kv_rank);
+    std::array<ShardRowsTarget, 3> targets = {
+        ShardRowsTarget("Q", q, &q_layout, q_rank),
+        ShardRowsTarget("K", k, &kv_layout, kv_rank),
+        ShardRowsTarget("V", v, &kv_layout, kv_rank)};
+    if (!header.context().empty()) {
+      // K and V come from the resident context instead, at 'run'.
+      context_load_ =
+          ContextLoad{header.context(), kv_layout.Chunks(kv_rank), k, v};
+      targets[1].MarkAllArrived();
+      targets[2].MarkAllArrived();
+    }
+    intake_ = std::make_shared<ShardIntake>(std::move(targets), wire_dtype_);
     const int64_t staged = q.bytes() + k.bytes() + v.bytes();
     if (staged >= options_.background_page_fault_bytes) {
       // A CUDA worker's staging is also page-locked once it is in, so that
@@ -503,9 +529,6 @@ class ExecuteReactor final
               {v.data(), static_cast<size_t>(v.bytes())}},
           std::move(pin));
     }
-    if (!header.context().empty()) {
-      LoadContextAtRun(header.context(), kv_layout.Chunks(kv_rank), k, v);
-    }
   }
 
   // Logs the accepted header: the request's shapes, the shard staged for it
@@ -520,19 +543,9 @@ class ExecuteReactor final
                      ", heads ", spec_.q_heads, "/", spec_.kv_heads,
                      ", head_dim ", spec_.head_dim, ", ",
                      DTypeName(wire_dtype_), "; shard of ",
-                     targets_[0].rows().shape().seq, " query and ",
-                     targets_[1].rows().shape().seq, " key rows", where, ", ",
-                     ticket_.reserved_bytes(), " ", unit));
-  }
-
-  // Marks this rank's K/V as coming from resident context `name` (the rows of
-  // `chunks`, copied into k and v when 'run' arrives) rather than from the
-  // stream.
-  void LoadContextAtRun(const std::string& name, std::vector<Range> chunks,
-                        TypedView k, TypedView v) {
-    context_load_ = ContextLoad{name, std::move(chunks), k, v};
-    targets_[1].MarkAllArrived();
-    targets_[2].MarkAllArrived();
+                     intake_->target(0).rows().shape().seq, " query and ",
+                     intake_->target(1).rows().shape().seq, " key rows", where,
+                     ", ", ticket_.reserved_bytes(), " ", unit));
   }
 
   // Gives the executor this rank's K/V rows of the resident context of
@@ -591,15 +604,6 @@ class ExecuteReactor final
     return broadcast_executor_ != nullptr
                ? broadcast_executor_->UseResidentRows(*std::move(rows))
                : pass_q_executor_->UseResidentRows(*std::move(rows));
-  }
-
-  // OK once every row of the shard arrived; INVALID_ARGUMENT naming the first
-  // missing one otherwise.
-  absl::Status CheckComplete() const {
-    for (const ShardRowsTarget& target : targets_) {
-      RINGATTN_RETURN_IF_ERROR(target.CheckComplete());
-    }
-    return absl::OkStatus();
   }
 
   // Runs on a compute thread: stores the rows the query appends, takes
@@ -902,6 +906,7 @@ class ExecuteReactor final
   ComputeThreads& compute_threads_;
   ContextStore* const host_contexts_;          // on a CPU worker
   DeviceContextStore* const device_contexts_;  // on a CUDA worker
+  AttachedRowStreams& attached_rows_;
   const WorkerServiceOptions& options_;
   const absl::Time deadline_;
   ExecutionBudget::Ticket ticket_;
@@ -931,7 +936,10 @@ class ExecuteReactor final
   std::unique_ptr<BroadcastExecutor> broadcast_executor_;
   // Instead of executor_ for pass-Q.
   std::unique_ptr<PassQExecutor> pass_q_executor_;
-  std::array<ShardRowsTarget, 3> targets_;
+  // Where the shard's rows land, from this stream and attached ones.
+  std::shared_ptr<ShardIntake> intake_;
+  // The header's rows_key while attached streams may place rows.
+  std::string rows_key_;
   // A large shard's staging on a CUDA worker, page-locked; and what faults
   // its pages in ahead of its rows (and then locks them).
   std::unique_ptr<PinnedHostRegions> pinned_;
@@ -1008,6 +1016,77 @@ class StoreContextReactor final
   ContextPiece piece_;
 };
 
+// One AttachRows stream: waits for the Execute stream whose header named its
+// key, then places its rows into that stream's shard until the coordinator
+// closes it. Deletes itself in OnDone.
+class AttachRowsReactor final
+    : public grpc::ServerReadReactor<v1::ExecuteRequest>,
+      public AttachedRowStreams::Waiter {
+ public:
+  AttachRowsReactor(grpc::CallbackServerContext* context,
+                    AttachedRowStreams& streams,
+                    v1::AttachRowsResponse* response)
+      : streams_(streams), response_(response) {
+    const auto& metadata = context->client_metadata();
+    const auto key = metadata.find(kRowsKeyMetadata);
+    if (key == metadata.end()) {
+      Finish(ToGrpcStatus(absl::InvalidArgumentError(
+          absl::StrCat("AttachRows needs the initial metadata '",
+                       kRowsKeyMetadata, "' naming an Execute stream"))));
+      return;
+    }
+    key_.assign(key->second.data(), key->second.size());
+    // May answer at once, through Attach or Refuse.
+    streams_.Await(key_, this);
+  }
+
+  void Attach(std::shared_ptr<ShardIntake> intake) override {
+    intake_ = std::move(intake);
+    StartRead(&request_);
+  }
+
+  void Refuse(absl::Status status) override { Finish(ToGrpcStatus(status)); }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      response_->set_rows(rows_);
+      Finish(grpc::Status::OK);
+      return;
+    }
+    if (!request_.has_rows()) {
+      Finish(ToGrpcStatus(absl::InvalidArgumentError(
+          "an AttachRows stream carries rows only; the header and 'run' go "
+          "on the Execute stream")));
+      return;
+    }
+    absl::StatusOr<int64_t> placed = intake_->Place(request_.rows());
+    if (!placed.ok()) {
+      Finish(ToGrpcStatus(placed.status()));
+      return;
+    }
+    rows_ += *placed;
+    StartRead(&request_);
+  }
+
+  void OnCancel() override {
+    // Still waiting: nothing else will answer it.
+    if (streams_.Forget(key_, this)) {
+      Finish(ToGrpcStatus(absl::CancelledError(
+          "cancelled while waiting for its Execute stream's header")));
+    }
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  AttachedRowStreams& streams_;
+  v1::AttachRowsResponse* const response_;
+  std::string key_;
+  std::shared_ptr<ShardIntake> intake_;
+  v1::ExecuteRequest request_;
+  int64_t rows_ = 0;
+};
+
 }  // namespace
 
 WorkerService::WorkerService(RingConnector& connector,
@@ -1030,7 +1109,13 @@ grpc::ServerBidiReactor<v1::ExecuteRequest, v1::ExecuteResponse>*
 WorkerService::Execute(grpc::CallbackServerContext* context) {
   return new ExecuteReactor(context, connector_, communicators_,
                             compute_threads_, host_contexts_.get(),
-                            device_contexts_.get(), options_, budget_.Admit());
+                            device_contexts_.get(), attached_rows_, options_,
+                            budget_.Admit());
+}
+
+grpc::ServerReadReactor<v1::ExecuteRequest>* WorkerService::AttachRows(
+    grpc::CallbackServerContext* context, v1::AttachRowsResponse* response) {
+  return new AttachRowsReactor(context, attached_rows_, response);
 }
 
 ResidentContexts& WorkerService::contexts() {

@@ -19,16 +19,19 @@
 // brings the new rows in its header, and the worker stores them before it
 // reads the context; larger appends come on StoreContext streams. Streams are
 // callback reactors (no gRPC thread is parked on a stream); the computation of
-// a request runs on a thread of its own. Cancelling a stream, or its deadline
-// passing, aborts the ring on this rank and frees the request's memory. Bad
-// input gets INVALID_ARGUMENT naming the problem; a worker at its limits
-// answers RESOURCE_EXHAUSTED. Thread-safe.
+// a request runs on a thread of its own. A large shard may also arrive on
+// AttachRows streams (each on a connection of its own) that present the
+// rows_key of its Execute stream's header; 'run' comes once they finished.
+// Cancelling a stream, or its deadline passing, aborts the ring on this rank
+// and frees the request's memory. Bad input gets INVALID_ARGUMENT naming the
+// problem; a worker at its limits answers RESOURCE_EXHAUSTED. Thread-safe.
 
 #include <cstdint>
 #include <memory>
 
 #include "absl/time/time.h"
 #include "ringattn/v1/worker.grpc.pb.h"
+#include "worker/attached_row_streams.h"
 #include "worker/background_page_faults.h"
 #include "worker/communicator.h"
 #include "worker/communicator_cache.h"
@@ -79,6 +82,9 @@ class WorkerService final : public v1::Worker::CallbackService {
 
   grpc::ServerBidiReactor<v1::ExecuteRequest, v1::ExecuteResponse>* Execute(
       grpc::CallbackServerContext* context) override;
+  grpc::ServerReadReactor<v1::ExecuteRequest>* AttachRows(
+      grpc::CallbackServerContext* context,
+      v1::AttachRowsResponse* response) override;
   grpc::ServerReadReactor<v1::StoreContextRequest>* StoreContext(
       grpc::CallbackServerContext* context,
       v1::StoreContextResponse* response) override;
@@ -105,6 +111,8 @@ class WorkerService final : public v1::Worker::CallbackService {
   // CUDA one (exactly one is set).
   std::unique_ptr<ContextStore> host_contexts_;
   std::unique_ptr<DeviceContextStore> device_contexts_;
+  // Outlives every stream: Execute streams open their shards to it.
+  AttachedRowStreams attached_rows_;
   // Last, so that it is destroyed first: its work uses the members above.
   ComputeThreads compute_threads_;
 };

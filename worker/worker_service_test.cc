@@ -4,7 +4,8 @@
 // 'run') computes what separate messages do, two services computing one
 // request together over Gloo return what the float64 reference says, in the
 // wire dtype they were given, and requests that carry one communicator key
-// ring over one kept communicator until a failed run retires it.
+// ring over one kept communicator until a failed run retires it; rows dealt
+// over AttachRows streams compute what one stream's do.
 
 #include "worker/worker_service.h"
 
@@ -859,6 +860,151 @@ TEST(WorkerServiceCommunicatorKey, FailedRunRetiresTheKeyAndTheNextKeyWorks) {
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(workers[r]->service().cached_communicator_creations(), 2);
   }
+}
+
+// One AttachRows stream to a worker under `key`, written on a thread of its
+// own: it may have to wait for its Execute stream's header.
+class AttachedStream {
+ public:
+  AttachedStream(v1::Worker::Stub& stub, const std::string& key,
+                 std::vector<v1::ExecuteRequest> requests,
+                 absl::Duration deadline = absl::Seconds(30)) {
+    context_.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
+    if (!key.empty()) context_.AddMetadata(kRowsKeyMetadata, key);
+    stream_ = stub.AttachRows(&context_, &response_);
+    thread_ = std::thread([this, requests = std::move(requests)] {
+      for (const v1::ExecuteRequest& request : requests) {
+        if (!stream_->Write(request)) break;
+      }
+      stream_->WritesDone();
+      status_ = stream_->Finish();
+    });
+  }
+  ~AttachedStream() { Join(); }
+
+  // Waits until the worker answered; its status.
+  grpc::Status Join() {
+    if (thread_.joinable()) thread_.join();
+    return status_;
+  }
+  int64_t rows() const { return response_.rows(); }
+
+ private:
+  grpc::ClientContext context_;
+  v1::AttachRowsResponse response_;
+  std::unique_ptr<grpc::ClientWriter<v1::ExecuteRequest>> stream_;
+  grpc::Status status_;
+  std::thread thread_;
+};
+
+// Rank `rank`'s share of KeyedRingRequests, its rows dealt over the Execute
+// stream and `attached` AttachRows streams (the first opened before the
+// Execute stream), 'run' sent once those finished.
+ExecuteResult ExecuteWithAttachedRows(v1::Worker::Stub& stub,
+                                      std::vector<v1::ExecuteRequest> requests,
+                                      const std::string& key, int attached) {
+  requests.front().mutable_header()->set_rows_key(key);
+  std::vector<v1::ExecuteRequest> own;
+  std::vector<std::vector<v1::ExecuteRequest>> dealt(attached);
+  int64_t dealt_rows = 0;
+  for (size_t i = 0; i + 1 < requests.size(); ++i) {
+    const int lane = static_cast<int>(i % (attached + 1));
+    if (i == 0 || lane == attached) {
+      own.push_back(requests[i]);
+      continue;
+    }
+    dealt[lane].push_back(requests[i]);
+    dealt_rows += requests[i].rows().count();
+  }
+  std::vector<std::unique_ptr<AttachedStream>> streams;
+  streams.push_back(std::make_unique<AttachedStream>(stub, key, dealt[0]));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+  auto stream = stub.Execute(&context);
+  for (const v1::ExecuteRequest& request : own) stream->Write(request);
+  for (int lane = 1; lane < attached; ++lane) {
+    streams.push_back(std::make_unique<AttachedStream>(stub, key, dealt[lane]));
+  }
+  int64_t attached_rows = 0;
+  for (auto& attached_stream : streams) {
+    const grpc::Status status = attached_stream->Join();
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    attached_rows += attached_stream->rows();
+  }
+  EXPECT_EQ(attached_rows, dealt_rows);
+  stream->Write(requests.back());
+  stream->WritesDone();
+  ExecuteResult result;
+  v1::ExecuteResponse response;
+  while (stream->Read(&response)) result.responses.push_back(response);
+  result.status = stream->Finish();
+  return result;
+}
+
+TEST(WorkerServiceAttachedRows, RowsOverSeveralStreamsComputeTheSameRows) {
+  gloo::rendezvous::HashStore store;
+  std::vector<std::unique_ptr<TestWorker>> workers = Workers(store, 2);
+  const AttentionSpec spec = Spec(23, true);
+  const std::vector<ExecuteResult> plain =
+      RunKeyedRing(workers, spec, "plain", "");
+  std::vector<ExecuteResult> attached(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      attached[r] = ExecuteWithAttachedRows(
+          workers[r]->stub(), KeyedRingRequests(spec, r, "attached", "", 20),
+          "attached/" + std::to_string(r), /*attached=*/2);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(plain[r].status.ok()) << plain[r].status.error_message();
+    ASSERT_TRUE(attached[r].status.ok()) << attached[r].status.error_message();
+    ASSERT_EQ(plain[r].responses.size(), attached[r].responses.size());
+    for (size_t i = 0; i < plain[r].responses.size(); ++i) {
+      EXPECT_EQ(plain[r].responses[i].output().data(),
+                attached[r].responses[i].output().data())
+          << "rank " << r << " message " << i;
+    }
+  }
+}
+
+TEST(WorkerServiceAttachedRows, StreamAfterRunIsRefused) {
+  gloo::rendezvous::HashStore store;
+  TestWorker worker(store, WorkerServiceOptions());
+  const AttentionSpec spec = Spec(10, false);
+  std::vector<v1::ExecuteRequest> requests =
+      KeyedRingRequests(spec, 0, "late", "", 20);
+  requests.front().mutable_header()->set_world_size(1);
+  requests.front().mutable_header()->set_rows_key("late/0");
+  // A world of one holds every row: rank 0 of two held half.
+  requests = {requests.front()};
+  for (int64_t b = 0; b < spec.batch; ++b) {
+    requests.push_back(ZeroRows(v1::Q, b, 0, 10, 4 * 16 * 4));
+    requests.push_back(ZeroRows(v1::K, b, 0, 10, 2 * 16 * 4));
+    requests.push_back(ZeroRows(v1::V, b, 0, 10, 2 * 16 * 4));
+  }
+  requests.push_back(RunMessage());
+  const ExecuteResult result = Execute(worker.stub(), requests);
+  ASSERT_TRUE(result.status.ok()) << result.status.error_message();
+  AttachedStream late(worker.stub(), "late/0",
+                      {ZeroRows(v1::Q, 0, 0, 1, 4 * 16 * 4)});
+  const grpc::Status status = late.Join();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << status.error_message();
+}
+
+TEST(WorkerServiceAttachedRows, StreamWithoutKeyOrHeaderEndsWithAStatus) {
+  gloo::rendezvous::HashStore store;
+  TestWorker worker(store, WorkerServiceOptions());
+  AttachedStream unnamed(worker.stub(), "", {});
+  const grpc::Status no_key = unnamed.Join();
+  EXPECT_EQ(no_key.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(no_key.error_message().find(kRowsKeyMetadata), std::string::npos)
+      << no_key.error_message();
+  // No Execute stream ever names this key: the stream's deadline ends it.
+  AttachedStream orphan(worker.stub(), "never/0", {}, absl::Milliseconds(300));
+  EXPECT_EQ(orphan.Join().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -1,0 +1,117 @@
+// A large upload reaching each worker over several connections (the
+// coordinator's --worker_row_streams, the Worker service's AttachRows), end to
+// end against a real coordinator and CPU workers: results against the float64
+// reference, the streams counted on /metrics, and a worker killed mid-upload
+// failing the request with UNAVAILABLE in time.
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "tests/attention_checks.h"
+#include "tests/test_cluster.h"
+
+namespace ringattn {
+namespace {
+
+constexpr char kRowStreams[] = "ringattn_worker_row_streams_total";
+
+class RowStreams : public testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    // Every upload past one message uses three streams per worker.
+    absl::StatusOr<std::unique_ptr<TestCluster>> cluster = TestCluster::Start(
+        {.workers = 2,
+         .coordinator_flags = {"--worker_row_streams=3",
+                               "--row_streams_min_bytes=1"}});
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = cluster->release();
+  }
+  static void TearDownTestSuite() { delete cluster_; }
+
+  static double StreamsOpened() {
+    absl::StatusOr<std::string> metrics = cluster_->Metrics();
+    EXPECT_TRUE(metrics.ok()) << metrics.status();
+    return metrics.ok() ? SeriesValue(*metrics, kRowStreams) : -1;
+  }
+
+  // Sends `spec` in chunks of 64 KiB (so that every stream carries some)
+  // and checks the result; the request must open 2 AttachRows streams per
+  // worker.
+  static void ExpectMatchesOverRowStreams(const AttentionSpec& spec,
+                                          v1::DType wire, uint32_t seed) {
+    const double before = StreamsOpened();
+    const RandomInputs in = MakeRandomInputs(spec, seed, wire);
+    ClientOptions options;
+    options.chunk_bytes = 64 << 10;
+    absl::StatusOr<AttendResult> result =
+        cluster_->NewClient(std::move(options))
+            ->Attend(RequestSpec(spec, wire), in.q.view(), in.k.view(),
+                     in.v.view());
+    ASSERT_TRUE(result.ok()) << result.status();
+    ExpectMatchesReference(spec, in, *result);
+    EXPECT_EQ(StreamsOpened() - before, 4);
+  }
+
+  static TestCluster* cluster_;
+};
+
+TestCluster* RowStreams::cluster_ = nullptr;
+
+TEST_F(RowStreams, CausalGqaPrimeLengthMatchesReference) {
+  // Q alone is 2.1 MB of fp32, past the one-message path.
+  ExpectMatchesOverRowStreams(SelfAttentionSpec(1031, 8, 2, 64, true), v1::FP32,
+                              3);
+}
+
+TEST_F(RowStreams, DenseBfloat16WithHeadDim80MatchesReference) {
+  ExpectMatchesOverRowStreams(SelfAttentionSpec(1499, 8, 1, 80, false),
+                              v1::BF16, 4);
+}
+
+TEST(RowStreamFaults, WorkerKilledMidUploadFailsTheRequestInTime) {
+  absl::StatusOr<std::unique_ptr<TestCluster>> cluster =
+      TestCluster::Start({.workers = 2,
+                          .coordinator_flags = {"--worker_row_streams=4",
+                                                "--row_streams_min_bytes=1",
+                                                "--ring_timeout_seconds=10"}});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const AttentionSpec spec = SelfAttentionSpec(6000, 4, 2, 64, false);
+  const RandomInputs in = MakeRandomInputs(spec, 7);
+  // Kill worker 1 once half of the upload is out: rows are on its way over
+  // every stream.
+  std::atomic<bool> killed{false};
+  ClientOptions options;
+  options.chunk_bytes = 64 << 10;
+  options.progress = [&](const Progress& progress) {
+    if (progress.phase == Progress::Phase::kUpload &&
+        progress.bytes_done * 2 >= progress.bytes_total &&
+        !killed.exchange(true)) {
+      (*cluster)->KillWorker(1);
+    }
+  };
+  const absl::Time start = absl::Now();
+  absl::StatusOr<AttendResult> result = (*cluster)->NewClient(options)->Attend(
+      RequestSpec(spec), in.q.view(), in.k.view(), in.v.view());
+  ASSERT_TRUE(killed);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kUnavailable)
+      << result.status();
+  EXPECT_NE(result.status().message().find("worker"), std::string::npos);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20))
+      << "failure must not wait out a hang";
+
+  // The coordinator finds the worker gone; a new one takes its rank.
+  ASSERT_TRUE((*cluster)->WaitReady(false, absl::Seconds(10)).ok());
+  ASSERT_TRUE((*cluster)->StartWorker().ok());
+  ASSERT_TRUE((*cluster)->WaitReady(true, absl::Seconds(20)).ok());
+  const AttentionSpec next = SelfAttentionSpec(1031, 4, 2, 64, true);
+  const RandomInputs again = MakeRandomInputs(next, 8);
+  absl::StatusOr<AttendResult> healed = (*cluster)->NewClient()->Attend(
+      RequestSpec(next), again.q.view(), again.k.view(), again.v.view());
+  ASSERT_TRUE(healed.ok()) << healed.status();
+  ExpectMatchesReference(next, again, *healed);
+}
+
+}  // namespace
+}  // namespace ringattn

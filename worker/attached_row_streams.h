@@ -1,0 +1,79 @@
+#ifndef RINGATTN_WORKER_ATTACHED_ROW_STREAMS_H_
+#define RINGATTN_WORKER_ATTACHED_ROW_STREAMS_H_
+
+// AttachedRowStreams: where AttachRows streams find the shard (ShardIntake) of
+// the Execute stream whose header named their key. A stream that comes before
+// that header waits for it without holding a thread; one whose key was closed
+// (the Execute stream ran or ended) is refused. Thread-safe.
+
+#include <cstddef>
+#include <deque>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "worker/shard_intake.h"
+
+namespace ringattn {
+
+// The initial metadata of an AttachRows stream that names its Execute
+// stream's rows_key (worker.proto).
+inline constexpr char kRowsKeyMetadata[] = "ringattn-rows-key";
+
+class AttachedRowStreams {
+ public:
+  // An AttachRows stream waiting for its shard. Exactly one of the two is
+  // called, once, outside the registry's lock, unless Forget took it back.
+  class Waiter {
+   public:
+    virtual ~Waiter() = default;
+    virtual void Attach(std::shared_ptr<ShardIntake> intake) = 0;
+    virtual void Refuse(absl::Status status) = 0;
+  };
+
+  AttachedRowStreams() = default;
+  AttachedRowStreams(const AttachedRowStreams&) = delete;
+  AttachedRowStreams& operator=(const AttachedRowStreams&) = delete;
+
+  // Opens `key` to attached streams and hands `intake` to those waiting.
+  // INVALID_ARGUMENT if the key is open or was closed already.
+  absl::Status Open(const std::string& key,
+                    std::shared_ptr<ShardIntake> intake);
+
+  // Closes `key` (opened or not): waiting and later streams are refused with
+  // FAILED_PRECONDITION. Streams already attached keep their intake, which
+  // its owner closes.
+  void Close(const std::string& key);
+
+  // Attaches `waiter` now if `key` is open, refuses it if closed, otherwise
+  // keeps it until Open or Close.
+  void Await(const std::string& key, Waiter* waiter);
+
+  // Takes back a waiter that still waits; false if it was answered (or is
+  // being answered).
+  bool Forget(const std::string& key, Waiter* waiter);
+
+ private:
+  struct Entry {
+    std::shared_ptr<ShardIntake> intake;  // null until opened
+    std::vector<Waiter*> waiting;
+  };
+  // Remembers `key` as closed, forgetting the oldest beyond a bound.
+  void RememberClosed(const std::string& key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  static absl::Status Closed(const std::string& key);
+
+  absl::Mutex mutex_;
+  std::map<std::string, Entry> entries_ ABSL_GUARDED_BY(mutex_);
+  std::set<std::string> closed_ ABSL_GUARDED_BY(mutex_);
+  std::deque<std::string> closed_order_ ABSL_GUARDED_BY(mutex_);
+};
+
+}  // namespace ringattn
+
+#endif  // RINGATTN_WORKER_ATTACHED_ROW_STREAMS_H_
