@@ -60,11 +60,14 @@ ABSL_FLAG(int64_t, compute_linger_us, -1,
           "before it sleeps, in microseconds (a core busy meanwhile; the next "
           "request then starts without a thread wake-up); -1: 2000 with "
           "--device cuda:N, 0 on the CPU, whose cores compute");
-ABSL_FLAG(double, pinned_staging_gib, 16,
+ABSL_FLAG(double, pinned_staging_gib,
+          static_cast<double>(ringattn::DefaultMostPinnedStagingBytes()) /
+              (int64_t{1} << 30),
           "with --device cuda:N, a request's host staging of at most this "
           "many GiB is page-locked once its pages are in, so that it crosses "
-          "to the device as DMA; locked memory cannot be swapped out or used "
-          "by anything else on the host (0: never)");
+          "to the device as DMA; while the request holds it, locked memory "
+          "cannot be swapped out or used by anything else on the host "
+          "(default: a quarter of this host's memory; 0: never)");
 ABSL_FLAG(double, ring_timeout_seconds, 60,
           "how long a rank waits for its peers when a request sets no "
           "timeout");

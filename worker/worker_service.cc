@@ -1,5 +1,7 @@
 #include "worker/worker_service.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -1088,6 +1090,13 @@ class AttachRowsReactor final
 };
 
 }  // namespace
+
+int64_t DefaultMostPinnedStagingBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_bytes = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page_bytes <= 0) return int64_t{16} << 30;
+  return static_cast<int64_t>(pages) * page_bytes / 4;
+}
 
 WorkerService::WorkerService(RingConnector& connector,
                              const WorkerServiceOptions& options)

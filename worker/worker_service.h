@@ -42,6 +42,11 @@
 
 namespace ringattn {
 
+// A quarter of this host's physical memory: by default the most a request's
+// staged shard may page-lock. Locking takes no memory of its own (the shard
+// is held either way) but keeps it from being swapped out or reclaimed.
+int64_t DefaultMostPinnedStagingBytes();
+
 struct WorkerServiceOptions {
   // Executions at once; further streams get RESOURCE_EXHAUSTED.
   int max_concurrent_executions = 2;
@@ -66,8 +71,8 @@ struct WorkerServiceOptions {
   // A CUDA worker also page-locks such a shard once its pages are in
   // (PinnedHostRegions) if it takes at most this many bytes (0: never):
   // locked memory cannot be swapped out or given to anything else on the
-  // host.
-  int64_t most_pinned_staging_bytes = int64_t{16} << 30;
+  // host while the request holds it.
+  int64_t most_pinned_staging_bytes = DefaultMostPinnedStagingBytes();
 };
 
 class WorkerService final : public v1::Worker::CallbackService {
