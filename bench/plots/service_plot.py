@@ -65,7 +65,7 @@ def main():
         ax.bar(xs, rest, bottom=compute, color="C1",
                label="upload, routing, download")
         ax.set_xticks(list(xs))
-        ax.set_xticklabels(names, fontsize=8)
+        ax.set_xticklabels(names, fontsize=8, rotation=20, ha="right")
         ax.set_title("%s tokens" % label(n))
         ax.set_ylabel("seconds, end to end")
     axes[0].legend(fontsize=8, loc="upper left")
