@@ -39,6 +39,7 @@ constexpr char kUsage[] = R"(usage:
        [--dilated_blocks R] [--random_blocks K [--seed S]]]
       [--hilbert HxW] [--strategy auto|pass_kv|pass_q|broadcast_q]
       [--merge auto|coordinator|workers] [--upload_streams N]
+      [--download_streams N]
   ringattn local --workers P [--port PORT] [--http_port PORT] [--bin_dir DIR]
       [--ready_timeout SECONDS]
   ringattn info --target HOST:PORT
@@ -70,6 +71,7 @@ Every command that talks to a server also takes:
 `attend --upload_streams N` uploads Q, K and V over N streams of one request
 (default 1), each serialized on its own thread here and parsed on its own
 thread by the coordinator: faster where one stream's CPU is the limit.
+`--download_streams N` brings the output back over N streams the same way.
 
 Inputs are .npy float32 or float16 arrays in C order, [N, H, D] or
 [B, N, H, D]. O is written as float32 with Q's shape; LSE as float32 [H, N]
@@ -134,6 +136,14 @@ absl::StatusOr<Connection> Connect(const Flags& flags) {
         "--upload_streams must be in [1, 64], got ", *upload_streams));
   }
   options.upload_streams = static_cast<int>(*upload_streams);
+  absl::StatusOr<int64_t> download_streams =
+      flags.GetInt("download_streams", options.download_streams);
+  if (!download_streams.ok()) return download_streams.status();
+  if (*download_streams < 1 || *download_streams > 64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--download_streams must be in [1, 64], got ", *download_streams));
+  }
+  options.download_streams = static_cast<int>(*download_streams);
   if (absl::Status s = ApplySecurityFlags(flags, &options); !s.ok()) return s;
   Connection connection;
   if (isatty(STDERR_FILENO)) {
@@ -222,7 +232,8 @@ int RunAttend(const std::vector<std::string>& args) {
   absl::StatusOr<Flags> flags =
       ParseCommand(args,
                    Union(Union(ConnectionFlagNames(), SpecFlagNames()),
-                         {"q", "k", "v", "out", "lse_out", "upload_streams"}),
+                         {"q", "k", "v", "out", "lse_out", "upload_streams",
+                          "download_streams"}),
                    SpecSwitchNames(), {"target", "q", "k", "v", "out"});
   if (!flags.ok()) return UsageError(flags.status());
   v1::AttentionSpec spec;

@@ -5,12 +5,14 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "client/attached_streams.h"
 #include "client/chunking.h"
-#include "client/upload_streams.h"
 #include "core/status_macros.h"
 #include "proto/grpc_status.h"
 #include "proto/spec_conversion.h"
@@ -146,28 +148,25 @@ class RequestSequence {
 };
 
 // What the responses of an Attend or Query call bring: output rows into an
-// OutputAssembler, reporting download progress, then one summary.
+// OutputAssembler, reporting download progress, then one summary. Output may
+// also come on attached download streams, on threads of their own.
+// Thread-safe.
 class ResponseIntake {
  public:
   ResponseIntake(OutputAssembler* output, ProgressReporter* progress)
       : output_(output), progress_(progress) {}
 
-  // INTERNAL for a response that breaks the API.
+  // A response of the call's own stream. INTERNAL for a response that breaks
+  // the API.
   absl::Status Accept(const v1::AttendResponse& response) {
+    absl::MutexLock lock(&mutex_);
     switch (response.kind_case()) {
       case v1::AttendResponse::kOutput:
         if (has_summary_) {
           return absl::InternalError(
               "the server sent output after the summary");
         }
-        if (output_->bytes_received() == 0) {
-          progress_->Report(Progress::Phase::kDownload, 0,
-                            output_->total_bytes());
-        }
-        RINGATTN_RETURN_IF_ERROR(output_->Add(response.output()));
-        progress_->Report(Progress::Phase::kDownload, output_->bytes_received(),
-                          output_->total_bytes());
-        return absl::OkStatus();
+        return AddOutput(response.output());
       case v1::AttendResponse::kSummary:
         if (has_summary_) {
           return absl::InternalError("the server sent two summaries");
@@ -181,11 +180,24 @@ class ResponseIntake {
     return absl::InternalError("the server sent an empty response message");
   }
 
+  // A response of an attached download stream: output only, which may still
+  // be read after the call's own stream brought the summary.
+  absl::Status AcceptAttached(const v1::AttendResponse& response) {
+    absl::MutexLock lock(&mutex_);
+    if (!response.has_output()) {
+      return absl::InternalError(
+          "the server sent an attached download stream something other than "
+          "output");
+    }
+    return AddOutput(response.output());
+  }
+
   // Once the call ended with `status`: the first failure of a response that
   // broke the API (`response_error`), the status, a missing summary or
   // missing output rows.
   absl::Status Finish(const absl::Status& response_error,
                       const grpc::Status& status) {
+    absl::MutexLock lock(&mutex_);
     RINGATTN_RETURN_IF_ERROR(response_error);
     RINGATTN_RETURN_IF_ERROR(FromGrpcStatus(status));
     if (!has_summary_) {
@@ -194,45 +206,65 @@ class ResponseIntake {
     return output_->CheckComplete();
   }
 
-  v1::Summary& summary() { return summary_; }
+  // Only once the call and its attached streams have ended.
+  v1::Summary& summary() ABSL_NO_THREAD_SAFETY_ANALYSIS { return summary_; }
 
  private:
-  OutputAssembler* output_;
-  ProgressReporter* progress_;
-  bool has_summary_ = false;
-  v1::Summary summary_;
+  absl::Status AddOutput(const v1::OutputChunk& chunk)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    if (output_->bytes_received() == 0) {
+      progress_->Report(Progress::Phase::kDownload, 0, output_->total_bytes());
+    }
+    RINGATTN_RETURN_IF_ERROR(output_->Add(chunk));
+    progress_->Report(Progress::Phase::kDownload, output_->bytes_received(),
+                      output_->total_bytes());
+    return absl::OkStatus();
+  }
+
+  absl::Mutex mutex_;
+  OutputAssembler* output_ ABSL_PT_GUARDED_BY(mutex_);
+  ProgressReporter* progress_ ABSL_PT_GUARDED_BY(mutex_);
+  bool has_summary_ ABSL_GUARDED_BY(mutex_) = false;
+  v1::Summary summary_ ABSL_GUARDED_BY(mutex_);
 };
 
 // One Attend or Query call: writes the request stream while reading the
 // response stream into a ResponseIntake, with one write and one read
-// outstanding at a time (which is the flow control). With `attached`, the
-// upload ticket in the call's initial metadata goes to those streams, and
-// progress is theirs to report. Bind it to a call with the stub's async()
-// method, then Run() it once.
+// outstanding at a time (which is the flow control). The ticket in the call's
+// initial metadata goes to the attached streams given (`uploads`, which then
+// report the upload's progress, and `downloads`, which read output into the
+// same intake). Bind it to a call with the stub's async() method, then Run()
+// it once.
 template <typename Request>
 class OutputCall final
     : public grpc::ClientBidiReactor<Request, v1::AttendResponse> {
  public:
   OutputCall(grpc::ClientContext* context, Request header, ChunkSource* chunks,
-             OutputAssembler* output, ProgressReporter* progress,
-             AttachedUploads* attached)
+             ResponseIntake* intake, ProgressReporter* progress,
+             AttachedStreams* uploads = nullptr,
+             AttachedStreams* downloads = nullptr)
       : context_(context),
         requests_(std::move(header), chunks,
-                  attached == nullptr ? progress : nullptr),
-        intake_(output, progress),
-        attached_(attached) {}
+                  uploads == nullptr ? progress : nullptr),
+        intake_(intake),
+        uploads_(uploads),
+        downloads_(downloads) {}
 
-  // Starts the call and waits for it to end; ResponseIntake::Finish's
-  // failures.
+  // Starts the call and waits for it and its attached download streams to
+  // end; the failure of either, or ResponseIntake::Finish's.
   absl::Status Run() {
     this->StartWrite(requests_.First());
     this->StartRead(&response_);
     this->StartCall();
     const grpc::Status status = completion_.Wait();
-    return intake_.Finish(response_error_, status);
+    if (downloads_ != nullptr) {
+      // Their output counts before the output is checked.
+      const absl::Status downloaded = downloads_->Finish(
+          response_error_.ok() ? FromGrpcStatus(status) : response_error_);
+      if (!downloaded.ok()) return downloaded;
+    }
+    return intake_->Finish(response_error_, status);
   }
-
-  v1::Summary& summary() { return intake_.summary(); }
 
  private:
   void OnWriteDone(bool ok) override {
@@ -246,14 +278,17 @@ class OutputCall final
   }
 
   void OnReadInitialMetadataDone(bool ok) override {
-    if (ok && attached_ != nullptr) {
-      attached_->TakeTicket(context_->GetServerInitialMetadata());
+    if (!ok) return;
+    for (AttachedStreams* attached : {uploads_, downloads_}) {
+      if (attached != nullptr) {
+        attached->TakeTicket(context_->GetServerInitialMetadata());
+      }
     }
   }
 
   void OnReadDone(bool ok) override {
     if (!ok) return;
-    response_error_ = intake_.Accept(response_);
+    response_error_ = intake_->Accept(response_);
     if (!response_error_.ok()) {
       context_->TryCancel();
       return;
@@ -267,8 +302,9 @@ class OutputCall final
 
   grpc::ClientContext* context_;
   RequestSequence<Request> requests_;
-  ResponseIntake intake_;
-  AttachedUploads* attached_;
+  ResponseIntake* intake_;
+  AttachedStreams* uploads_;
+  AttachedStreams* downloads_;
   v1::AttendResponse response_;
   // Written by read reactions, read by Run() after OnDone.
   absl::Status response_error_;
@@ -366,6 +402,12 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
         absl::StrCat("ClientOptions.upload_streams must be in [1, ",
                      kMostUploadStreams, "], got ", options.upload_streams));
   }
+  if (options.download_streams < 1 ||
+      options.download_streams > kMostUploadStreams) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ClientOptions.download_streams must be in [1, ",
+                     kMostUploadStreams, "], got ", options.download_streams));
+  }
   if (options.reconnect_backoff <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
         absl::StrCat("ClientOptions.reconnect_backoff must be positive, got ",
@@ -384,23 +426,24 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
                           : grpc::InsecureChannelCredentials();
   std::unique_ptr<v1::Attention::Stub> stub = v1::Attention::NewStub(
       grpc::CreateCustomChannel(target, credentials, arguments));
-  std::vector<std::unique_ptr<v1::Attention::Stub>> upload_stubs;
-  for (int i = 1; i < options.upload_streams; ++i) {
+  std::vector<std::unique_ptr<v1::Attention::Stub>> attached_stubs;
+  for (int i = 1;
+       i < std::max(options.upload_streams, options.download_streams); ++i) {
     // Channels whose arguments differ never share a connection.
     grpc::ChannelArguments own = arguments;
-    own.SetInt("ringattn.upload_stream", i);
-    upload_stubs.push_back(v1::Attention::NewStub(
+    own.SetInt("ringattn.attached_stream", i);
+    attached_stubs.push_back(v1::Attention::NewStub(
         grpc::CreateCustomChannel(target, credentials, own)));
   }
-  return std::unique_ptr<Client>(
-      new Client(std::move(stub), std::move(upload_stubs), std::move(options)));
+  return std::unique_ptr<Client>(new Client(
+      std::move(stub), std::move(attached_stubs), std::move(options)));
 }
 
 Client::Client(std::unique_ptr<v1::Attention::Stub> stub,
-               std::vector<std::unique_ptr<v1::Attention::Stub>> upload_stubs,
+               std::vector<std::unique_ptr<v1::Attention::Stub>> attached_stubs,
                ClientOptions options)
     : stub_(std::move(stub)),
-      upload_stubs_(std::move(upload_stubs)),
+      attached_stubs_(std::move(attached_stubs)),
       options_(std::move(options)) {}
 
 void Client::Prepare(grpc::ClientContext* context) const {
@@ -472,23 +515,49 @@ absl::StatusOr<v1::Summary> Client::Run(Request header, ChunkSource& source,
   grpc::ClientContext context;
   Prepare(&context);
   if constexpr (std::is_same_v<Request, v1::AttendRequest>) {
-    if (options_.upload_streams > 1) {
-      header.mutable_header()->set_upload_streams(options_.upload_streams);
-      SharedChunks chunks(&source, options_.upload_streams,
-                          [&progress](int64_t done, int64_t total) {
-                            progress.Report(Progress::Phase::kUpload, done,
-                                            total);
-                          });
+    const int uploads = options_.upload_streams;
+    const int downloads = options_.download_streams;
+    if (uploads > 1 || downloads > 1) {
+      header.mutable_header()->set_upload_streams(uploads);
+      header.mutable_header()->set_download_streams(downloads);
+      SharedChunks chunks(
+          &source, uploads, [&progress](int64_t done, int64_t total) {
+            progress.Report(Progress::Phase::kUpload, done, total);
+          });
       SharedChunkStream own(&chunks, 0);
-      AttachedUploads attached(
-          upload_stubs_, &chunks,
-          [this](grpc::ClientContext* c) { Prepare(c); },
-          [&context] { context.TryCancel(); });
-      OutputCall<Request> call(&context, std::move(header), &own, &output,
-                               &progress, &attached);
+      ResponseIntake intake(&output, &progress);
+      const AttachedStreams::Prepare prepare = [this](grpc::ClientContext* c) {
+        Prepare(c);
+      };
+      const auto cancel = [&context] { context.TryCancel(); };
+      // Destroyed (cancelled and joined) before what they write into.
+      std::optional<AttachedStreams> attached_uploads;
+      std::optional<AttachedStreams> attached_downloads;
+      if (uploads > 1) {
+        attached_uploads.emplace(attached_stubs_, uploads - 1, "upload",
+                                 prepare, AttachedStreams::Upload(&chunks),
+                                 cancel);
+      }
+      if (downloads > 1) {
+        attached_downloads.emplace(
+            attached_stubs_, downloads - 1, "download", prepare,
+            AttachedStreams::Download(
+                [&intake](const v1::AttendResponse& response) {
+                  return intake.AcceptAttached(response);
+                }),
+            cancel);
+      }
+      OutputCall<Request> call(
+          &context, std::move(header), uploads > 1 ? &own : &source, &intake,
+          &progress, attached_uploads ? &*attached_uploads : nullptr,
+          attached_downloads ? &*attached_downloads : nullptr);
       stub_->async()->Attend(&context, &call);
-      RINGATTN_RETURN_IF_ERROR(attached.Finish(call.Run()));
-      return std::move(call.summary());
+      absl::Status status = call.Run();
+      if (attached_uploads.has_value()) {
+        status = attached_uploads->Finish(status);
+      }
+      RINGATTN_RETURN_IF_ERROR(status);
+      return std::move(intake.summary());
     }
   }
   if (source.total_bytes() <= kMostBlockingUploadBytes) {
@@ -514,15 +583,16 @@ absl::StatusOr<v1::Summary> Client::Run(Request header, ChunkSource& source,
         RunOnThisThread(context, *stream, requests, intake));
     return std::move(intake.summary());
   }
-  OutputCall<Request> call(&context, std::move(header), &source, &output,
-                           &progress, /*attached=*/nullptr);
+  ResponseIntake intake(&output, &progress);
+  OutputCall<Request> call(&context, std::move(header), &source, &intake,
+                           &progress);
   if constexpr (std::is_same_v<Request, v1::AttendRequest>) {
     stub_->async()->Attend(&context, &call);
   } else {
     stub_->async()->Query(&context, &call);
   }
   RINGATTN_RETURN_IF_ERROR(call.Run());
-  return std::move(call.summary());
+  return std::move(intake.summary());
 }
 
 absl::StatusOr<AttendResult> Client::Query(const std::string& context_name,

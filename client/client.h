@@ -66,6 +66,13 @@ struct ClientOptions {
   // Query and context uploads use one stream. With N > 1 an AttendStreaming
   // source's Next is called from several threads, one call at a time.
   int upload_streams = 1;
+  // Streams one Attend call's output comes back over, in [1, 64]: the Attend
+  // stream and download_streams - 1 AttachDownload streams, each read on a
+  // thread of its own over a connection of its own (shared with the upload
+  // stream of the same number). Output chunks then arrive in no order across
+  // streams: an AttendStreaming consumer is called with each as it comes,
+  // one call at a time. Query uses one stream.
+  int download_streams = 1;
   // Channel credentials; null means plaintext.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
 };
@@ -145,7 +152,7 @@ class Client {
 
  private:
   Client(std::unique_ptr<v1::Attention::Stub> stub,
-         std::vector<std::unique_ptr<v1::Attention::Stub>> upload_stubs,
+         std::vector<std::unique_ptr<v1::Attention::Stub>> attached_stubs,
          ClientOptions options);
 
   // Sets the deadline and metadata of a new call on `context`.
@@ -169,9 +176,10 @@ class Client {
                                                 v1::DType wire_dtype);
 
   std::unique_ptr<v1::Attention::Stub> stub_;
-  // The AttachUpload streams' connections, one per stream: streams that
-  // share a connection share the one thread that reads it on each side.
-  std::vector<std::unique_ptr<v1::Attention::Stub>> upload_stubs_;
+  // The attached streams' connections, one per stream number (AttachUpload
+  // and AttachDownload streams of a number share one): streams that share a
+  // connection share the one thread that reads it on each side.
+  std::vector<std::unique_ptr<v1::Attention::Stub>> attached_stubs_;
   ClientOptions options_;
 };
 

@@ -46,7 +46,7 @@ absl::Status ReadChunks(SharedUpload& upload, int stream,
 }  // namespace
 
 grpc::Status RunAttachUpload(
-    UploadRegistry& uploads, grpc::ServerContext* context,
+    RequestRegistry<SharedUpload>& uploads, grpc::ServerContext* context,
     grpc::ServerReader<v1::AttachUploadRequest>* reader,
     v1::AttachUploadResponse* response) {
   v1::AttachUploadRequest first;

@@ -7,13 +7,14 @@
 
 #include "grpcpp/grpcpp.h"
 #include "ringattn/v1/attention.grpc.pb.h"
-#include "server/upload_registry.h"
+#include "server/request_registry.h"
+#include "server/shared_upload.h"
 
 namespace ringattn {
 
 // Runs the whole call on `reader`; returns the status to end it with.
 grpc::Status RunAttachUpload(
-    UploadRegistry& uploads, grpc::ServerContext* context,
+    RequestRegistry<SharedUpload>& uploads, grpc::ServerContext* context,
     grpc::ServerReader<v1::AttachUploadRequest>* reader,
     v1::AttachUploadResponse* response);
 

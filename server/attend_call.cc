@@ -31,6 +31,7 @@
 #include "server/one_message_executes.h"
 #include "server/request_layout.h"
 #include "server/row_coverage.h"
+#include "server/shared_download.h"
 #include "server/shared_upload.h"
 #include "server/strategy_choice.h"
 #include "server/worker_writer.h"
@@ -120,6 +121,12 @@ class Call {
         prefix_(absl::StrCat("request/", request_id_, "/")) {}
 
   ~Call() {
+    if (shared_download_ != nullptr) {
+      // OK once Finish returned; otherwise attached streams end with it.
+      shared_download_->Fail(
+          absl::CancelledError("the request failed; its Attend call says why"));
+      state_.downloads->Remove(request_id_);
+    }
     CancelWorkers();
     executes_.reset();
     for (std::thread& reader : readers_) reader.join();
@@ -140,7 +147,7 @@ class Call {
   // and any attached streams.
   absl::Status ReadChunks();
   // Hands out the ticket attached streams present, if the header asked for
-  // them.
+  // them (upload or download streams).
   void StartSharedUpload();
   // No more chunks from attached streams; those still open are cancelled.
   void EndSharedUpload();
@@ -204,6 +211,8 @@ class Call {
   AdmissionControl::Ticket ticket_;
   // With upload_streams > 1: the chunks from every stream go through it.
   std::shared_ptr<SharedUpload> shared_upload_;
+  // With download_streams > 1: the output chunks go round it.
+  std::shared_ptr<SharedDownload> shared_download_;
   // The workers' kept ring communicator, if this request got it.
   CommunicatorKeys::Lease communicator_;
 
@@ -248,6 +257,17 @@ absl::Status Call::ReadHeader() {
     return absl::InvalidArgumentError(
         "field 'upload_streams' must be 0 or 1 for a Query: attached upload "
         "streams serve Attend only");
+  }
+  const int download_streams = spec_proto_.download_streams();
+  if (download_streams < 0 || download_streams > kMostUploadStreams) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("field 'download_streams' must be in [0, ",
+                     kMostUploadStreams, "], got ", download_streams));
+  }
+  if (download_streams > 1 && !stream_->context_name().empty()) {
+    return absl::InvalidArgumentError(
+        "field 'download_streams' must be 0 or 1 for a Query: attached "
+        "download streams serve Attend only");
   }
   if (!stream_->context_name().empty()) {
     RINGATTN_RETURN_IF_ERROR(UseResidentContext());
@@ -619,16 +639,25 @@ absl::Status Call::Upload() {
 
 void Call::StartSharedUpload() {
   const int streams = spec_proto_.upload_streams();
-  if (streams <= 1) return;
-  shared_upload_ = std::make_shared<SharedUpload>(
-      request_id_, NewUploadToken(), streams - 1,
-      absl::Now() + state_.options.ring_timeout, context_,
-      [this](v1::TensorChunk& chunk, int64_t index) {
-        return RouteChunk(chunk, index);
-      });
-  state_.uploads->Add(shared_upload_);
+  const int download_streams = spec_proto_.download_streams();
+  if (streams <= 1 && download_streams <= 1) return;
+  const std::string token = NewUploadToken();
+  const absl::Time attach_deadline = absl::Now() + state_.options.ring_timeout;
+  if (streams > 1) {
+    shared_upload_ = std::make_shared<SharedUpload>(
+        request_id_, token, streams - 1, attach_deadline, context_,
+        [this](v1::TensorChunk& chunk, int64_t index) {
+          return RouteChunk(chunk, index);
+        });
+    state_.uploads->Add(shared_upload_);
+  }
+  if (download_streams > 1) {
+    shared_download_ = std::make_shared<SharedDownload>(
+        request_id_, token, download_streams - 1, attach_deadline, context_);
+    state_.downloads->Add(shared_download_);
+  }
   context_->AddInitialMetadata(kRequestIdKey, request_id_);
-  context_->AddInitialMetadata(kUploadTokenKey, shared_upload_->token());
+  context_->AddInitialMetadata(kUploadTokenKey, token);
   stream_->SendInitialMetadata();
 }
 
@@ -989,6 +1018,11 @@ absl::Status Call::EmitReady(bool flush) {
                                        response.output().lse().size());
     chunk_ = v1::OutputChunk();
     lse_rows.clear();
+    if (shared_download_ != nullptr) {
+      absl::StatusOr<bool> queued = shared_download_->Deal(response);
+      if (!queued.ok()) return queued.status();
+      if (*queued) return absl::OkStatus();
+    }
     if (!stream_->Write(response)) {
       return absl::CancelledError("the client went away while output streamed");
     }
@@ -1117,6 +1151,10 @@ absl::Status Call::RunSteps() {
                    : absl::StrCat(" (", v1::PartialMerge_Name(merge_), ")"));
   RINGATTN_RETURN_IF_ERROR(Upload());
   RINGATTN_RETURN_IF_ERROR(Compute());
+  if (shared_download_ != nullptr) {
+    // The summary comes once every attached stream took its share.
+    RINGATTN_RETURN_IF_ERROR(shared_download_->Finish());
+  }
   communicator_.Succeeded();
   v1::AttendResponse response;
   *response.mutable_summary() = MakeSummary();

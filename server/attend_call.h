@@ -21,7 +21,9 @@
 #include "server/coordinator_options.h"
 #include "server/metrics.h"
 #include "server/rendezvous_store.h"
-#include "server/upload_registry.h"
+#include "server/request_registry.h"
+#include "server/shared_download.h"
+#include "server/shared_upload.h"
 
 namespace ringattn {
 
@@ -36,7 +38,9 @@ struct CoordinatorState {
   ContextRegistry* contexts;
   CommunicatorKeys* communicator_keys;
   // Attend requests taking chunks over attached streams (AttachUpload).
-  UploadRegistry* uploads;
+  RequestRegistry<SharedUpload>* uploads;
+  // Attend requests sending output over attached streams (AttachDownload).
+  RequestRegistry<SharedDownload>* downloads;
 };
 
 // The client's side of an attention call: Attend's stream, or Query's, whose

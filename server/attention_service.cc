@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_format.h"
 #include "proto/grpc_status.h"
+#include "server/attach_download.h"
 #include "server/attach_upload.h"
 #include "server/context_upload.h"
 
@@ -214,6 +215,15 @@ grpc::Status AttentionService::AttachUpload(
   const auto start = std::chrono::steady_clock::now();
   return Count("AttachUpload",
                RunAttachUpload(*state_.uploads, context, reader, response),
+               SecondsSince(start));
+}
+
+grpc::Status AttentionService::AttachDownload(
+    grpc::ServerContext* context, const v1::UploadTicket* ticket,
+    grpc::ServerWriter<v1::AttendResponse>* writer) {
+  const auto start = std::chrono::steady_clock::now();
+  return Count("AttachDownload",
+               RunAttachDownload(*state_.downloads, context, *ticket, writer),
                SecondsSince(start));
 }
 

@@ -26,6 +26,9 @@ class AttentionService final : public v1::Attention::Service {
   grpc::Status AttachUpload(grpc::ServerContext* context,
                             grpc::ServerReader<v1::AttachUploadRequest>* reader,
                             v1::AttachUploadResponse* response) override;
+  grpc::Status AttachDownload(
+      grpc::ServerContext* context, const v1::UploadTicket* ticket,
+      grpc::ServerWriter<v1::AttendResponse>* writer) override;
   grpc::Status CreateContext(grpc::ServerContext* context,
                              grpc::ServerReader<v1::ContextUpload>* reader,
                              v1::ContextInfo* response) override;

@@ -185,10 +185,11 @@ int Main() {
                              absl::GetFlag(FLAGS_max_concurrent_requests));
   ContextRegistry contexts;
   CommunicatorKeys communicator_keys(store, CommunicatorKeys::NewInstance());
-  UploadRegistry uploads;
+  RequestRegistry<SharedUpload> uploads;
+  RequestRegistry<SharedDownload> downloads;
   const CoordinatorState state{
-      options,   &cluster,           &store,  &metrics, &admission,
-      &contexts, &communicator_keys, &uploads};
+      options,   &cluster,           &store,   &metrics,  &admission,
+      &contexts, &communicator_keys, &uploads, &downloads};
   AttentionService attention(state);
   std::optional<RingWarmUp> warm_up;
   if (absl::GetFlag(FLAGS_warm_up_ring)) warm_up.emplace(state);

@@ -1,14 +1,16 @@
 // One Attend request uploaded over several streams (upload_streams, the
-// AttachUpload RPC), end to end against a real coordinator and CPU workers:
-// results equal to one stream's, and the row checks, ticket checks and
-// cancellation across streams. Raw streams are written by hand where the
-// client library never would send what the test needs.
+// AttachUpload RPC) and its output brought back over several
+// (download_streams, AttachDownload), end to end against a real coordinator
+// and CPU workers: results equal to one stream's, and the row checks, ticket
+// checks and cancellation across streams. Raw streams are written by hand where
+// the client library never would send what the test needs.
 
 #include <chrono>
 #include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -29,6 +31,8 @@ constexpr int kRingTimeoutSeconds = 5;
 
 constexpr char kAttachedOk[] =
     "ringattn_requests_total{method=\"AttachUpload\",code=\"OK\"}";
+constexpr char kAttachedDownloadOk[] =
+    "ringattn_requests_total{method=\"AttachDownload\",code=\"OK\"}";
 
 class UploadStreams : public testing::Test {
  protected:
@@ -436,6 +440,104 @@ TEST_F(UploadStreams, StreamsThatNeverAttachEndTheRequestAfterRingTimeout) {
   const grpc::Status status = Close(*attend->stream);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   EXPECT_NE(status.error_message().find("only 0 of the 1 attached"),
+            std::string::npos)
+      << status.error_message();
+}
+
+TEST_F(UploadStreams, DownloadStreamsGiveOneStreamsResultsExactly) {
+  // 4.2 MB of fp32 output: five 1 MiB chunks dealt over the streams.
+  const AttentionSpec spec = SelfAttentionSpec(2053, 8, 2, 64, true);
+  const RandomInputs in = MakeRandomInputs(spec, 9);
+  v1::AttentionSpec request = RequestSpec(spec);
+  request.set_return_lse(true);
+  absl::StatusOr<AttendResult> one =
+      ClientWith(1, 1 << 20)
+          ->Attend(request, in.q.view(), in.k.view(), in.v.view());
+  ASSERT_TRUE(one.ok()) << one.status();
+  for (const auto& [uploads, downloads] :
+       std::vector<std::pair<int, int>>{{1, 3}, {3, 2}, {2, 5}}) {
+    SCOPED_TRACE(absl::StrCat(uploads, " up, ", downloads, " down"));
+    ClientOptions options;
+    options.upload_streams = uploads;
+    options.download_streams = downloads;
+    const std::string before = cluster_->Metrics().value_or("");
+    absl::StatusOr<AttendResult> many =
+        cluster_->NewClient(std::move(options))
+            ->Attend(request, in.q.view(), in.k.view(), in.v.view());
+    ASSERT_TRUE(many.ok()) << many.status();
+    const std::string after = cluster_->Metrics().value_or("");
+    ExpectMatchesReference(spec, in, *many);
+    EXPECT_EQ(many->output.values(), one->output.values());
+    EXPECT_EQ(many->lse, one->lse);
+    EXPECT_EQ(many->summary.bytes_out(), one->summary.bytes_out());
+    EXPECT_EQ(SeriesValue(after, kAttachedDownloadOk) -
+                  SeriesValue(before, kAttachedDownloadOk),
+              downloads - 1);
+  }
+}
+
+TEST_F(UploadStreams, StreamingOverDownloadStreamsHandsOnEveryRowOnce) {
+  const AttentionSpec spec = SelfAttentionSpec(1499, 8, 1, 80, false);
+  const RandomInputs in = MakeRandomInputs(spec, 10);
+  ChunkStream source(DType::kFloat32, 1 << 20);
+  source.Add(v1::Q, in.q.view());
+  source.Add(v1::K, in.k.view());
+  source.Add(v1::V, in.v.view());
+  ClientOptions options;
+  options.download_streams = 4;
+  std::vector<int> seen(static_cast<size_t>(spec.q_len), 0);
+  absl::StatusOr<v1::Summary> summary =
+      cluster_->NewClient(std::move(options))
+          ->AttendStreaming(
+              RequestSpec(spec), source, [&seen](const v1::OutputChunk& chunk) {
+                for (int64_t t = 0; t < chunk.token_count(); ++t) {
+                  ++seen[chunk.token_offset() + t];
+                }
+                return absl::OkStatus();
+              });
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  for (int64_t t = 0; t < spec.q_len; ++t) {
+    ASSERT_EQ(seen[t], 1) << "token " << t;
+  }
+}
+
+TEST_F(UploadStreams, DownloadTicketsAreCheckedAndMissingStreamsEndTheRequest) {
+  auto stub = Stub();
+  v1::UploadTicket unknown;
+  unknown.set_request_id("no-such-request");
+  grpc::ClientContext lost;
+  LimitCall(&lost);
+  v1::AttendResponse response;
+  auto nowhere = stub->AttachDownload(&lost, unknown);
+  EXPECT_FALSE(nowhere->Read(&response));
+  EXPECT_EQ(nowhere->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
+
+  // One stream up, two down: the call hands out its ticket at once.
+  auto attend = std::make_unique<AttendCall>();
+  LimitCall(&attend->context);
+  attend->stream = stub->Attend(&attend->context);
+  v1::AttendRequest header = Header(1);
+  header.mutable_header()->set_download_streams(2);
+  attend->stream->Write(header);
+  attend->stream->WaitForInitialMetadata();
+  v1::UploadTicket ticket = TicketOf(attend->context);
+  ASSERT_FALSE(ticket.token().empty());
+  ticket.set_token("wrong");
+  grpc::ClientContext guessing;
+  LimitCall(&guessing);
+  auto guessed = stub->AttachDownload(&guessing, ticket);
+  EXPECT_FALSE(guessed->Read(&response));
+  EXPECT_EQ(guessed->Finish().error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+
+  // The announced stream never attaches: once the output is out on the
+  // call's own stream, the request waits for it until the ring timeout.
+  attend->stream->Write(OnAttend(Rows(v1::Q, 0, 8)));
+  attend->stream->Write(OnAttend(Rows(v1::K, 0, 8)));
+  attend->stream->Write(OnAttend(Rows(v1::V, 0, 8)));
+  const grpc::Status status = Close(*attend->stream);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_NE(status.error_message().find("only 0 of the 1 attached download"),
             std::string::npos)
       << status.error_message();
 }

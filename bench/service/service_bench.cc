@@ -56,6 +56,9 @@ ABSL_FLAG(int, threads, 0, "reference threads (0: all cores)");
 ABSL_FLAG(int, upload_streams, 1,
           "streams each one-shot request uploads over (ClientOptions."
           "upload_streams)");
+ABSL_FLAG(int, download_streams, 1,
+          "streams each one-shot request's output comes back over "
+          "(ClientOptions.download_streams)");
 ABSL_FLAG(int, decode_steps, 0,
           "instead of one-shot requests: upload each length as a resident "
           "context, then time this many decode steps (1 query row, 1 new K/V "
@@ -491,6 +494,7 @@ int Run() {
   ClientOptions options;
   options.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
   options.upload_streams = absl::GetFlag(FLAGS_upload_streams);
+  options.download_streams = absl::GetFlag(FLAGS_download_streams);
   absl::StatusOr<std::unique_ptr<Client>> client =
       Client::Connect(absl::GetFlag(FLAGS_target), options);
   if (!client.ok()) {

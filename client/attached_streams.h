@@ -1,12 +1,13 @@
-#ifndef RINGATTN_CLIENT_UPLOAD_STREAMS_H_
-#define RINGATTN_CLIENT_UPLOAD_STREAMS_H_
+#ifndef RINGATTN_CLIENT_ATTACHED_STREAMS_H_
+#define RINGATTN_CLIENT_ATTACHED_STREAMS_H_
 
-// The upload of one Attend call over several streams (ClientOptions.
-// upload_streams > 1): the chunks of one source shared out to whichever stream
-// is ready for its next one (SharedChunks), and the AttachUpload streams, each
-// on a thread of its own, that join the call with the ticket its initial
-// metadata carries (AttachedUploads). The Attend stream itself sends chunks
-// from the same SharedChunks as stream 0.
+// One Attend call over several streams: the streams, each on a thread of its
+// own, that join the call with the ticket its initial metadata carries
+// (AttachedStreams), uploading (ClientOptions.upload_streams > 1: the chunks
+// of one source shared out to whichever stream is ready for its next one,
+// SharedChunks, of which the Attend stream itself sends as stream 0) or
+// downloading (ClientOptions.download_streams > 1: the output chunks the
+// coordinator deals to each, into the call's own intake).
 
 #include <cstdint>
 #include <functional>
@@ -69,29 +70,41 @@ class SharedChunkStream : public ChunkSource {
   const int stream_;
 };
 
-// The AttachUpload streams of one Attend call, streams 1 to `streams` of a
-// SharedChunks. Each runs on its own thread: it waits for the ticket, sends
-// it and then chunks until none are left, and half-closes. Thread-safe.
-class AttachedUploads {
+// The attached streams of one Attend call, numbered from 1. Each runs on its
+// own thread: it waits for the ticket, then does its Work. Thread-safe.
+class AttachedStreams {
  public:
   // Readies `context` for a call (deadline, credentials metadata).
   using Prepare = std::function<void(grpc::ClientContext*)>;
+  // What stream `stream` does with the ticket, calling `stub` on `context`;
+  // the status it ends with.
+  using Work = std::function<absl::Status(int stream, v1::Attention::Stub& stub,
+                                          grpc::ClientContext* context,
+                                          const v1::UploadTicket& ticket)>;
 
-  // Starts the threads. `on_failure` runs (on one of them) when a stream
-  // fails other than by the request's upload ending first (the coordinator
-  // then ends the Attend call itself); it should cancel the Attend call,
-  // which cannot finish without the stream.
-  // Stream i (from 1) calls AttachUpload on stubs[i - 1]; `stubs` must
-  // outlive this object.
-  AttachedUploads(
+  // Starts `streams` threads; stream i (from 1) works on stubs[i - 1], and
+  // `stubs` must outlive this object. `kind` names them in errors ("upload",
+  // "download"). `on_failure` runs (on one of them) when a stream fails
+  // other than by the request ending first (the coordinator then ends the
+  // Attend call itself); it should cancel the Attend call, which cannot
+  // finish without the stream.
+  AttachedStreams(
       const std::vector<std::unique_ptr<v1::Attention::Stub>>& stubs,
-      SharedChunks* chunks, const Prepare& prepare,
+      int streams, const char* kind, const Prepare& prepare, Work work,
       std::function<void()> on_failure);
   // Cancels the streams still open and waits for the threads.
-  ~AttachedUploads();
+  ~AttachedStreams();
 
-  AttachedUploads(const AttachedUploads&) = delete;
-  AttachedUploads& operator=(const AttachedUploads&) = delete;
+  AttachedStreams(const AttachedStreams&) = delete;
+  AttachedStreams& operator=(const AttachedStreams&) = delete;
+
+  // Stream `stream`'s Work for an upload: sends the ticket, then chunks of
+  // `chunks` (as its stream `stream`) until none are left, and half-closes.
+  static Work Upload(SharedChunks* chunks);
+  // Stream `stream`'s Work for a download: passes every response it reads
+  // to `take`, whose error ends the stream.
+  static Work Download(
+      std::function<absl::Status(const v1::AttendResponse&)> take);
 
   // The Attend call's initial metadata arrived; the ticket in it sets the
   // streams going (they fail if it holds none).
@@ -109,12 +122,11 @@ class AttachedUploads {
  private:
   // Stream `stream`'s thread.
   void Run(int stream);
-  // The status stream `stream` ends with, once it has a ticket.
-  absl::Status Upload(int stream, const v1::UploadTicket& ticket);
   void CancelAll();
 
   const std::vector<std::unique_ptr<v1::Attention::Stub>>& stubs_;
-  SharedChunks* const chunks_;
+  const char* const kind_;
+  const Work work_;
   const std::function<void()> on_failure_;
   // By stream - 1; made up front so that cancelling never races a start.
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts_;
@@ -128,4 +140,4 @@ class AttachedUploads {
 
 }  // namespace ringattn
 
-#endif  // RINGATTN_CLIENT_UPLOAD_STREAMS_H_
+#endif  // RINGATTN_CLIENT_ATTACHED_STREAMS_H_

@@ -1,4 +1,4 @@
-#include "client/upload_streams.h"
+#include "client/attached_streams.h"
 
 #include <string>
 #include <utility>
@@ -14,10 +14,10 @@ constexpr char kRequestIdKey[] = "ringattn-request-id";
 constexpr char kUploadTokenKey[] = "ringattn-upload-token";
 
 // Whether an attached stream's `status` only says that the request's upload
-// ended before the stream did: the coordinator cancelled it (CANCELLED), or
-// the upload was over when it came (NOT_FOUND, FAILED_PRECONDITION). The
-// Attend call then ends with the reason on its own.
-bool EndedWithTheUpload(const absl::Status& status) {
+// or download ended before the stream did: the coordinator cancelled it
+// (CANCELLED), or that part of the request was over when it came (NOT_FOUND,
+// FAILED_PRECONDITION). The Attend call then ends with the reason on its own.
+bool EndedWithTheRequest(const absl::Status& status) {
   return absl::IsCancelled(status) || absl::IsNotFound(status) ||
          absl::IsFailedPrecondition(status);
 }
@@ -40,15 +40,15 @@ bool SharedChunks::Next(int stream, v1::TensorChunk* chunk) {
   return more;
 }
 
-AttachedUploads::AttachedUploads(
-    const std::vector<std::unique_ptr<v1::Attention::Stub>>& stubs,
-    SharedChunks* chunks, const Prepare& prepare,
+AttachedStreams::AttachedStreams(
+    const std::vector<std::unique_ptr<v1::Attention::Stub>>& stubs, int streams,
+    const char* kind, const Prepare& prepare, Work work,
     std::function<void()> on_failure)
     : stubs_(stubs),
-      chunks_(chunks),
+      kind_(kind),
+      work_(std::move(work)),
       on_failure_(std::move(on_failure)),
-      statuses_(stubs_.size()) {
-  const int streams = static_cast<int>(stubs_.size());
+      statuses_(static_cast<size_t>(streams)) {
   for (int i = 0; i < streams; ++i) {
     contexts_.push_back(std::make_unique<grpc::ClientContext>());
     prepare(contexts_.back().get());
@@ -57,12 +57,12 @@ AttachedUploads::AttachedUploads(
     threads_.emplace_back([this, i] { Run(i); });
 }
 
-AttachedUploads::~AttachedUploads() {
+AttachedStreams::~AttachedStreams() {
   CancelAll();
   for (std::thread& thread : threads_) thread.join();
 }
 
-void AttachedUploads::TakeTicket(
+void AttachedStreams::TakeTicket(
     const std::multimap<grpc::string_ref, grpc::string_ref>& metadata) {
   const auto request_id = metadata.find(kRequestIdKey);
   const auto token = metadata.find(kUploadTokenKey);
@@ -70,8 +70,8 @@ void AttachedUploads::TakeTicket(
   if (ticket_.has_value()) return;
   if (request_id == metadata.end() || token == metadata.end()) {
     ticket_ = absl::FailedPreconditionError(
-        "the server handed out no upload ticket for the attached streams; it "
-        "may predate AttachUpload: send with upload_streams = 1");
+        "the server handed out no ticket for the attached streams; it may "
+        "predate them: send with upload_streams and download_streams = 1");
     return;
   }
   v1::UploadTicket ticket;
@@ -81,12 +81,12 @@ void AttachedUploads::TakeTicket(
   ticket_ = std::move(ticket);
 }
 
-absl::Status AttachedUploads::Finish(const absl::Status& status) {
+absl::Status AttachedStreams::Finish(const absl::Status& status) {
   {
     absl::MutexLock lock(&mutex_);
     if (!ticket_.has_value()) {
       ticket_ = absl::CancelledError(
-          "the Attend call ended before it handed out an upload ticket");
+          "the Attend call ended before it handed out a ticket");
     }
   }
   if (!status.ok()) CancelAll();
@@ -100,7 +100,7 @@ absl::Status AttachedUploads::Finish(const absl::Status& status) {
   if (explains(ticket_->status())) return ticket_->status();
   if (explains(status)) return status;
   for (const absl::Status& stream : statuses_) {
-    if (!stream.ok() && !EndedWithTheUpload(stream)) return stream;
+    if (!stream.ok() && !EndedWithTheRequest(stream)) return stream;
   }
   if (!status.ok()) return status;
   for (const absl::Status& stream : statuses_) {
@@ -109,7 +109,7 @@ absl::Status AttachedUploads::Finish(const absl::Status& status) {
   return absl::OkStatus();
 }
 
-void AttachedUploads::Run(int stream) {
+void AttachedStreams::Run(int stream) {
   absl::StatusOr<v1::UploadTicket> ticket;
   {
     absl::MutexLock lock(&mutex_);
@@ -120,36 +120,62 @@ void AttachedUploads::Run(int stream) {
         &ticket_));
     ticket = *ticket_;
   }
-  absl::Status status = ticket.ok() ? Upload(stream, *ticket) : ticket.status();
+  absl::Status status = ticket.ok()
+                            ? work_(stream, *stubs_[stream - 1],
+                                    contexts_[stream - 1].get(), *ticket)
+                            : ticket.status();
   if (!status.ok()) {
     status = absl::Status(status.code(),
-                          absl::StrCat("attached upload stream ", stream, ": ",
-                                       status.message()));
+                          absl::StrCat("attached ", kind_, " stream ", stream,
+                                       ": ", status.message()));
   }
   {
     absl::MutexLock lock(&mutex_);
     statuses_[stream - 1] = status;
   }
-  if (!status.ok() && !EndedWithTheUpload(status)) on_failure_();
+  if (!status.ok() && !EndedWithTheRequest(status)) on_failure_();
 }
 
-absl::Status AttachedUploads::Upload(int stream,
-                                     const v1::UploadTicket& ticket) {
-  grpc::ClientContext* context = contexts_[stream - 1].get();
-  v1::AttachUploadResponse response;
-  std::unique_ptr<grpc::ClientWriter<v1::AttachUploadRequest>> writer =
-      stubs_[stream - 1]->AttachUpload(context, &response);
-  v1::AttachUploadRequest request;
-  *request.mutable_ticket() = ticket;
-  bool open = writer->Write(request);
-  while (open && chunks_->Next(stream, request.mutable_chunk())) {
-    open = writer->Write(request);
-  }
-  if (open) writer->WritesDone();
-  return FromGrpcStatus(writer->Finish());
+AttachedStreams::Work AttachedStreams::Upload(SharedChunks* chunks) {
+  return
+      [chunks](int stream, v1::Attention::Stub& stub,
+               grpc::ClientContext* context, const v1::UploadTicket& ticket) {
+        v1::AttachUploadResponse response;
+        std::unique_ptr<grpc::ClientWriter<v1::AttachUploadRequest>> writer =
+            stub.AttachUpload(context, &response);
+        v1::AttachUploadRequest request;
+        *request.mutable_ticket() = ticket;
+        bool open = writer->Write(request);
+        while (open && chunks->Next(stream, request.mutable_chunk())) {
+          open = writer->Write(request);
+        }
+        if (open) writer->WritesDone();
+        return FromGrpcStatus(writer->Finish());
+      };
 }
 
-void AttachedUploads::CancelAll() {
+AttachedStreams::Work AttachedStreams::Download(
+    std::function<absl::Status(const v1::AttendResponse&)> take) {
+  return [take = std::move(take)](int, v1::Attention::Stub& stub,
+                                  grpc::ClientContext* context,
+                                  const v1::UploadTicket& ticket) {
+    std::unique_ptr<grpc::ClientReader<v1::AttendResponse>> reader =
+        stub.AttachDownload(context, ticket);
+    v1::AttendResponse response;
+    absl::Status taken;
+    while (taken.ok() && reader->Read(&response)) taken = take(response);
+    if (!taken.ok()) {
+      context->TryCancel();
+      while (reader->Read(&response)) {
+      }
+      reader->Finish();
+      return taken;
+    }
+    return FromGrpcStatus(reader->Finish());
+  };
+}
+
+void AttachedStreams::CancelAll() {
   {
     absl::MutexLock lock(&mutex_);
     if (!ticket_.has_value()) {
