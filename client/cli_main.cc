@@ -11,6 +11,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -128,22 +129,17 @@ absl::StatusOr<Connection> Connect(const Flags& flags) {
       flags.GetInt("chunk_bytes", options.chunk_bytes);
   if (!chunk_bytes.ok()) return chunk_bytes.status();
   options.chunk_bytes = *chunk_bytes;
-  absl::StatusOr<int64_t> upload_streams =
-      flags.GetInt("upload_streams", options.upload_streams);
-  if (!upload_streams.ok()) return upload_streams.status();
-  if (*upload_streams < 1 || *upload_streams > 64) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--upload_streams must be in [1, 64], got ", *upload_streams));
+  for (auto [name, streams] :
+       {std::pair{"upload_streams", &options.upload_streams},
+        std::pair{"download_streams", &options.download_streams}}) {
+    absl::StatusOr<int64_t> value = flags.GetInt(name, *streams);
+    if (!value.ok()) return value.status();
+    if (*value < 1 || *value > 64) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", name, " must be in [1, 64], got ", *value));
+    }
+    *streams = static_cast<int>(*value);
   }
-  options.upload_streams = static_cast<int>(*upload_streams);
-  absl::StatusOr<int64_t> download_streams =
-      flags.GetInt("download_streams", options.download_streams);
-  if (!download_streams.ok()) return download_streams.status();
-  if (*download_streams < 1 || *download_streams > 64) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--download_streams must be in [1, 64], got ", *download_streams));
-  }
-  options.download_streams = static_cast<int>(*download_streams);
   if (absl::Status s = ApplySecurityFlags(flags, &options); !s.ok()) return s;
   Connection connection;
   if (isatty(STDERR_FILENO)) {

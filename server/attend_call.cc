@@ -61,6 +61,17 @@ struct RowStream {
   std::unique_ptr<WorkerWriter> writer;  // destroyed before the stream
 };
 
+// A WorkerWriter of `stream` (an Execute or AttachRows stream).
+template <typename Stream>
+std::unique_ptr<WorkerWriter> WriterOf(Stream* stream,
+                                       int64_t max_queued_bytes) {
+  return std::make_unique<WorkerWriter>(
+      [stream](const v1::ExecuteRequest& request) {
+        return stream->Write(request);
+      },
+      max_queued_bytes);
+}
+
 // One worker's Execute stream for this call.
 struct WorkerLink {
   Cluster::Member member;
@@ -156,8 +167,10 @@ class Call {
   absl::Status RouteChunk(v1::TensorChunk& chunk, int64_t index);
   // Queues `request` for worker `worker`; the error of a failed worker.
   absl::Status SendToWorker(int64_t worker, v1::ExecuteRequest request);
-  // Opens worker `link`'s AttachRows streams under `key`.
-  void OpenRowStreams(WorkerLink& link, const std::string& key);
+  // Opens worker `link`'s AttachRows streams under `key`, each with a writer
+  // queueing at most `max_queued_bytes`.
+  void OpenRowStreams(WorkerLink& link, const std::string& key,
+                      int64_t max_queued_bytes);
   // Ends worker `worker`'s AttachRows streams once their rows are written.
   absl::Status FinishRowStreams(int64_t worker);
   // The error of worker `worker` whose AttachRows stream ended with
@@ -247,28 +260,24 @@ absl::Status Call::ReadHeader() {
         "tensor chunk");
   }
   spec_proto_ = request.header();
-  const int upload_streams = spec_proto_.upload_streams();
-  if (upload_streams < 0 || upload_streams > kMostUploadStreams) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("field 'upload_streams' must be in [0, ",
-                     kMostUploadStreams, "], got ", upload_streams));
-  }
-  if (upload_streams > 1 && !stream_->context_name().empty()) {
-    return absl::InvalidArgumentError(
-        "field 'upload_streams' must be 0 or 1 for a Query: attached upload "
-        "streams serve Attend only");
-  }
-  const int download_streams = spec_proto_.download_streams();
-  if (download_streams < 0 || download_streams > kMostUploadStreams) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("field 'download_streams' must be in [0, ",
-                     kMostUploadStreams, "], got ", download_streams));
-  }
-  if (download_streams > 1 && !stream_->context_name().empty()) {
-    return absl::InvalidArgumentError(
-        "field 'download_streams' must be 0 or 1 for a Query: attached "
-        "download streams serve Attend only");
-  }
+  const auto check_streams = [this](const char* field, int streams,
+                                    const char* kind) -> absl::Status {
+    if (streams < 0 || streams > kMostUploadStreams) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("field '", field, "' must be in [0, ",
+                       kMostUploadStreams, "], got ", streams));
+    }
+    if (streams > 1 && !stream_->context_name().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "field '", field, "' must be 0 or 1 for a Query: attached ", kind,
+          " streams serve Attend only"));
+    }
+    return absl::OkStatus();
+  };
+  RINGATTN_RETURN_IF_ERROR(
+      check_streams("upload_streams", spec_proto_.upload_streams(), "upload"));
+  RINGATTN_RETURN_IF_ERROR(check_streams(
+      "download_streams", spec_proto_.download_streams(), "download"));
   if (!stream_->context_name().empty()) {
     RINGATTN_RETURN_IF_ERROR(UseResidentContext());
   }
@@ -503,23 +512,12 @@ absl::Status Call::OpenWorkers() {
     const int64_t streams =
         row_streams ? 1 + static_cast<int64_t>(member.row_stubs.size()) : 1;
     const int64_t queued_bytes = kMaxQueuedBytesPerWorker / streams;
-    link->writer = std::make_unique<WorkerWriter>(
-        [stream = link->stream.get()](const v1::ExecuteRequest& request) {
-          return stream->Write(request);
-        },
-        queued_bytes);
+    link->writer = WriterOf(link->stream.get(), queued_bytes);
     h->clear_rows_key();
     if (streams > 1) {
       const std::string key = absl::StrCat(request_id_, "/", member.rank);
       h->set_rows_key(key);
-      OpenRowStreams(*link, key);
-      for (auto& row : link->row_streams) {
-        row->writer = std::make_unique<WorkerWriter>(
-            [stream = row->stream.get()](const v1::ExecuteRequest& request) {
-              return stream->Write(request);
-            },
-            queued_bytes);
-      }
+      OpenRowStreams(*link, key, queued_bytes);
     }
     workers_.push_back(std::move(link));
     RINGATTN_RETURN_IF_ERROR(SendToWorker(member.rank, header));
@@ -534,13 +532,15 @@ absl::Status Call::OpenWorkers() {
   return absl::OkStatus();
 }
 
-void Call::OpenRowStreams(WorkerLink& link, const std::string& key) {
+void Call::OpenRowStreams(WorkerLink& link, const std::string& key,
+                          int64_t max_queued_bytes) {
   for (const std::shared_ptr<v1::Worker::Stub>& stub : link.member.row_stubs) {
     auto row = std::make_unique<RowStream>();
     row->context.set_deadline(context_->deadline());
     row->context.set_initial_metadata_corked(true);
     row->context.AddMetadata(kRowsKeyMetadata, key);
     row->stream = stub->AttachRows(&row->context, &row->response);
+    row->writer = WriterOf(row->stream.get(), max_queued_bytes);
     link.row_streams.push_back(std::move(row));
   }
 }

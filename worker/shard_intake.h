@@ -41,7 +41,10 @@ class ShardIntake {
 
   // The target of tensor 0 (Q), 1 (K) or 2 (V); stable after Close, or
   // while only one stream sends.
-  const ShardRowsTarget& target(int tensor) const { return targets_[tensor]; }
+  const ShardRowsTarget& target(int tensor) const
+      ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return targets_[tensor];
+  }
 
  private:
   const DType wire_dtype_;
