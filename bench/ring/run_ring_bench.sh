@@ -22,7 +22,8 @@
 # 10-minute call on its own). The service stage starts a coordinator and one
 # GPU worker per GPU and sends service_bench's requests through them, causal,
 # at SERVICE_LENGTHS (default "262144 1048576 4194304"), with SERVICE_FLAGS
-# added to its command line (e.g. --q_len=16), once for each GPU count in
+# added to its command line (default "--upload_streams=4 --download_streams=4",
+# the fastest measured; e.g. --q_len=16), once for each GPU count in
 # SERVICE_GPUS (default: GPUS). Prints the test summary, the tables and "N passed, N failed,
 # N skipped" (gtest cases) last; exits non-zero if anything failed.
 set -uo pipefail
@@ -215,10 +216,12 @@ run_service() {
     pids+=($!)
   done
   local lengths=${SERVICE_LENGTHS:-262144 1048576 4194304}
+  local flags="--upload_streams=4 --download_streams=4"
+  [ -n "${SERVICE_FLAGS+set}" ] && flags=$SERVICE_FLAGS
   # shellcheck disable=SC2086
   LD_LIBRARY_PATH=$ours_path timeout 1500 "$bin_dir/service_bench" \
     --target=127.0.0.1:$port --wait_ready_seconds=120 \
-    --lengths="$(echo $lengths | tr ' ' ',')" ${SERVICE_FLAGS:-} \
+    --lengths="$(echo $lengths | tr ' ' ',')" $flags \
     >"$OUT/service_bench_${gpus}gpu.md" 2>"$OUT/service_bench_${gpus}gpu.err"
   rc=$?
   kill "${pids[@]}" 2>/dev/null
