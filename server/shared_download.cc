@@ -98,9 +98,10 @@ absl::Status SharedDownload::Serve(
         lane->ended = true;
         break;
       }
-      response = std::move(lane->queue.front());
+      Queued& next = lane->queue.front();
+      response = std::move(next.response);
+      lane->queued_bytes -= next.bytes;
       lane->queue.pop_front();
-      lane->queued_bytes -= static_cast<int64_t>(response.ByteSizeLong());
     }
     if (!writer->Write(response)) {
       absl::MutexLock lock(&mutex_);
@@ -132,7 +133,7 @@ absl::StatusOr<bool> SharedDownload::Deal(v1::AttendResponse& response) {
                    "output waited for them")) {
     return failure_;
   }
-  lane.queue.push_back(std::move(response));
+  lane.queue.push_back(Queued{std::move(response), bytes});
   lane.queued_bytes += bytes;
   return true;
 }

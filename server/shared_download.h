@@ -61,8 +61,12 @@ class SharedDownload {
   void Fail(absl::Status status);
 
  private:
+  struct Queued {
+    v1::AttendResponse response;
+    int64_t bytes = 0;
+  };
   struct Lane {
-    std::deque<v1::AttendResponse> queue;
+    std::deque<Queued> queue;
     int64_t queued_bytes = 0;
     bool attached = false;
     bool ended = false;  // its Serve returned

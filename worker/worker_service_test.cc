@@ -84,6 +84,17 @@ struct ExecuteResult {
   std::vector<v1::ExecuteResponse> responses;
 };
 
+// Half-closes an Execute stream, reads its responses and its status.
+ExecuteResult Finish(
+    grpc::ClientReaderWriter<v1::ExecuteRequest, v1::ExecuteResponse>& stream) {
+  stream.WritesDone();
+  ExecuteResult result;
+  v1::ExecuteResponse response;
+  while (stream.Read(&response)) result.responses.push_back(response);
+  result.status = stream.Finish();
+  return result;
+}
+
 ExecuteResult Execute(v1::Worker::Stub& stub,
                       const std::vector<v1::ExecuteRequest>& requests,
                       absl::Duration deadline = absl::Seconds(30)) {
@@ -93,12 +104,7 @@ ExecuteResult Execute(v1::Worker::Stub& stub,
   for (const v1::ExecuteRequest& request : requests) {
     if (!stream->Write(request)) break;
   }
-  stream->WritesDone();
-  ExecuteResult result;
-  v1::ExecuteResponse response;
-  while (stream->Read(&response)) result.responses.push_back(response);
-  result.status = stream->Finish();
-  return result;
+  return Finish(*stream);
 }
 
 AttentionSpec Spec(int64_t n, bool causal) {
@@ -933,12 +939,7 @@ ExecuteResult ExecuteWithAttachedRows(v1::Worker::Stub& stub,
   }
   EXPECT_EQ(attached_rows, dealt_rows);
   stream->Write(requests.back());
-  stream->WritesDone();
-  ExecuteResult result;
-  v1::ExecuteResponse response;
-  while (stream->Read(&response)) result.responses.push_back(response);
-  result.status = stream->Finish();
-  return result;
+  return Finish(*stream);
 }
 
 TEST(WorkerServiceAttachedRows, RowsOverSeveralStreamsComputeTheSameRows) {
