@@ -222,7 +222,11 @@ TEST_F(CliTest, UsageErrorsExitWith2) {
            {"local"},
            {"local", "--workers", "0"},
            {"context", "rename"},
-           {"info", "--target", "x:1", "--timeout", "0"}}) {
+           {"info", "--target", "x:1", "--timeout", "0"},
+           {"attend", "--target", "x:1", "--q", "q", "--k", "k", "--v", "v",
+            "--out", "o", "--upload_streams", "0"},
+           {"attend", "--target", "x:1", "--q", "q", "--k", "k", "--v", "v",
+            "--out", "o", "--download_streams", "65"}}) {
     CliResult result = RunCli(args);
     EXPECT_EQ(result.exit_code, 2) << result.output;
     EXPECT_TRUE(Contains(result.output, "usage:")) << result.output;
@@ -230,6 +234,11 @@ TEST_F(CliTest, UsageErrorsExitWith2) {
   EXPECT_TRUE(
       Contains(RunCli({"attend", "--target", "x:1", "--q", "q.npy"}).output,
                "flag --k is required"));
+  EXPECT_TRUE(
+      Contains(RunCli({"attend", "--target", "x:1", "--q", "q", "--k", "k",
+                       "--v", "v", "--out", "o", "--download_streams", "65"})
+                   .output,
+               "--download_streams must be in [1, 64], got 65"));
   CliResult help = RunCli({"help"});
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_TRUE(Contains(help.output, "ringattn attend --target HOST:PORT"));

@@ -2,12 +2,17 @@
 // coordinator's --worker_row_streams, the Worker service's AttachRows), end to
 // end against a real coordinator and CPU workers: results against the float64
 // reference, the streams counted on /metrics, and a worker killed mid-upload
-// failing the request with UNAVAILABLE in time.
+// failing the request with UNAVAILABLE in time; out-of-range flags stop the
+// coordinator at start.
 
 #include <atomic>
+#include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "absl/strings/str_cat.h"
+#include "client/child_process.h"
 #include "gtest/gtest.h"
 #include "tests/attention_checks.h"
 #include "tests/test_cluster.h"
@@ -111,6 +116,21 @@ TEST(RowStreamFaults, WorkerKilledMidUploadFailsTheRequestInTime) {
       RequestSpec(next), again.q.view(), again.k.view(), again.v.view());
   ASSERT_TRUE(healed.ok()) << healed.status();
   ExpectMatchesReference(next, again, *healed);
+}
+
+TEST(RowStreamFlags, OutOfRangeValuesStopTheCoordinatorWithExit2) {
+  const std::string binary = absl::StrCat(
+      std::getenv("TEST_SRCDIR"), "/ringattn/server/", "ringattn-coordinator");
+  for (const char* flag : {"--worker_row_streams=0", "--worker_row_streams=17",
+                           "--row_streams_min_bytes=-1"}) {
+    absl::StatusOr<ChildProcess> coordinator = ChildProcess::Spawn(
+        binary, {"--world_size=1", "--port=0", "--http_port=0", flag});
+    ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+    const std::optional<ExitStatus> exit =
+        coordinator->WaitUntil(absl::Now() + absl::Seconds(30));
+    ASSERT_TRUE(exit.has_value()) << flag << ": the coordinator kept running";
+    EXPECT_EQ(exit->code, 2) << flag << ": " << exit->ToString();
+  }
 }
 
 }  // namespace

@@ -5,15 +5,18 @@
 // checks and cancellation across streams. Raw streams are written by hand where
 // the client library never would send what the test needs.
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "client/chunking.h"
 #include "core/dtype.h"
 #include "gtest/gtest.h"
@@ -540,6 +543,54 @@ TEST_F(UploadStreams, DownloadTicketsAreCheckedAndMissingStreamsEndTheRequest) {
   EXPECT_NE(status.error_message().find("only 0 of the 1 attached download"),
             std::string::npos)
       << status.error_message();
+}
+
+TEST_F(UploadStreams, DownloadStreamBeyondTheAnnouncedIsRefused) {
+  auto stub = Stub();
+  auto attend = std::make_unique<AttendCall>();
+  LimitCall(&attend->context);
+  attend->stream = stub->Attend(&attend->context);
+  v1::AttendRequest header = Header(1);
+  header.mutable_header()->set_download_streams(2);
+  attend->stream->Write(header);
+  attend->stream->WaitForInitialMetadata();
+  const v1::UploadTicket ticket = TicketOf(attend->context);
+  // One attached stream was announced and two come: whichever the
+  // coordinator sees second is refused at once, while the other waits for
+  // its share of output, which comes only once the rows are sent.
+  std::vector<grpc::Status> statuses(2);
+  std::vector<std::thread> downloads;
+  std::atomic<int> ended{0};
+  absl::Notification one_ended;
+  for (grpc::Status& status : statuses) {
+    downloads.emplace_back([&, status_out = &status] {
+      grpc::ClientContext context;
+      LimitCall(&context);
+      auto stream = stub->AttachDownload(&context, ticket);
+      v1::AttendResponse response;
+      while (stream->Read(&response)) {
+      }
+      *status_out = stream->Finish();
+      if (ended.fetch_add(1) == 0) one_ended.Notify();
+    });
+  }
+  one_ended.WaitForNotification();
+  attend->stream->Write(OnAttend(Rows(v1::Q, 0, 8)));
+  attend->stream->Write(OnAttend(Rows(v1::K, 0, 8)));
+  attend->stream->Write(OnAttend(Rows(v1::V, 0, 8)));
+  const grpc::Status status = Close(*attend->stream);
+  for (std::thread& download : downloads) download.join();
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  const bool first_refused =
+      statuses[0].error_code() == grpc::StatusCode::FAILED_PRECONDITION;
+  const grpc::Status& refused = statuses[first_refused ? 0 : 1];
+  const grpc::Status& served = statuses[first_refused ? 1 : 0];
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << refused.error_message();
+  EXPECT_NE(refused.error_message().find("takes no more download streams"),
+            std::string::npos)
+      << refused.error_message();
+  EXPECT_TRUE(served.ok()) << served.error_message();
 }
 
 TEST_F(UploadStreams, QueryRefusesAttachedStreams) {
