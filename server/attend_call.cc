@@ -53,11 +53,10 @@ const char* TensorLabel(v1::TensorName tensor) {
 }
 
 // An AttachRows stream: more of a large upload's rows to one worker, on a
-// connection of its own.
+// connection of its own, and then part of that worker's output.
 struct RowStream {
   grpc::ClientContext context;
-  v1::AttachRowsResponse response;
-  std::unique_ptr<grpc::ClientWriter<v1::ExecuteRequest>> stream;
+  std::unique_ptr<ExecuteStream> stream;
   std::unique_ptr<WorkerWriter> writer;  // destroyed before the stream
 };
 
@@ -179,7 +178,8 @@ class Call {
   absl::Status CheckComplete();
   absl::Status Compute();
   // Sends each worker its last message and reads its responses: on this
-  // thread for a small request, on a thread per worker otherwise.
+  // thread for a small request, otherwise on a thread per stream (a worker's
+  // Execute stream and AttachRows streams all bring output).
   absl::Status StartWorkers();
   // The next response or stream end of any worker; none if `timeout` passed.
   std::optional<WorkerEvent> NextEvent(absl::Duration timeout);
@@ -220,6 +220,9 @@ class Call {
   // A small request's streams (reset before workers_ goes).
   std::optional<OneMessageExecutes> executes_;
   std::vector<std::thread> readers_;
+  // Streams whose responses Compute reads until they end: each worker's
+  // Execute stream and its AttachRows streams.
+  size_t streams_running_ = 0;
   std::vector<RowCoverage> coverage_;  // [tensor * batch + b]
   AdmissionControl::Ticket ticket_;
   // With upload_streams > 1: the chunks from every stream go through it.
@@ -539,7 +542,7 @@ void Call::OpenRowStreams(WorkerLink& link, const std::string& key,
     row->context.set_deadline(context_->deadline());
     row->context.set_initial_metadata_corked(true);
     row->context.AddMetadata(kRowsKeyMetadata, key);
-    row->stream = stub->AttachRows(&row->context, &row->response);
+    row->stream = stub->AttachRows(&row->context);
     row->writer = WriterOf(row->stream.get(), max_queued_bytes);
     link.row_streams.push_back(std::move(row));
   }
@@ -574,10 +577,20 @@ absl::Status Call::FinishRowStreams(int64_t worker) {
       return RowStreamError(worker, row->stream->Finish());
     }
   }
-  // The worker answers each once it has stored the stream's rows.
+  // The worker answers each once it has stored the stream's rows; the
+  // stream then waits for its share of the output.
   for (auto& row : link.row_streams) {
-    grpc::Status status = row->stream->Finish();
-    if (!status.ok()) return RowStreamError(worker, std::move(status));
+    v1::ExecuteResponse stored;
+    if (!row->stream->Read(&stored)) {
+      return RowStreamError(worker, row->stream->Finish());
+    }
+    if (stored.has_output() || stored.has_done()) {
+      CancelWorkers();
+      return absl::InternalError(absl::StrCat(
+          "worker ", worker,
+          " sent output on an AttachRows stream before saying its rows were "
+          "stored"));
+    }
   }
   return absl::OkStatus();
 }
@@ -798,20 +811,30 @@ absl::Status Call::StartWorkers() {
       return WorkerError(static_cast<int>(w), link.stream->Finish());
     }
   }
-  if (executes_.has_value()) return absl::OkStatus();
-  for (size_t w = 0; w < workers_.size(); ++w) {
-    readers_.emplace_back([this, w] {
-      WorkerLink& link = *workers_[w];
-      v1::ExecuteResponse response;
-      while (link.stream->Read(&response)) {
-        absl::MutexLock lock(&mutex_);
-        events_.push_back(
-            {static_cast<int>(w), std::move(response), grpc::Status::OK});
-      }
-      grpc::Status status = link.stream->Finish();
+  if (executes_.has_value()) {
+    streams_running_ = workers_.size();
+    return absl::OkStatus();
+  }
+  // Each worker's output comes over its Execute stream and its AttachRows
+  // streams at once, each read on a thread of its own.
+  auto read = [this](int rank, ExecuteStream* stream) {
+    v1::ExecuteResponse response;
+    while (stream->Read(&response)) {
       absl::MutexLock lock(&mutex_);
-      events_.push_back({static_cast<int>(w), std::nullopt, status});
-    });
+      events_.push_back({rank, std::move(response), grpc::Status::OK});
+    }
+    grpc::Status status = stream->Finish();
+    absl::MutexLock lock(&mutex_);
+    events_.push_back({rank, std::nullopt, status});
+  };
+  for (size_t w = 0; w < workers_.size(); ++w) {
+    WorkerLink& link = *workers_[w];
+    const int rank = static_cast<int>(w);
+    readers_.emplace_back(read, rank, link.stream.get());
+    for (auto& row : link.row_streams) {
+      readers_.emplace_back(read, rank, row->stream.get());
+    }
+    streams_running_ += 1 + link.row_streams.size();
   }
   return absl::OkStatus();
 }
@@ -861,7 +884,7 @@ absl::Status Call::Compute() {
     }
   }
   size_t finished = 0;
-  while (finished < workers_.size()) {
+  while (finished < streams_running_) {
     // Wakes now and then to notice a client that went away during compute.
     std::optional<WorkerEvent> event = NextEvent(absl::Milliseconds(200));
     if (!event.has_value()) {

@@ -75,7 +75,8 @@ void DeclareCoordinatorMetrics(Metrics& metrics) {
                   Metrics::Kind::kCounter);
   metrics.Declare("ringattn_worker_row_streams_total",
                   "AttachRows streams opened to carry a large upload's rows "
-                  "to a worker beside its Execute stream.",
+                  "to a worker beside its Execute stream, and its output "
+                  "back.",
                   Metrics::Kind::kCounter);
   metrics.Declare("ringattn_workers_alive", "Workers alive now.",
                   Metrics::Kind::kGauge);

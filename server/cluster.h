@@ -10,7 +10,7 @@
 // Channels to the workers come from a ChannelFactory: plaintext by default,
 // TLS when the coordinator is given worker credentials. Besides its main
 // channel a worker may get `row_channels` more, each its own connection, over
-// which large uploads send rows (AttachRows).
+// which large uploads send rows and take output back (AttachRows).
 
 #include <chrono>
 #include <cstdint>

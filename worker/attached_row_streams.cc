@@ -21,7 +21,7 @@ absl::Status AttachedRowStreams::Closed(const std::string& key) {
 }
 
 absl::Status AttachedRowStreams::Open(const std::string& key,
-                                      std::shared_ptr<ShardIntake> intake) {
+                                      AttachedShard shard) {
   std::vector<Waiter*> waiting;
   {
     absl::MutexLock lock(&mutex_);
@@ -30,14 +30,14 @@ absl::Status AttachedRowStreams::Open(const std::string& key,
           absl::StrCat("header: rows_key '", key, "' was used before"));
     }
     Entry& entry = entries_[key];
-    if (entry.intake != nullptr) {
+    if (entry.shard.intake != nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(
           "header: rows_key '", key, "' is in use by another Execute stream"));
     }
-    entry.intake = intake;
+    entry.shard = shard;
     waiting.swap(entry.waiting);
   }
-  for (Waiter* waiter : waiting) waiter->Attach(intake);
+  for (Waiter* waiter : waiting) waiter->Attach(shard);
   return absl::OkStatus();
 }
 
@@ -56,23 +56,23 @@ void AttachedRowStreams::Close(const std::string& key) {
 }
 
 void AttachedRowStreams::Await(const std::string& key, Waiter* waiter) {
-  std::shared_ptr<ShardIntake> intake;
+  AttachedShard shard;
   {
     absl::MutexLock lock(&mutex_);
     if (closed_.count(key) == 0) {
       Entry& entry = entries_[key];
-      if (entry.intake == nullptr) {
+      if (entry.shard.intake == nullptr) {
         entry.waiting.push_back(waiter);
         return;
       }
-      intake = entry.intake;
+      shard = entry.shard;
     }
   }
-  if (intake == nullptr) {
+  if (shard.intake == nullptr) {
     waiter->Refuse(Closed(key));
     return;
   }
-  waiter->Attach(std::move(intake));
+  waiter->Attach(std::move(shard));
 }
 
 bool AttachedRowStreams::Forget(const std::string& key, Waiter* waiter) {
@@ -83,7 +83,9 @@ bool AttachedRowStreams::Forget(const std::string& key, Waiter* waiter) {
   for (auto w = waiting.begin(); w != waiting.end(); ++w) {
     if (*w != waiter) continue;
     waiting.erase(w);
-    if (waiting.empty() && it->second.intake == nullptr) entries_.erase(it);
+    if (waiting.empty() && it->second.shard.intake == nullptr) {
+      entries_.erase(it);
+    }
     return true;
   }
   return false;

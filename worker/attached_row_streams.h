@@ -1,8 +1,9 @@
 #ifndef RINGATTN_WORKER_ATTACHED_ROW_STREAMS_H_
 #define RINGATTN_WORKER_ATTACHED_ROW_STREAMS_H_
 
-// AttachedRowStreams: where AttachRows streams find the shard (ShardIntake) of
-// the Execute stream whose header named their key. A stream that comes before
+// AttachedRowStreams: where AttachRows streams find the Execute stream whose
+// header named their key: its shard (ShardIntake) for their rows and the
+// lanes (OutputLanes) its output goes back on. A stream that comes before
 // that header waits for it without holding a thread; one whose key was closed
 // (the Execute stream ran or ended) is refused. Thread-safe.
 
@@ -17,6 +18,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "worker/output_lanes.h"
 #include "worker/shard_intake.h"
 
 namespace ringattn {
@@ -25,6 +27,12 @@ namespace ringattn {
 // stream's rows_key (worker.proto).
 inline constexpr char kRowsKeyMetadata[] = "ringattn-rows-key";
 
+// What an attached stream joins.
+struct AttachedShard {
+  std::shared_ptr<ShardIntake> intake;
+  std::shared_ptr<OutputLanes> lanes;
+};
+
 class AttachedRowStreams {
  public:
   // An AttachRows stream waiting for its shard. Exactly one of the two is
@@ -32,7 +40,7 @@ class AttachedRowStreams {
   class Waiter {
    public:
     virtual ~Waiter() = default;
-    virtual void Attach(std::shared_ptr<ShardIntake> intake) = 0;
+    virtual void Attach(AttachedShard shard) = 0;
     virtual void Refuse(absl::Status status) = 0;
   };
 
@@ -40,14 +48,13 @@ class AttachedRowStreams {
   AttachedRowStreams(const AttachedRowStreams&) = delete;
   AttachedRowStreams& operator=(const AttachedRowStreams&) = delete;
 
-  // Opens `key` to attached streams and hands `intake` to those waiting.
+  // Opens `key` to attached streams and hands `shard` to those waiting.
   // INVALID_ARGUMENT if the key is open or was closed already.
-  absl::Status Open(const std::string& key,
-                    std::shared_ptr<ShardIntake> intake);
+  absl::Status Open(const std::string& key, AttachedShard shard);
 
   // Closes `key` (opened or not): waiting and later streams are refused with
-  // FAILED_PRECONDITION. Streams already attached keep their intake, which
-  // its owner closes.
+  // FAILED_PRECONDITION. Streams already attached keep their shard, whose
+  // owner closes it.
   void Close(const std::string& key);
 
   // Attaches `waiter` now if `key` is open, refuses it if closed, otherwise
@@ -60,7 +67,7 @@ class AttachedRowStreams {
 
  private:
   struct Entry {
-    std::shared_ptr<ShardIntake> intake;  // null until opened
+    AttachedShard shard;  // null until opened
     std::vector<Waiter*> waiting;
   };
   // Remembers `key` as closed, forgetting the oldest beyond a bound.

@@ -11,9 +11,9 @@ namespace {
 // Records what the registry answered.
 class RecordingWaiter final : public AttachedRowStreams::Waiter {
  public:
-  void Attach(std::shared_ptr<ShardIntake> intake) override {
+  void Attach(AttachedShard shard) override {
     ++answers;
-    attached = std::move(intake);
+    attached = std::move(shard);
   }
   void Refuse(absl::Status status) override {
     ++answers;
@@ -21,13 +21,14 @@ class RecordingWaiter final : public AttachedRowStreams::Waiter {
   }
 
   int answers = 0;
-  std::shared_ptr<ShardIntake> attached;
+  AttachedShard attached;
   absl::Status refused;
 };
 
-std::shared_ptr<ShardIntake> EmptyIntake() {
-  return std::make_shared<ShardIntake>(std::array<ShardRowsTarget, 3>{},
-                                       DType::kFloat32);
+AttachedShard EmptyShard() {
+  return {std::make_shared<ShardIntake>(std::array<ShardRowsTarget, 3>{},
+                                        DType::kFloat32),
+          std::make_shared<OutputLanes>()};
 }
 
 TEST(AttachedRowStreams, StreamThatComesFirstWaitsForTheHeader) {
@@ -35,15 +36,16 @@ TEST(AttachedRowStreams, StreamThatComesFirstWaitsForTheHeader) {
   RecordingWaiter early;
   streams.Await("r1/0", &early);
   EXPECT_EQ(early.answers, 0);
-  const std::shared_ptr<ShardIntake> intake = EmptyIntake();
-  ASSERT_TRUE(streams.Open("r1/0", intake).ok());
+  const AttachedShard shard = EmptyShard();
+  ASSERT_TRUE(streams.Open("r1/0", shard).ok());
   EXPECT_EQ(early.answers, 1);
-  EXPECT_EQ(early.attached, intake);
+  EXPECT_EQ(early.attached.intake, shard.intake);
+  EXPECT_EQ(early.attached.lanes, shard.lanes);
 
   RecordingWaiter late;
   streams.Await("r1/0", &late);
   EXPECT_EQ(late.answers, 1);
-  EXPECT_EQ(late.attached, intake);
+  EXPECT_EQ(late.attached.intake, shard.intake);
 }
 
 TEST(AttachedRowStreams, ClosedKeyRefusesWaitingAndLaterStreams) {
@@ -59,7 +61,7 @@ TEST(AttachedRowStreams, ClosedKeyRefusesWaitingAndLaterStreams) {
   streams.Await("r2/1", &late);
   EXPECT_EQ(late.answers, 1);
   EXPECT_EQ(late.refused.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(streams.Open("r2/1", EmptyIntake()).code(),
+  EXPECT_EQ(streams.Open("r2/1", EmptyShard()).code(),
             absl::StatusCode::kInvalidArgument);
 }
 
@@ -69,14 +71,14 @@ TEST(AttachedRowStreams, ForgottenWaiterIsNotAnswered) {
   streams.Await("r3/0", &cancelled);
   EXPECT_TRUE(streams.Forget("r3/0", &cancelled));
   EXPECT_FALSE(streams.Forget("r3/0", &cancelled));
-  ASSERT_TRUE(streams.Open("r3/0", EmptyIntake()).ok());
+  ASSERT_TRUE(streams.Open("r3/0", EmptyShard()).ok());
   EXPECT_EQ(cancelled.answers, 0);
 }
 
 TEST(AttachedRowStreams, KeyOpenTwiceIsRefused) {
   AttachedRowStreams streams;
-  ASSERT_TRUE(streams.Open("r4/0", EmptyIntake()).ok());
-  const absl::Status second = streams.Open("r4/0", EmptyIntake());
+  ASSERT_TRUE(streams.Open("r4/0", EmptyShard()).ok());
+  const absl::Status second = streams.Open("r4/0", EmptyShard());
   EXPECT_EQ(second.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(second.message().find("in use"), std::string::npos) << second;
 }

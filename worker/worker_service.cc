@@ -31,6 +31,8 @@
 #include "worker/gpu_partial_reduction.h"
 #include "worker/gpu_ring_executor.h"
 #include "worker/kernel_launches.h"
+#include "worker/output_dealer.h"
+#include "worker/output_lanes.h"
 #include "worker/partial_reduction.h"
 #include "worker/pass_q_executor.h"
 #include "worker/pinned_host_regions.h"
@@ -137,7 +139,12 @@ class ExecuteReactor final
 
  private:
   // Only gRPC and the computation delete it (Release).
-  ~ExecuteReactor() override { CloseRowStreams(); }
+  ~ExecuteReactor() override {
+    CloseRowStreams();
+    if (lanes_ != nullptr) {
+      lanes_->End(absl::CancelledError("its Execute stream ended"));
+    }
+  }
 
   // Drops one of the two holders: gRPC (until OnDone) and the computation.
   void Release() {
@@ -170,8 +177,10 @@ class ExecuteReactor final
     Log(status.ok() ? spdlog::level::info : spdlog::level::warn,
         absl::StrCat("finished: ", status.ToString()));
     // Attached streams still waiting for this stream's shard are refused
-    // now rather than when it is freed.
+    // now rather than when it is freed, and those waiting for its output end
+    // with its error.
     CloseRowStreams();
+    if (lanes_ != nullptr && !status.ok()) lanes_->End(status);
     // The computation is over: give the execution slot back before the caller
     // hears the status, so that its next stream is admitted (the buffers
     // themselves go in OnDone, moments later).
@@ -217,10 +226,11 @@ class ExecuteReactor final
   }
 
   // Lets AttachRows streams that present the header's rows_key place rows
-  // into this stream's shard.
+  // into this stream's shard and then wait to carry part of its output.
   absl::Status OpenRowStreams() {
     if (rows_key_.empty()) return absl::OkStatus();
-    absl::Status opened = attached_rows_.Open(rows_key_, intake_);
+    lanes_ = std::make_shared<OutputLanes>();
+    absl::Status opened = attached_rows_.Open(rows_key_, {intake_, lanes_});
     if (!opened.ok()) rows_key_.clear();  // not ours to close
     return opened;
   }
@@ -810,10 +820,11 @@ class ExecuteReactor final
     return options;
   }
 
-  // Logs what was computed and starts writing `output`.
+  // Logs what was computed and starts writing `output`, over the attached
+  // streams too if there are any.
   void StartOutput(RingOutput output) {
-    output_ = std::move(output);
-    const RingRunStats& stats = output_.stats;
+    stats_ = output.stats;
+    const RingRunStats& stats = stats_;
     Log(spdlog::level::info,
         absl::StrCat("computed: ", stats.steps, " steps, ", stats.transfers,
                      " blocks sent, ", stats.tasks,
@@ -823,56 +834,11 @@ class ExecuteReactor final
                          ? stats.flops / stats.compute_seconds / 1e9
                          : 0.0,
                      " GFLOP/s), ", stats.wait_seconds, " s waiting"));
-    const int64_t row_bytes =
-        output_.o.view().row_bytes() + sizeof(float) * spec_.q_heads;
-    rows_per_message_ = std::max<int64_t>(1, kOutputMessageBytes / row_bytes);
+    dealer_ = std::make_shared<OutputDealer>(
+        std::move(output.o), std::move(output.lse), q_chunks_,
+        spec_.hilbert.has_value(), kOutputMessageBytes);
+    if (lanes_ != nullptr) lanes_->Start(dealer_);
     WriteNext();
-  }
-
-  // Moves the output cursor past the chunks and batches whose rows were all
-  // sent; false once every row was.
-  bool SkipSentChunks() {
-    while (batch_ < spec_.batch) {
-      if (chunk_ == q_chunks_.size()) {
-        ++batch_;
-        chunk_ = 0;
-        chunk_row_ = 0;
-        offset_ = 0;
-        continue;
-      }
-      if (offset_ >= q_chunks_[chunk_].size()) {
-        chunk_row_ += q_chunks_[chunk_].size();
-        ++chunk_;
-        offset_ = 0;
-        continue;
-      }
-      return true;
-    }
-    return false;
-  }
-
-  // Fills `out` with the next run of output rows; false when all are sent.
-  bool NextOutput(v1::ShardOutput* out) {
-    if (!SkipSentChunks()) return false;
-    const Range& chunk = q_chunks_[chunk_];
-    const int64_t count = std::min(rows_per_message_, chunk.size() - offset_);
-    const int64_t row = chunk_row_ + offset_;
-    const int64_t position = chunk.begin + offset_;
-    out->set_batch(batch_);
-    out->set_count(count);
-    if (spec_.hilbert.has_value()) {
-      for (int64_t i = 0; i < count; ++i) out->add_positions(position + i);
-    } else {
-      out->set_first_position(position);
-    }
-    const TypedView o = output_.o.view();
-    out->set_data(o.Row(batch_, row), count * o.row_bytes());
-    out->set_dtype(DTypeToProto(o.dtype()));
-    out->set_lse(output_.lse.view().Row(batch_, row, 0),
-                 sizeof(float) * count * spec_.q_heads);
-    offset_ += count;
-    ++messages_;
-    return true;
   }
 
   // Starts writing the next output rows; the last of them go with the
@@ -881,12 +847,12 @@ class ExecuteReactor final
   // StartWrite: OnWriteDone may already be running.
   void WriteNext() {
     response_.Clear();
-    if (!NextOutput(response_.mutable_output())) response_.clear_output();
-    if (response_.has_output() && SkipSentChunks()) {
+    if (!dealer_->Next(response_.mutable_output())) response_.clear_output();
+    if (response_.has_output() && dealer_->HasMore()) {
       StartWrite(&response_);
       return;
     }
-    const RingRunStats& stats = output_.stats;
+    const RingRunStats& stats = stats_;
     v1::ExecuteDone* done = response_.mutable_done();
     done->set_peak_bytes(stats.peak_bytes);
     done->set_compute_seconds(stats.compute_seconds);
@@ -898,7 +864,9 @@ class ExecuteReactor final
       (*done->mutable_kernel_launches())[kernel] = launches;
     }
     Log(spdlog::level::info,
-        absl::StrCat("output sent in ", messages_, " messages; finished: OK"));
+        absl::StrCat("output handed out in ", dealer_->messages(), " messages",
+                     lanes_ != nullptr ? " over attached streams too" : "",
+                     "; finished: OK"));
     ticket_ = ExecutionBudget::Ticket();
     StartWriteAndFinish(&response_, grpc::WriteOptions(), grpc::Status::OK);
   }
@@ -959,15 +927,13 @@ class ExecuteReactor final
   absl::Mutex mutex_;
   RingCommunicator* communicator_ ABSL_GUARDED_BY(mutex_) = nullptr;
 
-  // The output and where writing it has got to.
-  RingOutput output_;
+  // The output: the positions of this rank's query rows, what computing
+  // them took, and their rows as handed out to this stream and the attached
+  // ones waiting for output (lanes_, with the header's rows_key).
   std::vector<Range> q_chunks_;
-  int64_t rows_per_message_ = 1;
-  int64_t batch_ = 0;
-  size_t chunk_ = 0;
-  int64_t chunk_row_ = 0;  // local row of q_chunks_[chunk_].begin
-  int64_t offset_ = 0;     // rows of the chunk already sent
-  int64_t messages_ = 0;
+  RingRunStats stats_;
+  std::shared_ptr<OutputDealer> dealer_;
+  std::shared_ptr<OutputLanes> lanes_;
 };
 
 // One StoreContext stream: the header, then the K and V rows of this worker's
@@ -1019,16 +985,19 @@ class StoreContextReactor final
 };
 
 // One AttachRows stream: waits for the Execute stream whose header named its
-// key, then places its rows into that stream's shard until the coordinator
-// closes it. Deletes itself in OnDone.
+// key, places its rows into that stream's shard until the coordinator closes
+// its side, answers how many it stored, then carries the output rows its
+// OutputLanes deal it. After the rows, `mutex_` orders the writes with the
+// lanes' answer (Start or End), which may come on any thread. Deletes itself
+// in OnDone.
 class AttachRowsReactor final
-    : public grpc::ServerReadReactor<v1::ExecuteRequest>,
-      public AttachedRowStreams::Waiter {
+    : public grpc::ServerBidiReactor<v1::ExecuteRequest, v1::ExecuteResponse>,
+      public AttachedRowStreams::Waiter,
+      public OutputLanes::Lane {
  public:
   AttachRowsReactor(grpc::CallbackServerContext* context,
-                    AttachedRowStreams& streams,
-                    v1::AttachRowsResponse* response)
-      : streams_(streams), response_(response) {
+                    AttachedRowStreams& streams)
+      : streams_(streams) {
     const auto& metadata = context->client_metadata();
     const auto key = metadata.find(kRowsKeyMetadata);
     if (key == metadata.end()) {
@@ -1042,8 +1011,12 @@ class AttachRowsReactor final
     streams_.Await(key_, this);
   }
 
-  void Attach(std::shared_ptr<ShardIntake> intake) override {
-    intake_ = std::move(intake);
+  void Attach(AttachedShard shard) override {
+    {
+      absl::MutexLock lock(&mutex_);
+      lanes_ = shard.lanes;
+    }
+    intake_ = std::move(shard.intake);
     StartRead(&request_);
   }
 
@@ -1051,8 +1024,16 @@ class AttachRowsReactor final
 
   void OnReadDone(bool ok) override {
     if (!ok) {
-      response_->set_rows(rows_);
-      Finish(grpc::Status::OK);
+      // Every row of this stream is stored: say so, then wait for output.
+      std::shared_ptr<OutputLanes> lanes;
+      {
+        absl::MutexLock lock(&mutex_);
+        response_.set_rows_stored(rows_);
+        writing_ = true;
+        StartWrite(&response_);
+        lanes = lanes_;
+      }
+      lanes->Join(this);
       return;
     }
     if (!request_.has_rows()) {
@@ -1070,23 +1051,88 @@ class AttachRowsReactor final
     StartRead(&request_);
   }
 
+  void Start(std::shared_ptr<OutputDealer> dealer) override {
+    absl::MutexLock lock(&mutex_);
+    dealer_ = std::move(dealer);
+    if (writing_) return;
+    if (ended_.has_value()) {
+      Finish(ToGrpcStatus(*ended_));
+    } else {
+      WriteNextLocked();
+    }
+  }
+
+  void End(absl::Status status) override {
+    absl::MutexLock lock(&mutex_);
+    if (writing_) {
+      ended_ = std::move(status);
+    } else {
+      Finish(ToGrpcStatus(status));
+    }
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mutex_);
+    writing_ = false;
+    if (!ok) {
+      const absl::Status broken = absl::CancelledError(
+          "the stream broke while the output was being sent");
+      // Until the lanes answer, it is theirs to finish.
+      if (dealer_ == nullptr && !ended_.has_value() && !lanes_->Leave(this)) {
+        ended_ = broken;
+        return;
+      }
+      Finish(ToGrpcStatus(broken));
+      return;
+    }
+    if (ended_.has_value()) {
+      Finish(ToGrpcStatus(*ended_));
+    } else if (dealer_ != nullptr) {
+      WriteNextLocked();
+    }
+  }
+
   void OnCancel() override {
-    // Still waiting: nothing else will answer it.
+    // Still waiting for its Execute stream's header, or for output: nothing
+    // else will answer it.
     if (streams_.Forget(key_, this)) {
       Finish(ToGrpcStatus(absl::CancelledError(
           "cancelled while waiting for its Execute stream's header")));
+      return;
+    }
+    absl::MutexLock lock(&mutex_);
+    if (lanes_ != nullptr && !writing_ && lanes_->Leave(this)) {
+      Finish(ToGrpcStatus(
+          absl::CancelledError("cancelled while waiting for the output")));
     }
   }
 
   void OnDone() override { delete this; }
 
  private:
+  // Writes the next output rows, or ends the stream once all are out.
+  void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    response_.Clear();
+    if (!dealer_->Next(response_.mutable_output())) {
+      Finish(grpc::Status::OK);
+      return;
+    }
+    writing_ = true;
+    StartWrite(&response_);
+  }
+
   AttachedRowStreams& streams_;
-  v1::AttachRowsResponse* const response_;
   std::string key_;
   std::shared_ptr<ShardIntake> intake_;
   v1::ExecuteRequest request_;
   int64_t rows_ = 0;
+
+  absl::Mutex mutex_;
+  std::shared_ptr<OutputLanes> lanes_ ABSL_GUARDED_BY(mutex_);
+  v1::ExecuteResponse response_ ABSL_GUARDED_BY(mutex_);
+  bool writing_ ABSL_GUARDED_BY(mutex_) = false;
+  std::shared_ptr<OutputDealer> dealer_ ABSL_GUARDED_BY(mutex_);
+  std::optional<absl::Status> ended_ ABSL_GUARDED_BY(mutex_);
 };
 
 }  // namespace
@@ -1122,9 +1168,9 @@ WorkerService::Execute(grpc::CallbackServerContext* context) {
                             budget_.Admit());
 }
 
-grpc::ServerReadReactor<v1::ExecuteRequest>* WorkerService::AttachRows(
-    grpc::CallbackServerContext* context, v1::AttachRowsResponse* response) {
-  return new AttachRowsReactor(context, attached_rows_, response);
+grpc::ServerBidiReactor<v1::ExecuteRequest, v1::ExecuteResponse>*
+WorkerService::AttachRows(grpc::CallbackServerContext* context) {
+  return new AttachRowsReactor(context, attached_rows_);
 }
 
 ResidentContexts& WorkerService::contexts() {

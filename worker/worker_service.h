@@ -21,7 +21,9 @@
 // callback reactors (no gRPC thread is parked on a stream); the computation of
 // a request runs on a thread of its own. A large shard may also arrive on
 // AttachRows streams (each on a connection of its own) that present the
-// rows_key of its Execute stream's header; 'run' comes once they finished.
+// rows_key of its Execute stream's header; 'run' comes once they answered
+// that their rows are stored, and the output goes back over them and the
+// Execute stream at once.
 // Cancelling a stream, or its deadline passing, aborts the ring on this rank
 // and frees the request's memory. Bad input gets INVALID_ARGUMENT naming the
 // problem; a worker at its limits answers RESOURCE_EXHAUSTED. Thread-safe.
@@ -87,9 +89,8 @@ class WorkerService final : public v1::Worker::CallbackService {
 
   grpc::ServerBidiReactor<v1::ExecuteRequest, v1::ExecuteResponse>* Execute(
       grpc::CallbackServerContext* context) override;
-  grpc::ServerReadReactor<v1::ExecuteRequest>* AttachRows(
-      grpc::CallbackServerContext* context,
-      v1::AttachRowsResponse* response) override;
+  grpc::ServerBidiReactor<v1::ExecuteRequest, v1::ExecuteResponse>* AttachRows(
+      grpc::CallbackServerContext* context) override;
   grpc::ServerReadReactor<v1::StoreContextRequest>* StoreContext(
       grpc::CallbackServerContext* context,
       v1::StoreContextResponse* response) override;

@@ -11,10 +11,12 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
@@ -868,8 +870,10 @@ TEST(WorkerServiceCommunicatorKey, FailedRunRetiresTheKeyAndTheNextKeyWorks) {
   }
 }
 
-// One AttachRows stream to a worker under `key`, written on a thread of its
-// own: it may have to wait for its Execute stream's header.
+// One AttachRows stream to a worker under `key`, written and read on a
+// thread of its own: it may have to wait for its Execute stream's header.
+// It sends `requests`, closes its side, and then reads what the worker
+// answers: rows_stored, then output rows.
 class AttachedStream {
  public:
   AttachedStream(v1::Worker::Stub& stub, const std::string& key,
@@ -877,35 +881,57 @@ class AttachedStream {
                  absl::Duration deadline = absl::Seconds(30)) {
     context_.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
     if (!key.empty()) context_.AddMetadata(kRowsKeyMetadata, key);
-    stream_ = stub.AttachRows(&context_, &response_);
+    stream_ = stub.AttachRows(&context_);
     thread_ = std::thread([this, requests = std::move(requests)] {
       for (const v1::ExecuteRequest& request : requests) {
         if (!stream_->Write(request)) break;
       }
       stream_->WritesDone();
+      v1::ExecuteResponse response;
+      if (stream_->Read(&response)) {
+        EXPECT_FALSE(response.has_output() || response.has_done());
+        rows_stored_ = response.rows_stored();
+        stored_.Notify();
+        while (stream_->Read(&response)) output_.push_back(response);
+      } else {
+        stored_.Notify();
+      }
       status_ = stream_->Finish();
     });
   }
   ~AttachedStream() { Join(); }
 
-  // Waits until the worker answered; its status.
+  // Waits until the worker said how many rows it stored (or the stream
+  // ended); that count.
+  int64_t WaitStored() {
+    stored_.WaitForNotification();
+    return rows_stored_;
+  }
+
+  // Waits until the stream ended; its status.
   grpc::Status Join() {
     if (thread_.joinable()) thread_.join();
     return status_;
   }
-  int64_t rows() const { return response_.rows(); }
+  // The output rows it brought; valid after Join.
+  const std::vector<v1::ExecuteResponse>& output() const { return output_; }
 
  private:
   grpc::ClientContext context_;
-  v1::AttachRowsResponse response_;
-  std::unique_ptr<grpc::ClientWriter<v1::ExecuteRequest>> stream_;
+  std::unique_ptr<
+      grpc::ClientReaderWriter<v1::ExecuteRequest, v1::ExecuteResponse>>
+      stream_;
+  absl::Notification stored_;
+  int64_t rows_stored_ = -1;
+  std::vector<v1::ExecuteResponse> output_;
   grpc::Status status_;
   std::thread thread_;
 };
 
 // Rank `rank`'s share of KeyedRingRequests, its rows dealt over the Execute
 // stream and `attached` AttachRows streams (the first opened before the
-// Execute stream), 'run' sent once those finished.
+// Execute stream), 'run' sent once those said their rows are stored. The
+// responses of all streams, the Execute stream's last.
 ExecuteResult ExecuteWithAttachedRows(v1::Worker::Stub& stub,
                                       std::vector<v1::ExecuteRequest> requests,
                                       const std::string& key, int attached) {
@@ -931,18 +957,48 @@ ExecuteResult ExecuteWithAttachedRows(v1::Worker::Stub& stub,
   for (int lane = 1; lane < attached; ++lane) {
     streams.push_back(std::make_unique<AttachedStream>(stub, key, dealt[lane]));
   }
-  int64_t attached_rows = 0;
+  int64_t stored_rows = 0;
+  for (auto& attached_stream : streams) {
+    stored_rows += attached_stream->WaitStored();
+  }
+  EXPECT_EQ(stored_rows, dealt_rows);
+  stream->Write(requests.back());
+  ExecuteResult own_result = Finish(*stream);
+  ExecuteResult result;
   for (auto& attached_stream : streams) {
     const grpc::Status status = attached_stream->Join();
     EXPECT_TRUE(status.ok()) << status.error_message();
-    attached_rows += attached_stream->rows();
+    for (const v1::ExecuteResponse& response : attached_stream->output()) {
+      result.responses.push_back(response);
+    }
   }
-  EXPECT_EQ(attached_rows, dealt_rows);
-  stream->Write(requests.back());
-  return Finish(*stream);
+  for (v1::ExecuteResponse& response : own_result.responses) {
+    result.responses.push_back(std::move(response));
+  }
+  result.status = own_result.status;
+  return result;
 }
 
-TEST(WorkerServiceAttachedRows, RowsOverSeveralStreamsComputeTheSameRows) {
+// Every output row of `responses` by (batch, position): its O and LSE bytes.
+std::map<std::pair<int64_t, int64_t>, std::string> OutputRows(
+    const std::vector<v1::ExecuteResponse>& responses) {
+  std::map<std::pair<int64_t, int64_t>, std::string> rows;
+  for (const v1::ExecuteResponse& response : responses) {
+    if (!response.has_output()) continue;
+    const v1::ShardOutput& out = response.output();
+    const size_t o_bytes = out.data().size() / out.count();
+    const size_t lse_bytes = out.lse().size() / out.count();
+    for (int64_t i = 0; i < out.count(); ++i) {
+      const auto key = std::make_pair(out.batch(), out.first_position() + i);
+      EXPECT_EQ(rows.count(key), 0u) << "row sent twice";
+      rows[key] = out.data().substr(i * o_bytes, o_bytes) +
+                  out.lse().substr(i * lse_bytes, lse_bytes);
+    }
+  }
+  return rows;
+}
+
+TEST(WorkerServiceAttachedRows, RowsAndOutputOverSeveralStreamsMatchOneStream) {
   gloo::rendezvous::HashStore store;
   std::vector<std::unique_ptr<TestWorker>> workers = Workers(store, 2);
   const AttentionSpec spec = Spec(23, true);
@@ -958,16 +1014,37 @@ TEST(WorkerServiceAttachedRows, RowsOverSeveralStreamsComputeTheSameRows) {
     });
   }
   for (std::thread& thread : threads) thread.join();
+  size_t rows = 0;
   for (int r = 0; r < 2; ++r) {
     ASSERT_TRUE(plain[r].status.ok()) << plain[r].status.error_message();
     ASSERT_TRUE(attached[r].status.ok()) << attached[r].status.error_message();
-    ASSERT_EQ(plain[r].responses.size(), attached[r].responses.size());
-    for (size_t i = 0; i < plain[r].responses.size(); ++i) {
-      EXPECT_EQ(plain[r].responses[i].output().data(),
-                attached[r].responses[i].output().data())
-          << "rank " << r << " message " << i;
-    }
+    ASSERT_TRUE(attached[r].responses.back().has_done());
+    const auto expected = OutputRows(plain[r].responses);
+    rows += expected.size();
+    EXPECT_EQ(OutputRows(attached[r].responses), expected) << "rank " << r;
   }
+  EXPECT_EQ(rows, static_cast<size_t>(spec.batch * spec.q_len));
+}
+
+TEST(WorkerServiceAttachedRows, StreamCarryingAHeaderIsInvalidArgument) {
+  gloo::rendezvous::HashStore store;
+  TestWorker worker(store, WorkerServiceOptions());
+  const AttentionSpec spec = Spec(10, false);
+  std::vector<v1::ExecuteRequest> requests =
+      KeyedRingRequests(spec, 0, "stray", "", 20);
+  requests.front().mutable_header()->set_world_size(1);
+  requests.front().mutable_header()->set_rows_key("stray/0");
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+  auto stream = worker.stub().Execute(&context);
+  ASSERT_TRUE(stream->Write(requests.front()));
+  AttachedStream stray(worker.stub(), "stray/0", {requests.front()});
+  const grpc::Status status = stray.Join();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("carries rows only"), std::string::npos)
+      << status.error_message();
+  context.TryCancel();
+  Finish(*stream);
 }
 
 TEST(WorkerServiceAttachedRows, StreamAfterRunIsRefused) {
