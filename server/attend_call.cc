@@ -1,6 +1,7 @@
 #include "server/attend_call.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -189,6 +190,12 @@ class Call {
   // Queues the rows of `output` until their turn (its data may be moved
   // away).
   absl::Status TakeOutput(v1::ShardOutput& output);
+  // With forward_output_: sends the rows of `output` to the client as one
+  // chunk on an attached download stream, from the thread that read them
+  // (its data may be moved away).
+  absl::Status ForwardOutput(v1::ShardOutput& output);
+  // The first failure of ForwardOutput; OK if none.
+  absl::Status ForwardFailure();
   absl::Status MergePartial(const v1::ShardOutput& output);
   absl::Status EmitMerged();
   absl::Status EmitReady(bool flush);
@@ -234,6 +241,13 @@ class Call {
 
   absl::Mutex mutex_;
   std::deque<WorkerEvent> events_ ABSL_GUARDED_BY(mutex_);
+  // Output rows go from the threads that read the workers straight to the
+  // client's attached download streams, in whatever order they come, instead
+  // of through this call's thread in token order (StartWorkers decides).
+  bool forward_output_ = false;
+  std::atomic<int64_t> rows_forwarded_{0};
+  std::atomic<int64_t> bytes_forwarded_{0};
+  absl::Status forward_failure_ ABSL_GUARDED_BY(mutex_);
 
   std::map<int64_t, OutputRun> pending_;  // by b * Nq + token
   // Broadcast-Q merged at the coordinator: every row's output merged over the
@@ -816,10 +830,26 @@ absl::Status Call::StartWorkers() {
     return absl::OkStatus();
   }
   // Each worker's output comes over its Execute stream and its AttachRows
-  // streams at once, each read on a thread of its own.
+  // streams at once, each read on a thread of its own. When the client takes
+  // output over attached streams, those threads send it on themselves: one
+  // thread would hold every row to token order.
+  forward_output_ = shared_download_ != nullptr &&
+                    strategy_ != v1::BROADCAST_Q && !spec_.hilbert.has_value();
   auto read = [this](int rank, ExecuteStream* stream) {
     v1::ExecuteResponse response;
     while (stream->Read(&response)) {
+      if (forward_output_ && response.has_output()) {
+        absl::Status forwarded = ForwardOutput(*response.mutable_output());
+        if (!forwarded.ok()) {
+          {
+            absl::MutexLock lock(&mutex_);
+            if (forward_failure_.ok()) forward_failure_ = std::move(forwarded);
+          }
+          CancelWorkers();
+        }
+        response.clear_output();
+        if (!response.has_done()) continue;
+      }
       absl::MutexLock lock(&mutex_);
       events_.push_back({rank, std::move(response), grpc::Status::OK});
     }
@@ -887,6 +917,7 @@ absl::Status Call::Compute() {
   while (finished < streams_running_) {
     // Wakes now and then to notice a client that went away during compute.
     std::optional<WorkerEvent> event = NextEvent(absl::Milliseconds(200));
+    RINGATTN_RETURN_IF_ERROR(ForwardFailure());
     if (!event.has_value()) {
       if (context_->IsCancelled()) {
         CancelWorkers();
@@ -908,11 +939,13 @@ absl::Status Call::Compute() {
   if (strategy_ == v1::BROADCAST_Q && merge_ != v1::MERGE_ON_WORKERS) {
     RINGATTN_RETURN_IF_ERROR(EmitMerged());
   }
-  if (next_row_ != spec_.batch * spec_.q_len) {
-    return absl::InternalError(absl::StrCat("workers returned ", next_row_,
-                                            " of ", spec_.batch * spec_.q_len,
+  const int64_t rows = next_row_ + rows_forwarded_.load();
+  if (rows != spec_.batch * spec_.q_len) {
+    return absl::InternalError(absl::StrCat("workers returned ", rows, " of ",
+                                            spec_.batch * spec_.q_len,
                                             " output rows"));
   }
+  bytes_out_ += bytes_forwarded_.load();
   return absl::OkStatus();
 }
 
@@ -967,6 +1000,52 @@ absl::Status Call::TakeOutput(v1::ShardOutput& output) {
     run.count += rows;
   }
   return absl::OkStatus();
+}
+
+absl::Status Call::ForwardOutput(v1::ShardOutput& output) {
+  absl::StatusOr<DType> dtype = CheckOutputSize(output);
+  if (!dtype.ok()) return dtype.status();
+  const int64_t first = output.first_position();
+  const int64_t count = output.count();
+  if (output.positions_size() > 0 || first < 0 || first + count > spec_.q_len) {
+    return absl::InternalError("a worker sent output rows outside the query");
+  }
+  v1::AttendResponse response;
+  v1::OutputChunk& chunk = *response.mutable_output();
+  chunk.set_batch(output.batch());
+  chunk.set_token_offset(first);
+  chunk.set_token_count(count);
+  if (*dtype == output_dtype_) {
+    *chunk.mutable_data() = std::move(*output.mutable_data());
+  } else {
+    const int64_t values = count * spec_.q_heads * spec_.head_dim;
+    std::string& data = *chunk.mutable_data();
+    data.resize(static_cast<size_t>(values * DTypeSize(output_dtype_)));
+    ConvertDType(*dtype, output.data().data(), output_dtype_, data.data(),
+                 values);
+  }
+  if (spec_proto_.return_lse()) {
+    // [count, Hq] from the worker; [Hq, count] in a chunk.
+    const float* lse = reinterpret_cast<const float*>(output.lse().data());
+    std::vector<float> transposed(static_cast<size_t>(count * spec_.q_heads));
+    for (int64_t t = 0; t < count; ++t) {
+      for (int64_t h = 0; h < spec_.q_heads; ++h) {
+        transposed[h * count + t] = lse[t * spec_.q_heads + h];
+      }
+    }
+    chunk.set_lse(transposed.data(), transposed.size() * sizeof(float));
+  }
+  const int64_t bytes =
+      static_cast<int64_t>(chunk.data().size() + chunk.lse().size());
+  RINGATTN_RETURN_IF_ERROR(shared_download_->DealAttached(response));
+  rows_forwarded_ += count;
+  bytes_forwarded_ += bytes;
+  return absl::OkStatus();
+}
+
+absl::Status Call::ForwardFailure() {
+  absl::MutexLock lock(&mutex_);
+  return forward_failure_;
 }
 
 absl::Status Call::MergePartial(const v1::ShardOutput& output) {

@@ -41,15 +41,17 @@ class RowStreams : public testing::Test {
     return metrics.ok() ? SeriesValue(*metrics, kRowStreams) : -1;
   }
 
-  // Sends `spec` in chunks of 64 KiB (so that every stream carries some)
-  // and checks the result; the request must open 2 AttachRows streams per
-  // worker.
+  // Sends `spec` in chunks of 64 KiB (so that every stream carries some),
+  // takes the output over `download_streams`, and checks the result; the
+  // request must open 2 AttachRows streams per worker.
   static void ExpectMatchesOverRowStreams(const AttentionSpec& spec,
-                                          v1::DType wire, uint32_t seed) {
+                                          v1::DType wire, uint32_t seed,
+                                          int download_streams) {
     const double before = StreamsOpened();
     const RandomInputs in = MakeRandomInputs(spec, seed, wire);
     ClientOptions options;
     options.chunk_bytes = 64 << 10;
+    options.download_streams = download_streams;
     absl::StatusOr<AttendResult> result =
         cluster_->NewClient(std::move(options))
             ->Attend(RequestSpec(spec, wire), in.q.view(), in.k.view(),
@@ -67,12 +69,21 @@ TestCluster* RowStreams::cluster_ = nullptr;
 TEST_F(RowStreams, CausalGqaPrimeLengthMatchesReference) {
   // Q alone is 2.1 MB of fp32, past the one-message path.
   ExpectMatchesOverRowStreams(SelfAttentionSpec(1031, 8, 2, 64, true), v1::FP32,
-                              3);
+                              3, /*download_streams=*/1);
 }
 
 TEST_F(RowStreams, DenseBfloat16WithHeadDim80MatchesReference) {
   ExpectMatchesOverRowStreams(SelfAttentionSpec(1499, 8, 1, 80, false),
-                              v1::BF16, 4);
+                              v1::BF16, 4, /*download_streams=*/1);
+}
+
+// The workers' output over their row streams, forwarded by the threads that
+// read them to the client's attached download streams.
+TEST_F(RowStreams, OutputForwardedToDownloadStreamsMatchesReference) {
+  ExpectMatchesOverRowStreams(SelfAttentionSpec(1031, 8, 2, 64, true), v1::FP32,
+                              5, /*download_streams=*/3);
+  ExpectMatchesOverRowStreams(SelfAttentionSpec(1499, 8, 1, 80, false),
+                              v1::BF16, 6, /*download_streams=*/2);
 }
 
 TEST(RowStreamFaults, WorkerKilledMidUploadFailsTheRequestInTime) {
