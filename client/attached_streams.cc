@@ -28,16 +28,52 @@ SharedChunks::SharedChunks(ChunkSource* source, int streams, Report report)
     : report_(std::move(report)),
       total_bytes_(source->total_bytes()),
       source_(source),
-      in_flight_(static_cast<size_t>(streams), 0) {}
+      indexed_(source->chunk_count() >= 0),
+      in_flight_(static_cast<size_t>(streams), 0) {
+  if (!indexed_) return;
+  const int64_t count = source->chunk_count();
+  for (int s = 0; s < streams; ++s) {
+    runs_.push_back({count * s / streams, count * (s + 1) / streams});
+  }
+}
 
 bool SharedChunks::Next(int stream, v1::TensorChunk* chunk) {
+  int64_t index;
+  {
+    absl::MutexLock lock(&mutex_);
+    Written(stream);
+    if (!indexed_) {
+      const bool more = source_->Next(chunk);
+      if (more) in_flight_[stream] = static_cast<int64_t>(chunk->data().size());
+      return more;
+    }
+    index = TakeIndex(stream);
+    if (index < 0) return false;
+  }
+  source_->Fill(index, chunk);
   absl::MutexLock lock(&mutex_);
+  in_flight_[stream] = static_cast<int64_t>(chunk->data().size());
+  return true;
+}
+
+void SharedChunks::Written(int stream) {
   bytes_done_ += in_flight_[stream];
   in_flight_[stream] = 0;
-  const bool more = source_->Next(chunk);
-  if (more) in_flight_[stream] = static_cast<int64_t>(chunk->data().size());
   if (report_) report_(bytes_done_, total_bytes_);
-  return more;
+}
+
+int64_t SharedChunks::TakeIndex(int stream) {
+  Run& own = runs_[stream];
+  if (own.next < own.end) return own.next++;
+  Run* longest = nullptr;
+  for (Run& run : runs_) {
+    if (longest == nullptr ||
+        run.end - run.next > longest->end - longest->next) {
+      longest = &run;
+    }
+  }
+  if (longest->next == longest->end) return -1;
+  return --longest->end;
 }
 
 AttachedStreams::AttachedStreams(

@@ -29,7 +29,10 @@ namespace ringattn {
 // Hands out the chunks of one source to `streams` streams, one chunk at a
 // time, and reports the upload's progress over all of them: bytes of the
 // chunks whose stream has since asked for another (so they were written).
-// Thread-safe.
+// A source that makes chunks on demand (ChunkSource::chunk_count) is cut into
+// one run of chunks per stream, each stream filling its own outside the lock
+// and taking over the rest of the longest other run once its own is out;
+// other sources hand out their chunks in order under the lock. Thread-safe.
 class SharedChunks {
  public:
   // Called with (bytes done, bytes in all); may be empty.
@@ -46,13 +49,26 @@ class SharedChunks {
   int64_t total_bytes() const { return total_bytes_; }
 
  private:
+  // Chunks [next, end) of the source, not yet handed out.
+  struct Run {
+    int64_t next = 0;
+    int64_t end = 0;
+  };
+  // The chunk stream `stream` fills next: its run's next, else the last of
+  // the longest other run; -1 once none is left.
+  int64_t TakeIndex(int stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Counts the chunk stream `stream` was handed last as written.
+  void Written(int stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+
   const Report report_;
   const int64_t total_bytes_;
+  ChunkSource* const source_;
+  const bool indexed_;  // the source makes chunks on demand
   absl::Mutex mutex_;
-  ChunkSource* const source_ ABSL_PT_GUARDED_BY(mutex_);
   int64_t bytes_done_ ABSL_GUARDED_BY(mutex_) = 0;
   // By stream: data bytes of the chunk it was handed last.
   std::vector<int64_t> in_flight_ ABSL_GUARDED_BY(mutex_);
+  std::vector<Run> runs_ ABSL_GUARDED_BY(mutex_);  // by stream, if indexed_
 };
 
 // The chunks one stream of a SharedChunks sends, as a ChunkSource.

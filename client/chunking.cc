@@ -15,45 +15,55 @@ void ChunkStream::Add(v1::TensorName name, View<const float> tensor) {
   entries_.push_back({name, tensor});
 }
 
+void ChunkStream::Plan() {
+  if (planned_) return;
+  planned_ = true;
+  const int64_t chunk_bytes = std::min(
+      chunk_bytes_, std::max(kLeastSplitChunkBytes, total_bytes() / 8));
+  for (size_t e = 0; e < entries_.size(); ++e) {
+    const Shape& shape = entries_[e].tensor.shape();
+    const int64_t row_bytes =
+        std::max<int64_t>(1, shape.heads * shape.dim * DTypeSize(wire_dtype_));
+    const int64_t rows_per_chunk =
+        std::max<int64_t>(1, chunk_bytes / row_bytes);
+    for (int64_t b = 0; b < shape.batch; ++b) {
+      for (int64_t token = 0; token < shape.seq; token += rows_per_chunk) {
+        places_.push_back(
+            {e, b, token, std::min(rows_per_chunk, shape.seq - token)});
+      }
+    }
+  }
+}
+
 bool ChunkStream::Next(v1::TensorChunk* chunk) {
-  if (effective_chunk_bytes_ == 0) {
-    effective_chunk_bytes_ = std::min(
-        chunk_bytes_, std::max(kLeastSplitChunkBytes, total_bytes() / 8));
+  Plan();
+  if (next_ == places_.size()) return false;
+  Fill(static_cast<int64_t>(next_++), chunk);
+  return true;
+}
+
+int64_t ChunkStream::chunk_count() {
+  Plan();
+  return static_cast<int64_t>(places_.size());
+}
+
+void ChunkStream::Fill(int64_t index, v1::TensorChunk* chunk) const {
+  const Place& place = places_[static_cast<size_t>(index)];
+  const Entry& entry = entries_[place.entry];
+  const Shape& shape = entry.tensor.shape();
+  const int64_t row_values = shape.heads * shape.dim;
+  const int64_t row_bytes = row_values * DTypeSize(wire_dtype_);
+  chunk->set_tensor(entry.name);
+  chunk->set_batch(place.batch);
+  chunk->set_token_offset(place.token);
+  chunk->set_token_count(place.rows);
+  std::string* data = chunk->mutable_data();
+  data->resize(static_cast<size_t>(place.rows * row_bytes));
+  for (int64_t r = 0; r < place.rows; ++r) {
+    ConvertFromFloat(wire_dtype_,
+                     entry.tensor.Row(place.batch, place.token + r, 0),
+                     data->data() + r * row_bytes, row_values);
   }
-  while (entry_ < entries_.size()) {
-    const Entry& entry = entries_[entry_];
-    const Shape& shape = entry.tensor.shape();
-    if (batch_ >= shape.batch) {
-      ++entry_;
-      batch_ = 0;
-      token_ = 0;
-      continue;
-    }
-    if (token_ >= shape.seq) {
-      ++batch_;
-      token_ = 0;
-      continue;
-    }
-    const int64_t row_values = shape.heads * shape.dim;
-    const int64_t row_bytes = row_values * DTypeSize(wire_dtype_);
-    const int64_t rows =
-        std::min(shape.seq - token_,
-                 std::max<int64_t>(1, effective_chunk_bytes_ /
-                                          std::max<int64_t>(1, row_bytes)));
-    chunk->set_tensor(entry.name);
-    chunk->set_batch(batch_);
-    chunk->set_token_offset(token_);
-    chunk->set_token_count(rows);
-    std::string* data = chunk->mutable_data();
-    data->resize(rows * row_bytes);
-    for (int64_t r = 0; r < rows; ++r) {
-      ConvertFromFloat(wire_dtype_, entry.tensor.Row(batch_, token_ + r, 0),
-                       data->data() + r * row_bytes, row_values);
-    }
-    token_ += rows;
-    return true;
-  }
-  return false;
 }
 
 int64_t ChunkStream::total_bytes() const {

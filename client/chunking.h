@@ -20,6 +20,10 @@ namespace ringattn {
 // Where the TensorChunks of an upload come from, one at a time, so that
 // memory stays at one chunk whatever the tensor size: ChunkStream for host
 // tensors, or a caller's own source that reads or generates rows as they go.
+// A source may also make any of its chunks on demand (chunk_count() >= 0
+// and Fill): several upload streams then each start at a different place of
+// the tensors, so that they carry rows for different workers at once, and
+// fill their chunks in parallel (SharedChunks).
 class ChunkSource {
  public:
   virtual ~ChunkSource() = default;
@@ -29,6 +33,13 @@ class ChunkSource {
   virtual bool Next(v1::TensorChunk* chunk) = 0;
   // Data bytes of all chunks, for progress reports.
   virtual int64_t total_bytes() const = 0;
+  // How many chunks there are if Fill can make any of them (the sequence is
+  // fixed from the first call on), or -1: only Next, in order.
+  virtual int64_t chunk_count() { return -1; }
+  // Fills `chunk` with chunk `index` of the chunk_count() (the one the
+  // index-th Next would give); safe to call from several threads at once.
+  // Only for sources whose chunk_count() is not -1.
+  virtual void Fill(int64_t index, v1::TensorChunk* chunk) const {}
 };
 
 // Hands out the chunks of one or more tensors in order: for each tensor, batch
@@ -57,22 +68,31 @@ class ChunkStream : public ChunkSource {
   bool Next(v1::TensorChunk* chunk) override;
   // Wire bytes of the data of all chunks of all tensors added.
   int64_t total_bytes() const override;
+  // Fixes the chunks: no Add after the first call of this or of Next.
+  int64_t chunk_count() override;
+  void Fill(int64_t index, v1::TensorChunk* chunk) const override;
 
  private:
   struct Entry {
     v1::TensorName name;
     View<const float> tensor;
   };
+  // Where a chunk's rows are: entry, batch entry, first token and count.
+  struct Place {
+    size_t entry = 0;
+    int64_t batch = 0;
+    int64_t token = 0;
+    int64_t rows = 0;
+  };
+  // Once: the chunk size in force and every chunk's place.
+  void Plan();
 
   DType wire_dtype_;
-  // The limit asked for; the one in force, set at the first Next.
-  int64_t chunk_bytes_;
-  int64_t effective_chunk_bytes_ = 0;
+  int64_t chunk_bytes_;  // the limit asked for
   std::vector<Entry> entries_;
-  // The position of the next chunk: tensor, batch entry and first token.
-  size_t entry_ = 0;
-  int64_t batch_ = 0;
-  int64_t token_ = 0;
+  bool planned_ = false;
+  std::vector<Place> places_;
+  size_t next_ = 0;  // the chunk Next gives next
 };
 
 // All chunks of `tensor` at once (what a ChunkStream holding only it yields).

@@ -121,6 +121,28 @@ TEST(ChunkStreamTest, SendsTensorsInTheOrderAdded) {
   EXPECT_FALSE(stream.Next(&chunk));
 }
 
+TEST(ChunkStreamTest, FillMakesAnyChunkAsNextWould) {
+  const Tensor<float> q = Iota({2, 7, 3, 4});  // 48 bytes a row
+  const Tensor<float> k = Iota({2, 5, 1, 4});
+  ChunkStream in_order(DType::kFloat32, 100);
+  ChunkStream on_demand(DType::kFloat32, 100);
+  for (ChunkStream* stream : {&in_order, &on_demand}) {
+    stream->Add(v1::Q, q.view());
+    stream->Add(v1::K, k.view());
+  }
+  std::vector<v1::TensorChunk> chunks;
+  v1::TensorChunk chunk;
+  while (in_order.Next(&chunk)) chunks.push_back(chunk);
+  ASSERT_EQ(on_demand.chunk_count(), static_cast<int64_t>(chunks.size()));
+  // Backwards, to show that the order does not matter.
+  for (int64_t i = on_demand.chunk_count() - 1; i >= 0; --i) {
+    v1::TensorChunk made;
+    on_demand.Fill(i, &made);
+    EXPECT_EQ(made.SerializeAsString(), chunks[i].SerializeAsString())
+        << "chunk " << i;
+  }
+}
+
 // Chunk sizes of `tokens` rows of 8 KiB (32 heads, D=128, bf16) in a stream
 // whose limit is 4 MiB.
 std::vector<int64_t> ChunkTokens(int64_t tokens) {

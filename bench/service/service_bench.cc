@@ -131,57 +131,78 @@ struct Shapes {
   int64_t RowValues(int tensor) const { return (tensor == 0 ? hq : hkv) * d; }
 };
 
-// The chunks of Q, K and V (batch 1, bf16) in order, generated as they go;
+// The chunks of Q, K and V (batch 1, bf16), generated as they go, in order
+// or any chunk on demand (so that upload streams fill theirs in parallel);
 // from `first_tensor` on (1: only K and V, a context's upload).
 class GeneratedSource : public ChunkSource {
  public:
   GeneratedSource(const RowPool& pool, const Shapes& shapes,
                   int64_t chunk_bytes, int first_tensor = 0)
-      : pool_(pool),
-        shapes_(shapes),
-        chunk_bytes_(chunk_bytes),
-        tensor_(first_tensor) {}
+      : pool_(pool), shapes_(shapes), first_tensor_(first_tensor) {
+    for (int tensor = first_tensor; tensor < 3; ++tensor) {
+      const int64_t length = tensor == 0 ? shapes_.nq : shapes_.n;
+      const int64_t rows =
+          std::max<int64_t>(1, chunk_bytes / (2 * shapes_.RowValues(tensor)));
+      for (int64_t row = 0; row < length; row += rows) {
+        places_.push_back({tensor, row, std::min(rows, length - row)});
+      }
+    }
+  }
 
   bool Next(v1::TensorChunk* chunk) override {
-    if (tensor_ == 3) return false;
-    const int64_t row_values = shapes_.RowValues(tensor_);
-    const int64_t length = tensor_ == 0 ? shapes_.nq : shapes_.n;
-    const int64_t rows = std::min(
-        length - row_, std::max<int64_t>(1, chunk_bytes_ / (2 * row_values)));
-    chunk->set_tensor(static_cast<v1::TensorName>(tensor_ + 1));
-    chunk->set_batch(0);
-    chunk->set_token_offset(row_);
-    chunk->set_token_count(rows);
-    std::string* data = chunk->mutable_data();
-    data->resize(static_cast<size_t>(rows * row_values * 2));
-    for (int64_t i = 0; i < rows; ++i) {
-      std::memcpy(&(*data)[i * row_values * 2],
-                  pool_.Bits(tensor_, row_ + i, row_values), row_values * 2);
-    }
-    row_ += rows;
-    if (row_ == length) {
-      row_ = 0;
-      ++tensor_;
-      if (tensor_ == 3) done_ = Clock::now();
-    }
+    if (next_ == chunk_count()) return false;
+    Fill(next_++, chunk);
     return true;
   }
 
   int64_t total_bytes() const override {
-    return 2 * ((tensor_ == 0 ? shapes_.nq * shapes_.RowValues(0) : 0) +
+    return 2 * ((first_tensor_ == 0 ? shapes_.nq * shapes_.RowValues(0) : 0) +
                 2 * shapes_.n * shapes_.RowValues(1));
   }
 
-  // When the last chunk was handed out.
-  Clock::time_point done() const { return done_; }
+  int64_t chunk_count() override {
+    return static_cast<int64_t>(places_.size());
+  }
+
+  void Fill(int64_t index, v1::TensorChunk* chunk) const override {
+    const Place& place = places_[static_cast<size_t>(index)];
+    const int64_t row_values = shapes_.RowValues(place.tensor);
+    chunk->set_tensor(static_cast<v1::TensorName>(place.tensor + 1));
+    chunk->set_batch(0);
+    chunk->set_token_offset(place.row);
+    chunk->set_token_count(place.rows);
+    std::string* data = chunk->mutable_data();
+    data->resize(static_cast<size_t>(place.rows * row_values * 2));
+    for (int64_t i = 0; i < place.rows; ++i) {
+      std::memcpy(&(*data)[i * row_values * 2],
+                  pool_.Bits(place.tensor, place.row + i, row_values),
+                  row_values * 2);
+    }
+    if (filled_.fetch_add(1) + 1 == static_cast<int64_t>(places_.size())) {
+      done_ticks_ = Clock::now().time_since_epoch().count();
+    }
+  }
+
+  // When the last chunk was made.
+  Clock::time_point done() const {
+    return Clock::time_point(Clock::duration(done_ticks_.load()));
+  }
 
  private:
+  // A chunk: rows [row, row + rows) of tensor 0 (Q), 1 (K) or 2 (V).
+  struct Place {
+    int tensor = 0;
+    int64_t row = 0;
+    int64_t rows = 0;
+  };
+
   const RowPool& pool_;
   const Shapes shapes_;
-  const int64_t chunk_bytes_;
-  int tensor_;  // 0 Q, 1 K, 2 V; 3 when done
-  int64_t row_ = 0;
-  Clock::time_point done_;
+  const int first_tensor_;
+  std::vector<Place> places_;
+  int64_t next_ = 0;
+  mutable std::atomic<int64_t> filled_{0};
+  mutable std::atomic<Clock::rep> done_ticks_{0};
 };
 
 // Float64 attention of the query rows `rows` against all keys, from the pool:
