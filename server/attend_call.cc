@@ -191,7 +191,7 @@ class Call {
   // away).
   absl::Status TakeOutput(v1::ShardOutput& output);
   // With forward_output_: sends the rows of `output` to the client as one
-  // chunk on an attached download stream, from the thread that read them
+  // chunk, dealt over the download streams, from the thread that read them
   // (its data may be moved away).
   absl::Status ForwardOutput(v1::ShardOutput& output);
   // The first failure of ForwardOutput; OK if none.
@@ -242,9 +242,11 @@ class Call {
   absl::Mutex mutex_;
   std::deque<WorkerEvent> events_ ABSL_GUARDED_BY(mutex_);
   // Output rows go from the threads that read the workers straight to the
-  // client's attached download streams, in whatever order they come, instead
-  // of through this call's thread in token order (StartWorkers decides).
+  // client's download streams, in whatever order they come, instead of
+  // through this call's thread in token order (StartWorkers decides); those
+  // threads write the call's own stream in turn, under forward_writes_.
   bool forward_output_ = false;
+  absl::Mutex forward_writes_;
   std::atomic<int64_t> rows_forwarded_{0};
   std::atomic<int64_t> bytes_forwarded_{0};
   absl::Status forward_failure_ ABSL_GUARDED_BY(mutex_);
@@ -831,8 +833,9 @@ absl::Status Call::StartWorkers() {
   }
   // Each worker's output comes over its Execute stream and its AttachRows
   // streams at once, each read on a thread of its own. When the client takes
-  // output over attached streams, those threads send it on themselves: one
-  // thread would hold every row to token order.
+  // output over several streams (and so places chunks by offset), those
+  // threads send it on themselves: one thread would hold every row to token
+  // order.
   forward_output_ = shared_download_ != nullptr &&
                     strategy_ != v1::BROADCAST_Q && !spec_.hilbert.has_value();
   auto read = [this](int rank, ExecuteStream* stream) {
@@ -1037,7 +1040,15 @@ absl::Status Call::ForwardOutput(v1::ShardOutput& output) {
   }
   const int64_t bytes =
       static_cast<int64_t>(chunk.data().size() + chunk.lse().size());
-  RINGATTN_RETURN_IF_ERROR(shared_download_->DealAttached(response));
+  absl::StatusOr<bool> queued = shared_download_->Deal(response);
+  if (!queued.ok()) return queued.status();
+  if (!*queued) {
+    // The call's own stream's turn: readers take it one at a time.
+    absl::MutexLock lock(&forward_writes_);
+    if (!stream_->Write(response)) {
+      return absl::CancelledError("the client went away while output streamed");
+    }
+  }
   rows_forwarded_ += count;
   bytes_forwarded_ += bytes;
   return absl::OkStatus();

@@ -3,7 +3,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/status_macros.h"
 
 namespace ringattn {
 namespace {
@@ -122,20 +121,7 @@ absl::StatusOr<bool> SharedDownload::Deal(v1::AttendResponse& response) {
   const size_t turn = next_turn_;
   next_turn_ = (next_turn_ + 1) % (lanes_.size() + 1);
   if (turn == 0) return false;
-  RINGATTN_RETURN_IF_ERROR(QueueLocked(lanes_[turn - 1], response));
-  return true;
-}
-
-absl::Status SharedDownload::DealAttached(v1::AttendResponse& response) {
-  absl::MutexLock lock(&mutex_);
-  if (!failure_.ok()) return failure_;
-  Lane& lane = lanes_[next_attached_];
-  next_attached_ = (next_attached_ + 1) % lanes_.size();
-  return QueueLocked(lane, response);
-}
-
-absl::Status SharedDownload::QueueLocked(Lane& lane,
-                                         v1::AttendResponse& response) {
+  Lane& lane = lanes_[turn - 1];
   const int64_t bytes = static_cast<int64_t>(response.ByteSizeLong());
   // One response always fits an empty queue, so that nothing waits forever.
   auto room = [this, &lane, bytes]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
@@ -149,7 +135,7 @@ absl::Status SharedDownload::QueueLocked(Lane& lane,
   }
   lane.queue.push_back(Queued{std::move(response), bytes});
   lane.queued_bytes += bytes;
-  return absl::OkStatus();
+  return true;
 }
 
 absl::Status SharedDownload::Finish() {

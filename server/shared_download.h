@@ -52,11 +52,6 @@ class SharedDownload {
   // stream never attached in time, CANCELLED if the client went away.
   absl::StatusOr<bool> Deal(v1::AttendResponse& response);
 
-  // Deals `response` to the next attached stream in turn (never the
-  // request's own), moving it away; callable from any thread. Waits and
-  // fails as Deal does.
-  absl::Status DealAttached(v1::AttendResponse& response);
-
   // No more output: waits until every attached stream has written its queue
   // and ended. OK, or the failure that ended the download.
   absl::Status Finish();
@@ -84,9 +79,6 @@ class SharedDownload {
                    absl::string_view waiting_for)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void FailLocked(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
-  // Queues `response` for attached stream `lane` once its queue has room.
-  absl::Status QueueLocked(Lane& lane, v1::AttendResponse& response)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
   const std::string request_id_;
   const std::string token_;
@@ -95,9 +87,8 @@ class SharedDownload {
   absl::Mutex mutex_;
   std::vector<Lane> lanes_ ABSL_GUARDED_BY(mutex_);  // by attached stream - 1
   int attached_ ABSL_GUARDED_BY(mutex_) = 0;
-  size_t next_turn_ ABSL_GUARDED_BY(mutex_) = 0;      // 0: the request's own
-  size_t next_attached_ ABSL_GUARDED_BY(mutex_) = 0;  // DealAttached's turn
-  bool finished_ ABSL_GUARDED_BY(mutex_) = false;     // no more output
+  size_t next_turn_ ABSL_GUARDED_BY(mutex_) = 0;   // 0: the request's own
+  bool finished_ ABSL_GUARDED_BY(mutex_) = false;  // no more output
   absl::Status failure_ ABSL_GUARDED_BY(mutex_);
 };
 
