@@ -114,6 +114,18 @@ std::string NewUploadToken() {
   return token;
 }
 
+// The LSE of an OutputChunk, [heads, rows], from `lse` [rows, heads] as
+// workers send it.
+std::string ChunkLse(const float* lse, int64_t rows, int64_t heads) {
+  std::string bytes(static_cast<size_t>(rows * heads) * sizeof(float), '\0');
+  float* transposed = reinterpret_cast<float*>(bytes.data());
+  for (int64_t t = 0; t < rows; ++t) {
+    for (int64_t h = 0; h < heads; ++h)
+      transposed[h * rows + t] = lse[t * heads + h];
+  }
+  return bytes;
+}
+
 // Output rows that arrived ahead of their turn: a run of consecutive tokens.
 struct OutputRun {
   int64_t count = 0;
@@ -1028,15 +1040,8 @@ absl::Status Call::ForwardOutput(v1::ShardOutput& output) {
                  values);
   }
   if (spec_proto_.return_lse()) {
-    // [count, Hq] from the worker; [Hq, count] in a chunk.
-    const float* lse = reinterpret_cast<const float*>(output.lse().data());
-    std::vector<float> transposed(static_cast<size_t>(count * spec_.q_heads));
-    for (int64_t t = 0; t < count; ++t) {
-      for (int64_t h = 0; h < spec_.q_heads; ++h) {
-        transposed[h * count + t] = lse[t * spec_.q_heads + h];
-      }
-    }
-    chunk.set_lse(transposed.data(), transposed.size() * sizeof(float));
+    chunk.set_lse(ChunkLse(reinterpret_cast<const float*>(output.lse().data()),
+                           count, spec_.q_heads));
   }
   const int64_t bytes =
       static_cast<int64_t>(chunk.data().size() + chunk.lse().size());
@@ -1116,14 +1121,8 @@ absl::Status Call::EmitReady(bool flush) {
   auto send = [&]() -> absl::Status {
     if (chunk_.token_count() == 0) return absl::OkStatus();
     if (spec_proto_.return_lse()) {
-      const int64_t n = chunk_.token_count();
-      std::vector<float> transposed(static_cast<size_t>(n * spec_.q_heads));
-      for (int64_t t = 0; t < n; ++t) {
-        for (int64_t h = 0; h < spec_.q_heads; ++h) {
-          transposed[h * n + t] = lse_rows[t * spec_.q_heads + h];
-        }
-      }
-      chunk_.set_lse(transposed.data(), transposed.size() * 4);
+      chunk_.set_lse(
+          ChunkLse(lse_rows.data(), chunk_.token_count(), spec_.q_heads));
     }
     v1::AttendResponse response;
     *response.mutable_output() = std::move(chunk_);
