@@ -138,6 +138,20 @@ class UploadStreams : public testing::Test {
     return call;
   }
 
+  // Starts an Attend call of one upload stream and `downloads` download
+  // streams; returns once its ticket is in.
+  static std::unique_ptr<AttendCall> StartWithDownloads(
+      v1::Attention::Stub& stub, int downloads) {
+    auto call = std::make_unique<AttendCall>();
+    LimitCall(&call->context);
+    call->stream = stub.Attend(&call->context);
+    v1::AttendRequest header = Header(1);
+    header.mutable_header()->set_download_streams(downloads);
+    call->stream->Write(header);
+    call->stream->WaitForInitialMetadata();
+    return call;
+  }
+
   // An AttachUpload stream in flight, its first message written.
   struct AttachCall {
     grpc::ClientContext context;
@@ -516,13 +530,7 @@ TEST_F(UploadStreams, DownloadTicketsAreCheckedAndMissingStreamsEndTheRequest) {
   EXPECT_EQ(nowhere->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
 
   // One stream up, two down: the call hands out its ticket at once.
-  auto attend = std::make_unique<AttendCall>();
-  LimitCall(&attend->context);
-  attend->stream = stub->Attend(&attend->context);
-  v1::AttendRequest header = Header(1);
-  header.mutable_header()->set_download_streams(2);
-  attend->stream->Write(header);
-  attend->stream->WaitForInitialMetadata();
+  std::unique_ptr<AttendCall> attend = StartWithDownloads(*stub, 2);
   v1::UploadTicket ticket = TicketOf(attend->context);
   ASSERT_FALSE(ticket.token().empty());
   ticket.set_token("wrong");
@@ -547,13 +555,7 @@ TEST_F(UploadStreams, DownloadTicketsAreCheckedAndMissingStreamsEndTheRequest) {
 
 TEST_F(UploadStreams, DownloadStreamBeyondTheAnnouncedIsRefused) {
   auto stub = Stub();
-  auto attend = std::make_unique<AttendCall>();
-  LimitCall(&attend->context);
-  attend->stream = stub->Attend(&attend->context);
-  v1::AttendRequest header = Header(1);
-  header.mutable_header()->set_download_streams(2);
-  attend->stream->Write(header);
-  attend->stream->WaitForInitialMetadata();
+  std::unique_ptr<AttendCall> attend = StartWithDownloads(*stub, 2);
   const v1::UploadTicket ticket = TicketOf(attend->context);
   // One attached stream was announced and two come: whichever the
   // coordinator sees second is refused at once, while the other waits for
