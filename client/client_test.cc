@@ -14,10 +14,19 @@
 
 #include "client/fake_attention.h"
 #include "core/dtype.h"
+#include "grpc/grpc.h"
 #include "gtest/gtest.h"
 
 namespace ringattn {
 namespace {
+
+// gRPC shuts itself down when its last object goes, and that shutdown may
+// wait up to 10 s for a polling thread; each test's server would be the last.
+// Kept initialised for the whole binary instead.
+const bool kGrpcKeptInitialised = [] {
+  grpc_init();
+  return true;
+}();
 
 Tensor<float> Random(Shape shape, uint32_t seed) {
   Tensor<float> tensor(shape);
