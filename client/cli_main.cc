@@ -69,10 +69,11 @@ Every command that talks to a server also takes:
                       this client's PEM certificate and key, for servers that
                       require client certificates (mutual TLS)
 
-`attend --upload_streams N` uploads Q, K and V over N streams of one request
-(default 1), each serialized on its own thread here and parsed on its own
-thread by the coordinator: faster where one stream's CPU is the limit.
-`--download_streams N` brings the output back over N streams the same way.
+`attend --upload_streams N` uploads Q, K and V over N streams of one request,
+each serialized on its own thread here and parsed on its own thread by the
+coordinator: faster where one stream's CPU is the limit. `--download_streams N`
+brings the output back over N streams the same way. 0, the default: 4 for a
+request that moves 64 MiB or more that way, else 1.
 
 Inputs are .npy float32 or float16 arrays in C order, [N, H, D] or
 [B, N, H, D]. O is written as float32 with Q's shape; LSE as float32 [H, N]
@@ -134,9 +135,9 @@ absl::StatusOr<Connection> Connect(const Flags& flags) {
         std::pair{"download_streams", &options.download_streams}}) {
     absl::StatusOr<int64_t> value = flags.GetInt(name, *streams);
     if (!value.ok()) return value.status();
-    if (*value < 1 || *value > 64) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--", name, " must be in [1, 64], got ", *value));
+    if (*value < 0 || *value > 64) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", name, " must be in [0, 64] (0: automatic), got ", *value));
     }
     *streams = static_cast<int>(*value);
   }

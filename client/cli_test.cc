@@ -224,7 +224,7 @@ TEST_F(CliTest, UsageErrorsExitWith2) {
            {"context", "rename"},
            {"info", "--target", "x:1", "--timeout", "0"},
            {"attend", "--target", "x:1", "--q", "q", "--k", "k", "--v", "v",
-            "--out", "o", "--upload_streams", "0"},
+            "--out", "o", "--upload_streams", "-1"},
            {"attend", "--target", "x:1", "--q", "q", "--k", "k", "--v", "v",
             "--out", "o", "--download_streams", "65"}}) {
     CliResult result = RunCli(args);
@@ -238,7 +238,7 @@ TEST_F(CliTest, UsageErrorsExitWith2) {
       Contains(RunCli({"attend", "--target", "x:1", "--q", "q", "--k", "k",
                        "--v", "v", "--out", "o", "--download_streams", "65"})
                    .output,
-               "--download_streams must be in [1, 64], got 65"));
+               "--download_streams must be in [0, 64] (0: automatic), got 65"));
   CliResult help = RunCli({"help"});
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_TRUE(Contains(help.output, "ringattn attend --target HOST:PORT"));

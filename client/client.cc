@@ -396,17 +396,19 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
         absl::StrCat("ClientOptions.deadline must be positive, got ",
                      absl::FormatDuration(options.deadline)));
   }
-  if (options.upload_streams < 1 ||
-      options.upload_streams > kMostUploadStreams) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("ClientOptions.upload_streams must be in [1, ",
-                     kMostUploadStreams, "], got ", options.upload_streams));
+  for (auto [name, streams] :
+       {std::pair{"upload_streams", options.upload_streams},
+        std::pair{"download_streams", options.download_streams}}) {
+    if (streams < 0 || streams > kMostUploadStreams) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ClientOptions.", name, " must be in [0, ",
+                       kMostUploadStreams, "] (0: automatic), got ", streams));
+    }
   }
-  if (options.download_streams < 1 ||
-      options.download_streams > kMostUploadStreams) {
+  if (options.auto_streams_min_bytes < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("ClientOptions.download_streams must be in [1, ",
-                     kMostUploadStreams, "], got ", options.download_streams));
+        absl::StrCat("ClientOptions.auto_streams_min_bytes must be >= 0, got ",
+                     options.auto_streams_min_bytes));
   }
   if (options.reconnect_backoff <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
@@ -427,8 +429,12 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
   std::unique_ptr<v1::Attention::Stub> stub = v1::Attention::NewStub(
       grpc::CreateCustomChannel(target, credentials, arguments));
   std::vector<std::unique_ptr<v1::Attention::Stub>> attached_stubs;
-  for (int i = 1;
-       i < std::max(options.upload_streams, options.download_streams); ++i) {
+  const int most_streams =
+      std::max({options.upload_streams, options.download_streams,
+                options.upload_streams == 0 || options.download_streams == 0
+                    ? ClientOptions::kAutoStreams
+                    : 1});
+  for (int i = 1; i < most_streams; ++i) {
     // Channels whose arguments differ never share a connection.
     grpc::ChannelArguments own = arguments;
     own.SetInt("ringattn.attached_stream", i);
@@ -508,6 +514,12 @@ absl::StatusOr<v1::Summary> Client::AttendStreaming(
   return Run(std::move(header), source, output);
 }
 
+int Client::StreamsFor(int asked, int64_t bytes) const {
+  if (asked > 0) return asked;
+  return bytes >= options_.auto_streams_min_bytes ? ClientOptions::kAutoStreams
+                                                  : 1;
+}
+
 template <typename Request>
 absl::StatusOr<v1::Summary> Client::Run(Request header, ChunkSource& source,
                                         OutputAssembler& output) {
@@ -515,8 +527,10 @@ absl::StatusOr<v1::Summary> Client::Run(Request header, ChunkSource& source,
   grpc::ClientContext context;
   Prepare(&context);
   if constexpr (std::is_same_v<Request, v1::AttendRequest>) {
-    const int uploads = options_.upload_streams;
-    const int downloads = options_.download_streams;
+    const int uploads =
+        StreamsFor(options_.upload_streams, source.total_bytes());
+    const int downloads =
+        StreamsFor(options_.download_streams, output.total_bytes());
     if (uploads > 1 || downloads > 1) {
       header.mutable_header()->set_upload_streams(uploads);
       header.mutable_header()->set_download_streams(downloads);

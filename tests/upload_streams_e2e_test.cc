@@ -493,6 +493,34 @@ TEST_F(UploadStreams, DownloadStreamsGiveOneStreamsResultsExactly) {
   }
 }
 
+TEST_F(UploadStreams, LargeRequestsTakeFourStreamsEachWayByDefault) {
+  const AttentionSpec spec = SelfAttentionSpec(1031, 4, 2, 64, true);
+  const RandomInputs in = MakeRandomInputs(spec, 12);
+  const v1::AttentionSpec request = RequestSpec(spec);
+  // Q, K and V are 2.1 MB of fp32 and O with its LSE 1.07 MB: both over
+  // 1 MiB, both under the default 64 MiB.
+  for (const auto& [min_bytes, attached] :
+       std::vector<std::pair<int64_t, int>>{{1 << 20, 3}, {64 << 20, 0}}) {
+    SCOPED_TRACE(absl::StrCat("auto_streams_min_bytes ", min_bytes));
+    ClientOptions options;
+    options.chunk_bytes = 64 << 10;
+    options.auto_streams_min_bytes = min_bytes;
+    const std::string before = cluster_->Metrics().value_or("");
+    absl::StatusOr<AttendResult> result =
+        cluster_->NewClient(std::move(options))
+            ->Attend(request, in.q.view(), in.k.view(), in.v.view());
+    ASSERT_TRUE(result.ok()) << result.status();
+    const std::string after = cluster_->Metrics().value_or("");
+    ExpectMatchesReference(spec, in, *result);
+    EXPECT_EQ(
+        SeriesValue(after, kAttachedOk) - SeriesValue(before, kAttachedOk),
+        attached);
+    EXPECT_EQ(SeriesValue(after, kAttachedDownloadOk) -
+                  SeriesValue(before, kAttachedDownloadOk),
+              attached);
+  }
+}
+
 TEST_F(UploadStreams, StreamingOverDownloadStreamsHandsOnEveryRowOnce) {
   const AttentionSpec spec = SelfAttentionSpec(1499, 8, 1, 80, false);
   const RandomInputs in = MakeRandomInputs(spec, 10);
