@@ -1,9 +1,10 @@
 // A large upload reaching each worker over several connections (the
 // coordinator's --worker_row_streams, the Worker service's AttachRows), end to
 // end against a real coordinator and CPU workers: results against the float64
-// reference, the streams counted on /metrics, and a worker killed mid-upload
-// failing the request with UNAVAILABLE in time; out-of-range flags stop the
-// coordinator at start.
+// reference (output back over the same streams, forwarded to one or several
+// download streams), the streams counted on /metrics, a worker killed
+// mid-upload or while its output streams failing the request with UNAVAILABLE
+// in time, and out-of-range flags stopping the coordinator at start.
 
 #include <atomic>
 #include <cstdlib>
@@ -123,6 +124,54 @@ TEST(RowStreamFaults, WorkerKilledMidUploadFailsTheRequestInTime) {
   ASSERT_TRUE((*cluster)->WaitReady(true, absl::Seconds(20)).ok());
   const AttentionSpec next = SelfAttentionSpec(1031, 4, 2, 64, true);
   const RandomInputs again = MakeRandomInputs(next, 8);
+  absl::StatusOr<AttendResult> healed = (*cluster)->NewClient()->Attend(
+      RequestSpec(next), again.q.view(), again.k.view(), again.v.view());
+  ASSERT_TRUE(healed.ok()) << healed.status();
+  ExpectMatchesReference(next, again, *healed);
+}
+
+TEST(RowStreamFaults, WorkerKilledWhileOutputStreamsEndsTheRequestInTime) {
+  absl::StatusOr<std::unique_ptr<TestCluster>> cluster =
+      TestCluster::Start({.workers = 2,
+                          .coordinator_flags = {"--worker_row_streams=4",
+                                                "--row_streams_min_bytes=1",
+                                                "--ring_timeout_seconds=10"}});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  // 33 MB of fp32 output, 16 per worker, for little compute: worker 1 is
+  // killed when the first output reaches the client, most likely while its
+  // own output is still on its four streams.
+  const AttentionSpec spec = SelfAttentionSpec(2000, 32, 4, 128, false);
+  const RandomInputs in = MakeRandomInputs(spec, 9);
+  std::atomic<bool> killed{false};
+  ClientOptions options;
+  options.chunk_bytes = 64 << 10;
+  options.download_streams = 3;
+  options.progress = [&](const Progress& progress) {
+    if (progress.phase == Progress::Phase::kDownload &&
+        progress.bytes_done > 0 && !killed.exchange(true)) {
+      (*cluster)->KillWorker(1);
+    }
+  };
+  const absl::Time start = absl::Now();
+  absl::StatusOr<AttendResult> result = (*cluster)->NewClient(options)->Attend(
+      RequestSpec(spec), in.q.view(), in.k.view(), in.v.view());
+  ASSERT_TRUE(killed);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20))
+      << "failure must not wait out a hang";
+  if (result.ok()) {
+    // Worker 1 had sent all its rows before it died: the output is whole.
+    ExpectMatchesReference(spec, in, *result);
+  } else {
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kUnavailable)
+        << result.status();
+  }
+
+  // The cluster heals for the next request.
+  ASSERT_TRUE((*cluster)->WaitReady(false, absl::Seconds(10)).ok());
+  ASSERT_TRUE((*cluster)->StartWorker().ok());
+  ASSERT_TRUE((*cluster)->WaitReady(true, absl::Seconds(20)).ok());
+  const AttentionSpec next = SelfAttentionSpec(1031, 4, 2, 64, true);
+  const RandomInputs again = MakeRandomInputs(next, 10);
   absl::StatusOr<AttendResult> healed = (*cluster)->NewClient()->Attend(
       RequestSpec(next), again.q.view(), again.k.view(), again.v.view());
   ASSERT_TRUE(healed.ok()) << healed.status();
