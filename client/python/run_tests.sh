@@ -51,8 +51,13 @@ if [[ "$(cat "$deps_stamp" 2>/dev/null)" != "$deps_hash" ]]; then
   complete=1
   if [[ "$want_torch" != 0 ]]; then
     log "installing torch (large; RINGATTN_PYTHON_TORCH=0 skips it)"
-    if ! "${pip[@]}" install -r "$here/requirements-torch.txt"; then
+    if ! "${pip[@]}" install -r "$here/requirements-torch.txt" ||
+       ! "$venv/bin/python" -c 'import torch' >/dev/null 2>&1; then
       log "WARNING: torch could not be installed; its tests will be skipped"
+      # A half-installed torch (a full disk, say) fails to import with an
+      # OSError, which pytest.importorskip does not skip, and pip would take
+      # it as installed next time.
+      "${pip[@]}" uninstall -y torch >/dev/null 2>&1 || true
       complete=0  # try again next time
     fi
   fi
