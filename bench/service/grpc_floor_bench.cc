@@ -28,6 +28,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "bench/service/byte_sink.grpc.pb.h"
@@ -40,6 +41,9 @@ ABSL_FLAG(std::vector<std::string>, streams,
 ABSL_FLAG(double, gigabytes, 4, "data bytes each case sends, in GB");
 ABSL_FLAG(int64_t, message_bytes, 4 << 20,
           "data bytes per chunk (the client's default chunk is 4 MiB)");
+ABSL_FLAG(std::vector<std::string>, channel_args, {},
+          "integer gRPC arguments NAME=VALUE set on both ends, e.g. "
+          "grpc.http2.max_frame_size=16777215");
 ABSL_FLAG(bool, serve, false,
           "run as the receiving server (started by the bench itself)");
 
@@ -47,6 +51,23 @@ namespace ringattn {
 namespace {
 
 constexpr int kMaxMessageBytes = 64 << 20;
+
+// --channel_args as (name, value) pairs, parsed once by main.
+std::vector<std::pair<std::string, int>> channel_args;
+
+bool ParseChannelArgs(std::vector<std::pair<std::string, int>>* out) {
+  for (const std::string& text : absl::GetFlag(FLAGS_channel_args)) {
+    std::vector<std::string> parts = absl::StrSplit(text, '=');
+    int value = 0;
+    if (parts.size() != 2 || !absl::SimpleAtoi(parts[1], &value)) {
+      std::fprintf(stderr, "--channel_args: not NAME=INTEGER: %s\n",
+                   text.c_str());
+      return false;
+    }
+    out->emplace_back(parts[0], value);
+  }
+  return true;
+}
 
 class ByteSink final : public bench::ByteSink::Service {
   grpc::Status Drain(grpc::ServerContext* /*context*/,
@@ -69,6 +90,9 @@ int Serve() {
                            &port);
   builder.RegisterService(&sink);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  for (const auto& [name, value] : channel_args) {
+    builder.AddChannelArgument(name, value);
+  }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) return 1;
   std::printf("%d\n", port);
@@ -107,6 +131,7 @@ std::shared_ptr<grpc::Channel> NewConnection(const std::string& target,
   // A channel argument of its own keeps gRPC from sharing the connection.
   arguments.SetInt("ringattn.bench.connection", index);
   arguments.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  for (const auto& [name, value] : channel_args) arguments.SetInt(name, value);
   return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(),
                                    arguments);
 }
@@ -190,8 +215,14 @@ int Run(const char* self) {
     }
     stream_counts.push_back(streams);
   }
+  std::vector<std::string> server_args = {"--serve"};
+  if (!channel_args.empty()) {
+    server_args.push_back(
+        absl::StrCat("--channel_args=",
+                     absl::StrJoin(absl::GetFlag(FLAGS_channel_args), ",")));
+  }
   absl::StatusOr<ChildProcess> server =
-      ChildProcess::Spawn(self, {"--serve"}, ChildProcess::Output::kPipe);
+      ChildProcess::Spawn(self, server_args, ChildProcess::Output::kPipe);
   if (!server.ok()) {
     std::fprintf(stderr, "%s\n", server.status().ToString().c_str());
     return 1;
@@ -245,6 +276,7 @@ int Run(const char* self) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  if (!ringattn::ParseChannelArgs(&ringattn::channel_args)) return 2;
   if (absl::GetFlag(FLAGS_serve)) return ringattn::Serve();
   return ringattn::Run("/proc/self/exe");
 }
