@@ -45,28 +45,73 @@ def test_uploads_of_a_few_mib_split_into_eighths_never_under_256_kib():
     assert split(2 * MIB, 4096) == 4096
 
 
+def _rebuild(chunks, tensors, wire):
+    """The tensors the chunks carry, widened to float32; NaN where none did."""
+    rebuilt = {name: np.full(x.shape, np.nan, dtype=np.float32)
+               for name, x in tensors}
+    for chunk in chunks:
+        x = rebuilt[chunk.tensor]
+        span = slice(chunk.token_offset, chunk.token_offset + chunk.token_count)
+        assert np.isnan(x[chunk.batch, span]).all(), "a row sent twice"
+        heads, dim = x.shape[2:]
+        assert len(chunk.data) == (chunk.token_count * heads * dim *
+                                   _tensors.WIRE_ITEMSIZE[wire])
+        x[chunk.batch, span] = _tensors.wire_to_float32(
+            chunk.data, wire).reshape(chunk.token_count, heads, dim)
+    return rebuilt
+
+
 @pytest.mark.parametrize("wire", ["fp32", "fp16", "bf16"])
-def test_tensor_chunks_reassemble_to_the_wire_rounded_tensor(wire):
+def test_chunks_reassemble_to_the_wire_rounded_tensor(wire):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((2, 37, 3, 5)).astype(np.float32)
     sent = []
-    chunks = list(_chunking.tensor_chunks(pb, pb.K, x, wire, chunk_bytes=100,
-                                          on_bytes=sent.append))
-    itemsize = _tensors.WIRE_ITEMSIZE[wire]
-    rebuilt = np.full(x.shape, np.nan, dtype=np.float32)
+    chunks = list(_chunking.SharedChunks(pb, [(pb.K, x)], wire, 100, 1,
+                                         sent.append).stream(0))
     for chunk in chunks:
-        assert chunk.tensor == pb.K
-        assert len(chunk.data) == chunk.token_count * 3 * 5 * itemsize
         assert len(chunk.data) <= 100 or chunk.token_count == 1
-        raw = np.frombuffer(chunk.data, dtype={"fp32": "<f4", "fp16": "<f2",
-                                               "bf16": "<u2"}[wire])
-        values = (_tensors.bf16_bits_to_float32(raw) if wire == "bf16"
-                  else raw.astype(np.float32))
-        rebuilt[chunk.batch, chunk.token_offset:
-                chunk.token_offset + chunk.token_count] = values.reshape(
-                    chunk.token_count, 3, 5)
-    np.testing.assert_array_equal(rebuilt, _tensors.round_to_wire(x, wire))
-    assert sum(sent) == x.size * itemsize
+    # One stream sends in order.
+    assert [(c.batch, c.token_offset) for c in chunks] == sorted(
+        (c.batch, c.token_offset) for c in chunks)
+    rebuilt = _rebuild(chunks, [(pb.K, x)], wire)
+    np.testing.assert_array_equal(rebuilt[pb.K],
+                                  _tensors.round_to_wire(x, wire))
+    assert sum(sent) == x.size * _tensors.WIRE_ITEMSIZE[wire]
+
+
+@pytest.mark.parametrize("streams", [2, 3, 7, 40])
+def test_streams_share_every_chunk_once_starting_apart(streams):
+    rng = np.random.default_rng(streams)
+    tensors = [(pb.Q, rng.standard_normal((1, 29, 2, 4)).astype(np.float32)),
+               (pb.K, rng.standard_normal((2, 31, 2, 4)).astype(np.float32)),
+               (pb.V, rng.standard_normal((2, 31, 2, 4)).astype(np.float32))]
+    shared = _chunking.SharedChunks(pb, tensors, "bf16", 40, streams)
+    # Streams advance in turn, a chunk each, as concurrent senders might.
+    iterators = [shared.stream(i) for i in range(streams)]
+    firsts, chunks = [], []
+    while iterators:
+        for it in list(iterators):
+            chunk = next(it, None)
+            if chunk is None:
+                iterators.remove(it)
+                continue
+            if len(firsts) < streams:
+                firsts.append((chunk.tensor, chunk.batch, chunk.token_offset))
+            chunks.append(chunk)
+    # Rows of 16 bytes, two a chunk: 15 chunks of Q, 2 x 16 each of K and V.
+    assert len(chunks) == 79
+    assert len(set(firsts)) == len(firsts), "two streams began in one place"
+    rebuilt = _rebuild(chunks, tensors, "bf16")
+    for name, x in tensors:
+        np.testing.assert_array_equal(rebuilt[name],
+                                      _tensors.round_to_wire(x, "bf16"))
+
+
+def test_a_stream_with_no_run_sends_nothing():
+    x = np.ones((1, 3, 1, 4), dtype=np.float32)
+    shared = _chunking.SharedChunks(pb, [(pb.Q, x)], "fp32", 1 << 20, 4)
+    assert len(list(shared.stream(0))) == 1
+    assert list(shared.stream(1)) == []
 
 
 def test_bf16_rounding_is_round_to_nearest_even():
@@ -85,11 +130,30 @@ def test_bf16_rounding_is_round_to_nearest_even():
     assert np.isnan(_tensors.bf16_bits_to_float32(nan_bits)).all()
 
 
-def _output_chunk(b, begin, count, heads=2, dim=3, lse=True, value=1.0):
+def _output_chunk(b, begin, count, heads=2, dim=3, lse=True, value=1.0,
+                  wire="fp32"):
+    values = np.full(count * heads * dim, value, np.float32)
+    data = (_tensors.float32_to_bf16_bits(values).astype("<u2")
+            if wire == "bf16" else values.astype(
+                {"fp32": "<f4", "fp16": "<f2"}[wire]))
     return pb.OutputChunk(
-        batch=b, token_offset=begin, token_count=count,
-        data=np.full(count * heads * dim, value, "<f4").tobytes(),
+        batch=b, token_offset=begin, token_count=count, data=data.tobytes(),
         lse=np.full(count * heads, value, "<f4").tobytes() if lse else b"")
+
+
+@pytest.mark.parametrize("wire", ["fp16", "bf16"])
+def test_output_assembler_widens_low_precision_output(wire):
+    assembler = _chunking.OutputAssembler(1, 4, 2, 3, with_lse=True,
+                                          wire=wire)
+    assert assembler.add(_output_chunk(0, 0, 4, value=-1.5,
+                                       wire=wire)) == 4 * 2 * 3 * 2 + 4 * 2 * 4
+    assembler.check_complete()
+    assert assembler.output.dtype == np.float32
+    assert (assembler.output == -1.5).all()
+    assert assembler.bytes_received == assembler.total_bytes
+    with pytest.raises(ringattn.InternalError, match="bytes"):
+        _chunking.OutputAssembler(1, 4, 2, 3, with_lse=True,
+                                  wire=wire).add(_output_chunk(0, 0, 4))
 
 
 def test_output_assembler_places_rows_and_lse():

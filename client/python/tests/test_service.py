@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import ringattn
+from ringattn import client as client_module
 from ringattn import reference
 from ringattn._tensors import round_to_wire
 
@@ -173,6 +174,21 @@ def test_fp16_inputs_give_fp16_output(client, rng):
     assert client.last_summary.bytes_in == 3 * q.size * 2
 
 
+def test_low_precision_output_travels_in_its_dtype(client, rng):
+    q, k, v = random_qkv(rng, 1, 41, 4, 80, hkv=2, dtype=np.float16)
+    o, l = client.attend(q, k, v, causal=True, return_lse=True)
+    # fp16 O (2 bytes a value) and fp32 LSE came back, not fp32 O.
+    assert client.last_summary.bytes_out == o.size * 2 + l.size * 4
+    wide = client.attend(q, k, v, causal=True, output_dtype="fp32")
+    assert wide.dtype == np.float16
+    # The server rounds its fp32 result once, as the client would have.
+    np.testing.assert_array_equal(o, wide)
+    as_bf16 = client.attend(q, k, v, causal=True, output_dtype="bf16")
+    np.testing.assert_allclose(as_bf16.astype(np.float64),
+                               reference.attention(q, k, v, causal=True)[0],
+                               atol=2e-2, rtol=1e-2)
+
+
 def test_float64_inputs_go_as_fp32(client, rng):
     q, k, v = random_qkv(rng, 1, 10, 2, 4, dtype=np.float64)
     o = client.attend(q, k, v)
@@ -189,6 +205,51 @@ def test_many_chunks(cluster, rng):
     small = random_qkv(rng, 2, 50, 2, 8)
     with ringattn.Client(cluster, chunk_bytes=100) as tiny_chunks:
         check(tiny_chunks, *small)
+
+
+@pytest.mark.parametrize("uploads, downloads", [(3, 1), (1, 3), (4, 2),
+                                                (5, 7)])
+def test_several_streams_each_way_give_one_streams_result(cluster, rng,
+                                                          uploads, downloads):
+    # N prime, GQA, D=80, a batch of 2; small chunks, so that every stream
+    # carries several, and an output of several coordinator chunks.
+    q, k, v = random_qkv(rng, 2, 997, 4, 80, hkv=2)
+    with ringattn.Client(cluster, chunk_bytes=16 << 10, timeout=120) as c:
+        one = c.attend(q, k, v, causal=True, return_lse=True,
+                       upload_streams=1, download_streams=1)
+        many = c.attend(q, k, v, causal=True, return_lse=True,
+                        upload_streams=uploads, download_streams=downloads)
+        assert len(c._attached_channels) == max(uploads, downloads) - 1
+    np.testing.assert_array_equal(many[0], one[0])
+    np.testing.assert_array_equal(many[1], one[1])
+    ro, rl = reference.attention(q, k, v, causal=True)
+    np.testing.assert_allclose(many[0], ro, atol=2e-5, rtol=1e-4)
+    np.testing.assert_allclose(many[1], rl, atol=1e-4, rtol=1e-5)
+
+
+def test_large_requests_take_several_streams_by_default(cluster, rng,
+                                                        monkeypatch):
+    q, k, v = random_qkv(rng, 1, 300, 2, 16)
+    monkeypatch.setattr(client_module, "AUTO_STREAMS_MIN_BYTES", 200 << 10)
+    with ringattn.Client(cluster, chunk_bytes=8 << 10) as c:
+        # 3 x 37.5 KiB up, 40 KiB down: one stream each way.
+        check(c, q, k, v)
+        assert c._attached_channels == []
+        monkeypatch.setattr(client_module, "AUTO_STREAMS_MIN_BYTES", 30 << 10)
+        check(c, q, k, v, causal=True)
+        assert len(c._attached_channels) == client_module.AUTO_STREAMS - 1
+
+
+def test_a_refused_request_over_several_streams_says_why(cluster, rng):
+    q, k, v = random_qkv(rng, 1, 10, 3, 8, hkv=2)
+    with ringattn.Client(cluster, timeout=60) as c:
+        with pytest.raises(ringattn.InvalidArgumentError, match="q_heads"):
+            c.attend(q, k, v, upload_streams=3, download_streams=2)
+        # The client is still good for the next call.
+        q, k, v = random_qkv(rng, 1, 10, 2, 8)
+        o = c.attend(q, k, v, upload_streams=2, download_streams=3)
+        np.testing.assert_allclose(o, reference.attention(q, k, v)[0],
+                                   atol=2e-5)
 
 
 def test_progress_bar_when_asked(client, rng, capsys):
@@ -306,6 +367,13 @@ def test_bad_options_are_caught_client_side(rng):
             nowhere.attend(q, k, v, dilated=[(2, 1)], dilated_combine="sum")
         with pytest.raises(ValueError, match="wire_dtype"):
             nowhere.attend(q, k, v, wire_dtype="int8")
+        with pytest.raises(ValueError, match="output_dtype"):
+            nowhere.attend(q, k, v, output_dtype="int8")
+        for streams in (0, 65, True, 2.0, "4"):
+            with pytest.raises(ValueError, match=r"upload_streams .*\[1, 64\]"):
+                nowhere.attend(q, k, v, upload_streams=streams)
+            with pytest.raises(ValueError, match="download_streams"):
+                nowhere.attend(q, k, v, download_streams=streams)
         with pytest.raises(ValueError, match="unknown keys"):
             nowhere.attend(q, k, v, block_sparse={"block_size": 2, "lcl": 1})
 

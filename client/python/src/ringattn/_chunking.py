@@ -6,6 +6,8 @@ at most `chunk_bytes` wire bytes (one row per chunk where a single row is
 larger); output rows come back in OutputChunks and are assembled in place.
 """
 
+import threading
+
 import numpy as np
 
 from . import _tensors
@@ -37,33 +39,79 @@ def chunk_ranges(batch, tokens, row_bytes, chunk_bytes=DEFAULT_CHUNK_BYTES):
             yield b, begin, min(rows, tokens - begin)
 
 
-def tensor_chunks(pb, name, x, wire, chunk_bytes=DEFAULT_CHUNK_BYTES,
-                  on_bytes=None):
-    """TensorChunk messages of 4-D `x` as tensor `name` (pb.Q, pb.K or pb.V).
+# Runs of chunks per upload stream: a stream that finishes its run early takes
+# one no stream has begun, so a slow stream holds back little of the upload.
+RUNS_PER_STREAM = 4
 
-    Converts one chunk at a time; calls on_bytes(n) after building each chunk.
+
+class SharedChunks:
+    """The chunks of a request's tensors, shared out among its upload streams.
+
+    `tensors` is [(pb.Q / pb.K / pb.V, 4-D tensor), ...] in send order. The
+    chunks are cut into runs of about equal length, RUNS_PER_STREAM per
+    stream; stream i starts on run i, so the streams carry rows of different
+    regions (and so of different workers) from the start, and when its run is
+    done takes the next that no stream has begun. Chunks are converted to the
+    wire dtype on the thread that iterates the stream, outside any lock.
+    Iterate each stream(i) once, from one thread; on_bytes(n) may then be
+    called from several threads.
     """
-    batch, tokens, heads, dim = _tensors.shape_of(x)
-    row_bytes = heads * dim * _tensors.WIRE_ITEMSIZE[wire]
-    for b, begin, count in chunk_ranges(batch, tokens, row_bytes, chunk_bytes):
-        data = _tensors.rows_to_wire(x, b, begin, begin + count, wire)
-        yield pb.TensorChunk(tensor=name, batch=b, token_offset=begin,
-                             token_count=count, data=data)
-        if on_bytes is not None:
-            on_bytes(len(data))
+
+    def __init__(self, pb, tensors, wire, chunk_bytes, streams,
+                 on_bytes=None):
+        self._pb = pb
+        self._wire = wire
+        self._on_bytes = on_bytes
+        self._chunks = []
+        for name, x in tensors:
+            batch, tokens, heads, dim = _tensors.shape_of(x)
+            row_bytes = heads * dim * _tensors.WIRE_ITEMSIZE[wire]
+            self._chunks.extend(
+                (name, x, b, begin, count) for b, begin, count in
+                chunk_ranges(batch, tokens, row_bytes, chunk_bytes))
+        runs = min(len(self._chunks), streams * RUNS_PER_STREAM)
+        self._runs = [(len(self._chunks) * r // runs,
+                       len(self._chunks) * (r + 1) // runs)
+                      for r in range(runs)]
+        self._lock = threading.Lock()
+        self._next_run = min(streams, runs)
+
+    def stream(self, index):
+        """TensorChunk messages for upload stream `index` (0-based)."""
+        run = index if index < self._next_run else None
+        while run is not None:
+            for i in range(*self._runs[run]):
+                name, x, b, begin, count = self._chunks[i]
+                data = _tensors.rows_to_wire(x, b, begin, begin + count,
+                                             self._wire)
+                yield self._pb.TensorChunk(tensor=name, batch=b,
+                                           token_offset=begin,
+                                           token_count=count, data=data)
+                if self._on_bytes is not None:
+                    self._on_bytes(len(data))
+            with self._lock:
+                run = None
+                if self._next_run < len(self._runs):
+                    run = self._next_run
+                    self._next_run += 1
 
 
 class OutputAssembler:
     """Collects OutputChunks into O [B, N, H, D] and LSE [B, H, N] (float32).
 
-    Checks that every token row arrives exactly once with data of the right
-    size; a violation raises InternalError, missing rows DataLossError. Not
-    thread-safe.
+    O arrives in the wire dtype `wire` (the request's output_dtype) and is
+    widened to float32, which is exact. Checks that every token row arrives
+    exactly once with data of the right size; a violation raises
+    InternalError, missing rows DataLossError. add() may be called from
+    several threads (one per download stream).
     """
 
-    def __init__(self, batch, tokens, heads, dim, with_lse):
+    def __init__(self, batch, tokens, heads, dim, with_lse,
+                 wire=_tensors.FP32):
         self.shape = (batch, tokens, heads, dim)
         self.with_lse = with_lse
+        self.wire = wire
+        self._lock = threading.Lock()
         self.output = np.zeros(self.shape, dtype=np.float32)
         self.lse = (np.full((batch, heads, tokens), -np.inf, dtype=np.float32)
                     if with_lse else None)
@@ -73,10 +121,16 @@ class OutputAssembler:
     @property
     def total_bytes(self):
         batch, tokens, heads, dim = self.shape
-        per_row = heads * dim * 4 + (heads * 4 if self.with_lse else 0)
+        per_row = (heads * dim * _tensors.WIRE_ITEMSIZE[self.wire] +
+                   (heads * 4 if self.with_lse else 0))
         return batch * tokens * per_row
 
     def add(self, chunk):
+        """Places one OutputChunk; returns the bytes it carried."""
+        with self._lock:
+            return self._add(chunk)
+
+    def _add(self, chunk):
         batch, tokens, heads, dim = self.shape
         b, begin, count = chunk.batch, chunk.token_offset, chunk.token_count
         where = f"output rows [{begin}, {begin + count}) of batch entry {b}"
@@ -87,7 +141,7 @@ class OutputAssembler:
                 f"{heads}, {dim}]")
         if self._received[b, begin:begin + count].any():
             raise InternalError(f"server sent {where} twice")
-        expected = count * heads * dim * 4
+        expected = count * heads * dim * _tensors.WIRE_ITEMSIZE[self.wire]
         if len(chunk.data) != expected:
             raise InternalError(
                 f"server sent {len(chunk.data)} bytes for {where}, expected "
@@ -97,13 +151,14 @@ class OutputAssembler:
             raise InternalError(
                 f"server sent {len(chunk.lse)} LSE bytes for {where}, expected "
                 f"{expected_lse}")
-        self.output[b, begin:begin + count] = np.frombuffer(
-            chunk.data, dtype="<f4").reshape(count, heads, dim)
+        self.output[b, begin:begin + count] = _tensors.wire_to_float32(
+            chunk.data, self.wire).reshape(count, heads, dim)
         if self.with_lse:
             self.lse[b, :, begin:begin + count] = np.frombuffer(
                 chunk.lse, dtype="<f4").reshape(heads, count)
         self._received[b, begin:begin + count] = True
         self.bytes_received += len(chunk.data) + len(chunk.lse)
+        return len(chunk.data) + len(chunk.lse)
 
     def check_complete(self):
         missing = np.argwhere(~self._received)

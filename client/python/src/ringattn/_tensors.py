@@ -72,8 +72,11 @@ def dtype_name(x, what):
     return name
 
 
-def parse_wire_dtype(value, default):
-    """The wire dtype ("fp32"/"fp16"/"bf16") that `value` names (None: default)."""
+def parse_wire_dtype(value, default, what="wire_dtype"):
+    """The wire dtype ("fp32"/"fp16"/"bf16") that `value` names (None: default).
+
+    `what` names the argument in the error for anything else.
+    """
     if value is None:
         return FP32 if default == "fp64" else default
     if isinstance(value, str):
@@ -89,7 +92,7 @@ def parse_wire_dtype(value, default):
                 name = None
     if name not in WIRE_ITEMSIZE:
         raise InvalidArgumentError(
-            f"wire_dtype must be fp32, fp16 or bf16, got {value!r}")
+            f"{what} must be fp32, fp16 or bf16, got {value!r}")
     return name
 
 
@@ -120,6 +123,15 @@ def bf16_bits_to_float32(bits):
     """bf16 bit patterns (uint16) -> fp32 values (exact)."""
     return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(
         np.float32)
+
+
+def wire_to_float32(data, wire):
+    """float32 values of little-endian wire bytes (exact for every dtype)."""
+    if wire == FP16:
+        return np.frombuffer(data, dtype="<f2").astype(np.float32)
+    if wire == BF16:
+        return bf16_bits_to_float32(np.frombuffer(data, dtype="<u2"))
+    return np.frombuffer(data, dtype="<f4")
 
 
 def round_to_wire(a, wire):

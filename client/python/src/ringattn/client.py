@@ -9,7 +9,7 @@ from typing import Optional, Union
 import grpc
 import numpy as np
 
-from . import _chunking, _spec, _tensors
+from . import _attached, _chunking, _spec, _tensors
 from .errors import InvalidArgumentError, RingattnError, from_rpc_error
 from .v1 import attention_pb2 as pb
 from .v1 import attention_pb2_grpc as pb_grpc
@@ -23,6 +23,12 @@ _MOST_CARRIED_BYTES = 1 << 20
 # Requests moving more than this many bytes show a progress bar (when stderr
 # is a terminal, or with progress=True).
 PROGRESS_THRESHOLD_BYTES = 8 << 20
+# Streams each way of an Attend call that moves at least AUTO_STREAMS_MIN_BYTES
+# that way, unless the call says otherwise (as the C++ client does); at most
+# MOST_STREAMS.
+AUTO_STREAMS = 4
+AUTO_STREAMS_MIN_BYTES = 64 << 20
+MOST_STREAMS = 64
 
 _WIRE_TO_PROTO = {_tensors.FP32: pb.FP32, _tensors.FP16: pb.FP16,
                   _tensors.BF16: pb.BF16}
@@ -138,22 +144,43 @@ class Client:
         self._metadata = (
             (("authorization", f"Bearer {token}"),) if token is not None
             else ())
-        options = [("grpc.max_receive_message_length",
-                    _MAX_RECEIVE_MESSAGE_BYTES)] + list(channel_options)
-        credentials = _credentials(tls)
-        if credentials is None:
-            self._channel = grpc.insecure_channel(target, options=options)
-        else:
-            self._channel = grpc.secure_channel(target, credentials,
-                                                options=options)
+        self._options = [("grpc.max_receive_message_length",
+                          _MAX_RECEIVE_MESSAGE_BYTES)] + list(channel_options)
+        self._credentials = _credentials(tls)
+        self._channel = self._open_channel(self._options)
         self._stub = pb_grpc.AttentionStub(self._channel)
+        # Channels of attached streams, opened when first needed.
+        self._attached_lock = threading.Lock()
+        self._attached_channels = []
+        self._attached_stubs = []
         self._local = threading.local()
+
+    def _open_channel(self, options):
+        if self._credentials is None:
+            return grpc.insecure_channel(self.target, options=options)
+        return grpc.secure_channel(self.target, self._credentials,
+                                   options=options)
+
+    def _stubs_for_attached(self, count):
+        """Stubs of attached streams 1..count, each on a connection of its own
+        (channels whose arguments differ do not share one)."""
+        with self._attached_lock:
+            while len(self._attached_channels) < count:
+                index = len(self._attached_channels) + 1
+                channel = self._open_channel(
+                    self._options + [("ringattn.attached_stream", index)])
+                self._attached_channels.append(channel)
+                self._attached_stubs.append(pb_grpc.AttentionStub(channel))
+            return self._attached_stubs[:count]
 
     # -- lifetime -----------------------------------------------------------
 
     def close(self):
-        """Closes the channel; calls in flight fail with CANCELLED."""
+        """Closes the channels; calls in flight fail with CANCELLED."""
         self._channel.close()
+        with self._attached_lock:
+            for channel in self._attached_channels:
+                channel.close()
 
     def __enter__(self):
         return self
@@ -197,7 +224,8 @@ class Client:
 
     def attend(self, q, k, v, causal=False, scale=None, dilated=None,
                dilated_combine="lse", block_sparse=None, hilbert=None,
-               return_lse=False, wire_dtype=None, *, progress=None,
+               return_lse=False, wire_dtype=None, *, output_dtype=None,
+               upload_streams=None, download_streams=None, progress=None,
                strategy=None, timeout=None):
         """Exact attention of q over k, v on the cluster.
 
@@ -212,37 +240,54 @@ class Client:
         ringattn.BlockSparse or a dict of its fields (`global_` or `global`).
         hilbert: (height, width) with height * width == N. wire_dtype: "fp32",
         "fp16" or "bf16" (default: the inputs' dtype; float64 goes as fp32).
-        progress: True/False forces the tqdm bar on/off; None shows it for
-        requests over 8 MiB when stderr is a terminal. strategy: None/"auto",
-        "pass_kv", "pass_q" or "broadcast_q".
+        output_dtype: the dtype O travels back in, "fp32", "fp16" or "bf16"
+        (default: q's dtype if it is float16/bfloat16, else fp32; the service
+        accumulates in fp32 and rounds once). upload_streams,
+        download_streams: how many gRPC streams, each on a connection of its
+        own, carry the request's tensors and its output, in [1, 64] (None: 4
+        for a direction moving at least 64 MiB, else 1); one stream moves
+        about 1 GB/s. progress: True/False forces the tqdm bar on/off; None
+        shows it for requests over 8 MiB when stderr is a terminal. strategy:
+        None/"auto", "pass_kv", "pass_q" or "broadcast_q".
 
         Returns O of q's shape, the same kind as q (numpy or torch, on q's
-        device): float16/bfloat16 if q is, float32 otherwise (the service
-        computes and returns fp32; the client casts). With return_lse, returns
+        device): float16/bfloat16 if q is, float32 otherwise (holding the
+        values of output_dtype). With return_lse, returns
         (O, LSE) with LSE float32 [B, Hq, Nq] ([Hq, Nq] for 3-D q), natural
         log, -inf where a row sees no key. The Summary is then in
         last_summary. Raises RingattnError (InvalidArgumentError for bad
         input) on failure.
         """
         q4, k4, v4, wire = self._check_qkv(q, k, v, wire_dtype)
+        out = self._check_output_dtype(output_dtype, q)
         batch, nq, hq, dim = _tensors.shape_of(q4)
         _, nk, hkv, _ = _tensors.shape_of(k4)
         spec = self._spec(batch, nq, nk, hq, hkv, dim, causal, scale, dilated,
                           dilated_combine, block_sparse, hilbert, return_lse,
-                          wire, strategy)
+                          wire, out, strategy)
         tensors = [(pb.Q, q4), (pb.K, k4), (pb.V, v4)]
+        output = _chunking.OutputAssembler(batch, nq, hq, dim, return_lse, out)
+        streams = (
+            self._stream_count(upload_streams, "upload_streams",
+                               _upload_bytes(tensors, wire)),
+            self._stream_count(download_streams, "download_streams",
+                               output.total_bytes))
+        if max(streams) > 1:
+            spec.upload_streams, spec.download_streams = streams
         return self._stream_attention(
             self._stub.Attend, pb.AttendRequest(header=spec),
-            pb.AttendRequest, tensors, wire, q, return_lse, progress, timeout)
+            pb.AttendRequest, tensors, wire, output, q, progress, timeout,
+            streams)
 
     def query(self, name, q, causal=False, scale=None, dilated=None,
               dilated_combine="lse", block_sparse=None, hilbert=None,
-              return_lse=False, wire_dtype=None, *, kv_heads=None,
-              k_new=None, v_new=None, progress=None, strategy=None,
-              timeout=None):
+              return_lse=False, wire_dtype=None, *, output_dtype=None,
+              kv_heads=None, k_new=None, v_new=None, progress=None,
+              strategy=None, timeout=None):
         """Attention of q over resident context `name` (its K/V).
 
-        Arguments and result as attend(); causal is a continuation of the
+        Arguments and result as attend() (one stream each way); causal is a
+        continuation of the
         context (bottom-right aligned). kv_heads: the context's K/V heads if
         the caller knows them (None: left to the server). k_new, v_new: K and
         V rows [B, n, Hkv, D] (or [n, Hkv, D], as q) appended to the context
@@ -265,15 +310,17 @@ class Client:
                     f"kv_heads is {kv_heads} but k_new has {hkv} heads")
             kv_heads = hkv
             tensors = [(pb.Q, q4), (pb.K, k4), (pb.V, v4)]
+        out = self._check_output_dtype(output_dtype, q)
         batch, nq, hq, dim = _tensors.shape_of(q4)
         spec = self._spec(batch, nq, 0, hq, kv_heads or 0, dim, causal, scale,
                           dilated, dilated_combine, block_sparse, hilbert,
-                          return_lse, wire, strategy)
+                          return_lse, wire, out, strategy)
         header = pb.QueryRequest(header=pb.QueryHeader(
             context=name, spec=spec, append_length=appended))
+        output = _chunking.OutputAssembler(batch, nq, hq, dim, return_lse, out)
         return self._stream_attention(
-            self._stub.Query, header, pb.QueryRequest, tensors, wire, q,
-            return_lse, progress, timeout)
+            self._stub.Query, header, pb.QueryRequest, tensors, wire, output,
+            q, progress, timeout)
 
     # -- resident contexts --------------------------------------------------
 
@@ -293,6 +340,24 @@ class Client:
                                     wire_dtype, progress, timeout)
 
     # -- internals ----------------------------------------------------------
+
+    @staticmethod
+    def _check_output_dtype(output_dtype, q):
+        name = _tensors.dtype_name(q, "q")
+        return _tensors.parse_wire_dtype(
+            output_dtype, name if name in (_tensors.FP16, _tensors.BF16)
+            else _tensors.FP32, what="output_dtype")
+
+    @staticmethod
+    def _stream_count(value, what, nbytes):
+        if value is None:
+            return AUTO_STREAMS if nbytes >= AUTO_STREAMS_MIN_BYTES else 1
+        if (isinstance(value, bool) or not isinstance(value, (int, np.integer))
+                or not 1 <= value <= MOST_STREAMS):
+            raise InvalidArgumentError(
+                f"{what} must be an int in [1, {MOST_STREAMS}] or None "
+                f"(automatic), got {value!r}")
+        return int(value)
 
     @staticmethod
     def _check_q(q, wire_dtype):
@@ -346,11 +411,13 @@ class Client:
 
     @staticmethod
     def _spec(batch, nq, nk, hq, hkv, dim, causal, scale, dilated, combine,
-              block_sparse, hilbert, return_lse, wire, strategy):
+              block_sparse, hilbert, return_lse, wire, out, strategy):
         spec = pb.AttentionSpec(
             batch=batch, q_len=nq, kv_len=nk, q_heads=hq, kv_heads=hkv,
             head_dim=dim, causal=bool(causal), return_lse=bool(return_lse),
             wire_dtype=_WIRE_TO_PROTO[wire])
+        if out != _tensors.FP32:
+            spec.output_dtype = _WIRE_TO_PROTO[out]
         if scale is not None:
             spec.scale = float(scale)
         for w, r in _spec.parse_dilated(dilated):
@@ -384,19 +451,13 @@ class Client:
             spec.strategy = names[name]
         return spec
 
-    def _requests(self, header, message_type, tensors, wire, bar, errors,
+    def _requests(self, header, message_type, chunks, bar, errors,
                   carry=False):
-        """The request stream: the header, then every chunk of every tensor.
+        """The request stream: the header, then the chunks given.
 
         With `carry` (a Query header), the chunks ride inside the header.
         """
         try:
-            total = sum(int(np.prod(_tensors.shape_of(x)))
-                        for _, x in tensors) * _tensors.WIRE_ITEMSIZE[wire]
-            chunk_bytes = _chunking.split_chunk_bytes(total, self.chunk_bytes)
-            chunks = (chunk for name, x in tensors
-                      for chunk in _chunking.tensor_chunks(
-                          pb, name, x, wire, chunk_bytes, bar.update))
             if carry:
                 header.header.chunks.extend(chunks)
                 yield header
@@ -410,23 +471,33 @@ class Client:
             raise
 
     def _stream_attention(self, method, header, message_type, tensors, wire,
-                          q, return_lse, progress, timeout):
-        batch, nq, hq, dim = _tensors.shape_of(tensors[0][1])
-        assembler = _chunking.OutputAssembler(batch, nq, hq, dim, return_lse)
-        upload = sum(int(np.prod(_tensors.shape_of(x))) for _, x in tensors
-                     ) * _tensors.WIRE_ITEMSIZE[wire]
+                          assembler, q, progress, timeout, streams=(1, 1)):
+        upload = _upload_bytes(tensors, wire)
         bar = _Progress(_show_progress(progress, upload + assembler.total_bytes),
                         upload + assembler.total_bytes)
+        chunks = _chunking.SharedChunks(
+            pb, tensors, wire,
+            _chunking.split_chunk_bytes(upload, self.chunk_bytes), streams[0],
+            bar.update)
         errors = []
         summary = None
         self._local.summary = None
         carry = (message_type is pb.QueryRequest
                  and upload <= _MOST_CARRIED_BYTES)
+        call_options = dict(timeout=self._timeout(timeout),
+                            metadata=self._metadata)
         responses = method(
-            self._requests(header, message_type, tensors, wire, bar, errors,
-                           carry),
-            timeout=self._timeout(timeout), metadata=self._metadata)
+            self._requests(header, message_type, chunks.stream(0), bar, errors,
+                           carry), **call_options)
+        attached = None
         try:
+            if max(streams) > 1:
+                ticket = _attached.ticket_from(responses.initial_metadata())
+                if ticket is not None:  # else the call failed: it says why
+                    attached = _attached.AttachedStreams(
+                        self._stubs_for_attached(max(streams) - 1), ticket,
+                        chunks, streams[0], streams[1], assembler, bar.update,
+                        call_options, errors, responses.cancel)
             for response in responses:
                 kind = response.WhichOneof("kind")
                 if kind == "output":
@@ -435,11 +506,15 @@ class Client:
                             "server sent output after the summary",
                             grpc.StatusCode.INTERNAL)
                     bar.phase("download")
-                    before = assembler.bytes_received
-                    assembler.add(response.output)
-                    bar.update(assembler.bytes_received - before)
+                    bar.update(assembler.add(response.output))
                 elif kind == "summary":
                     summary = response.summary
+            if attached is not None:
+                # The summary comes once the server has sent every attached
+                # stream its share; their last chunks may still be in reading.
+                attached.wait()
+                if errors:
+                    raise errors[0]
             assembler.check_complete()
             if summary is None:
                 raise RingattnError("the response ended without a summary",
@@ -450,12 +525,14 @@ class Client:
             raise from_rpc_error(e) from None
         finally:
             responses.cancel()  # no-op once the call has finished
+            if attached is not None:
+                attached.cancel()
             bar.close()
         self._local.summary = summary
         out = _tensors.like(assembler.output, q, keep_low_precision=True)
         if len(_tensors.shape_of(q)) == 3:
             out = out[0]
-        if not return_lse:
+        if not assembler.with_lse:
             return out
         lse = _tensors.like(assembler.lse, q, keep_low_precision=False)
         if len(_tensors.shape_of(q)) == 3:
@@ -471,12 +548,15 @@ class Client:
             length=length, wire_dtype=_WIRE_TO_PROTO[wire]))
         upload = 2 * batch * length * heads * dim * _tensors.WIRE_ITEMSIZE[wire]
         bar = _Progress(_show_progress(progress, upload), upload)
+        chunks = _chunking.SharedChunks(
+            pb, [(pb.K, k4), (pb.V, v4)], wire,
+            _chunking.split_chunk_bytes(upload, self.chunk_bytes), 1,
+            bar.update)
         errors = []
         try:
             return method(
-                self._requests(header, pb.ContextUpload, [(pb.K, k4),
-                                                          (pb.V, v4)],
-                               wire, bar, errors),
+                self._requests(header, pb.ContextUpload, chunks.stream(0), bar,
+                               errors),
                 timeout=self._timeout(timeout), metadata=self._metadata)
         except grpc.RpcError as e:
             if errors:
@@ -484,3 +564,9 @@ class Client:
             raise from_rpc_error(e) from None
         finally:
             bar.close()
+
+
+def _upload_bytes(tensors, wire):
+    """Wire bytes of `tensors` ([(name, 4-D tensor), ...])."""
+    return sum(int(np.prod(_tensors.shape_of(x)))
+               for _, x in tensors) * _tensors.WIRE_ITEMSIZE[wire]
