@@ -107,6 +107,16 @@ def test_streams_share_every_chunk_once_starting_apart(streams):
                                       _tensors.round_to_wire(x, "bf16"))
 
 
+def test_chunks_are_made_inside_the_request_messages_asked_for():
+    x = np.arange(2 * 7 * 3, dtype=np.float32).reshape(1, 7, 2, 3)
+    shared = _chunking.SharedChunks(pb, [(pb.V, x)], "fp32", 48, 1)
+    messages = list(shared.stream(0, pb.AttachUploadRequest))
+    assert [m.WhichOneof("kind") for m in messages] == ["chunk"] * 4
+    assert [m.chunk.token_offset for m in messages] == [0, 2, 4, 6]
+    rebuilt = _rebuild([m.chunk for m in messages], [(pb.V, x)], "fp32")
+    np.testing.assert_array_equal(rebuilt[pb.V], x)
+
+
 def test_a_stream_with_no_run_sends_nothing():
     x = np.ones((1, 3, 1, 4), dtype=np.float32)
     shared = _chunking.SharedChunks(pb, [(pb.Q, x)], "fp32", 1 << 20, 4)
@@ -148,8 +158,12 @@ def test_output_assembler_widens_low_precision_output(wire):
     assert assembler.add(_output_chunk(0, 0, 4, value=-1.5,
                                        wire=wire)) == 4 * 2 * 3 * 2 + 4 * 2 * 4
     assembler.check_complete()
-    assert assembler.output.dtype == np.float32
-    assert (assembler.output == -1.5).all()
+    assert assembler.wire_output.dtype.itemsize == 2
+    wide = assembler.output_as(np.zeros(1, np.float32))
+    assert wide.dtype == np.float32 and (wide == -1.5).all()
+    if wire == "fp16":
+        kept = assembler.output_as(np.zeros(1, np.float16))
+        assert kept.dtype == np.float16 and (kept == -1.5).all()
     assert assembler.bytes_received == assembler.total_bytes
     with pytest.raises(ringattn.InternalError, match="bytes"):
         _chunking.OutputAssembler(1, 4, 2, 3, with_lse=True,
@@ -164,8 +178,8 @@ def test_output_assembler_places_rows_and_lse():
         assembler.check_complete()
     assembler.add(_output_chunk(1, 0, 2, value=3.0))
     assembler.check_complete()
-    assert (assembler.output[1, 2:] == 7).all()
-    assert (assembler.output[1, :2] == 3).all()
+    assert (assembler.wire_output[1, 2:] == 7).all()
+    assert (assembler.wire_output[1, :2] == 3).all()
     assert (assembler.lse[1, :, 2:] == 7).all()
     assert assembler.bytes_received == assembler.total_bytes
 
@@ -227,3 +241,20 @@ def test_block_sparse_forms_are_equivalent():
         _spec.parse_block_sparse({"block_size": 4, "random": 1, "seed": -1})
     with pytest.raises(ValueError, match="block_size"):
         _spec.parse_block_sparse({"local": 1})
+
+
+def test_malloc_thresholds_are_raised_once_unless_the_caller_tuned_them(
+        monkeypatch):
+    from ringattn import _malloc
+    monkeypatch.setattr(_malloc, "_done", None)
+    monkeypatch.setenv("RINGATTN_KEEP_MALLOC", "0")
+    assert not _malloc.keep_large_buffers()
+    assert not _malloc.keep_large_buffers()  # decided once
+    monkeypatch.setattr(_malloc, "_done", None)
+    monkeypatch.delenv("RINGATTN_KEEP_MALLOC")
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "1000")
+    assert not _malloc.keep_large_buffers()
+    monkeypatch.setattr(_malloc, "_done", None)
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_")
+    # This project's machines run glibc, whose mallopt takes both.
+    assert _malloc.keep_large_buffers()

@@ -81,8 +81,7 @@ class AttachedStreams:
     def _upload_requests(self, ticket, chunks, index):
         yield pb.AttachUploadRequest(ticket=ticket)
         try:
-            for chunk in chunks.stream(index):
-                yield pb.AttachUploadRequest(chunk=chunk)
+            yield from chunks.stream(index, pb.AttachUploadRequest)
         except Exception as e:  # surfaces in the caller, not in gRPC's thread
             self._fail(e)
             raise

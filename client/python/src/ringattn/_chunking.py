@@ -39,6 +39,11 @@ def chunk_ranges(batch, tokens, row_bytes, chunk_bytes=DEFAULT_CHUNK_BYTES):
             yield b, begin, min(rows, tokens - begin)
 
 
+# An output of at least this many bytes has its pages faulted in on a thread
+# of its own while the request uploads and computes, not as its chunks land.
+PREFAULT_MIN_BYTES = 64 << 20
+PAGE_BYTES = 4096
+
 # Runs of chunks per upload stream: a stream that finishes its run early takes
 # one no stream has begun, so a slow stream holds back little of the upload.
 RUNS_PER_STREAM = 4
@@ -76,17 +81,29 @@ class SharedChunks:
         self._lock = threading.Lock()
         self._next_run = min(streams, runs)
 
-    def stream(self, index):
-        """TensorChunk messages for upload stream `index` (0-based)."""
+    def stream(self, index, message_type=None):
+        """The chunks of upload stream `index` (0-based): TensorChunk
+        messages, or `message_type` messages with one in their `chunk` field.
+
+        A chunk is made in the message that carries it: copying a large
+        chunk into another message (or passing it to one's constructor)
+        costs several times more than making it.
+        """
         run = index if index < self._next_run else None
         while run is not None:
             for i in range(*self._runs[run]):
                 name, x, b, begin, count = self._chunks[i]
+                message = (self._pb.TensorChunk() if message_type is None
+                           else message_type())
+                chunk = message if message_type is None else message.chunk
+                chunk.tensor = name
+                chunk.batch = b
+                chunk.token_offset = begin
+                chunk.token_count = count
                 data = _tensors.rows_to_wire(x, b, begin, begin + count,
                                              self._wire)
-                yield self._pb.TensorChunk(tensor=name, batch=b,
-                                           token_offset=begin,
-                                           token_count=count, data=data)
+                chunk.data = data
+                yield message
                 if self._on_bytes is not None:
                     self._on_bytes(len(data))
             with self._lock:
@@ -99,10 +116,11 @@ class SharedChunks:
 class OutputAssembler:
     """Collects OutputChunks into O [B, N, H, D] and LSE [B, H, N] (float32).
 
-    O arrives in the wire dtype `wire` (the request's output_dtype) and is
-    widened to float32, which is exact. Checks that every token row arrives
-    exactly once with data of the right size; a violation raises
-    InternalError, missing rows DataLossError. add() may be called from
+    O is kept as it travels, in the wire dtype `wire` (the request's
+    output_dtype; bf16 as its uint16 bit patterns): each chunk is one copy,
+    and output_as() converts once at the end, if at all. Checks that every
+    token row arrives exactly once with data of the right size; a violation
+    raises InternalError, missing rows DataLossError. add() may be called from
     several threads (one per download stream).
     """
 
@@ -112,7 +130,15 @@ class OutputAssembler:
         self.with_lse = with_lse
         self.wire = wire
         self._lock = threading.Lock()
-        self.output = np.zeros(self.shape, dtype=np.float32)
+        self._wire_dtype = _tensors.WIRE_NUMPY_DTYPE[wire]
+        # Every row is checked to arrive, so none needs a value before.
+        self.wire_output = np.empty(self.shape, dtype=self._wire_dtype)
+        self._prefaulted = threading.Event()
+        if self.wire_output.nbytes >= PREFAULT_MIN_BYTES:
+            threading.Thread(target=self._prefault, name="ringattn-prefault",
+                             daemon=True).start()
+        else:
+            self._prefaulted.set()
         self.lse = (np.full((batch, heads, tokens), -np.inf, dtype=np.float32)
                     if with_lse else None)
         self._received = np.zeros((batch, tokens), dtype=bool)
@@ -125,40 +151,50 @@ class OutputAssembler:
                    (heads * 4 if self.with_lse else 0))
         return batch * tokens * per_row
 
-    def add(self, chunk):
-        """Places one OutputChunk; returns the bytes it carried."""
-        with self._lock:
-            return self._add(chunk)
+    def _prefault(self):
+        # A write per page; numpy lets go of the GIL for it.
+        flat = self.wire_output.reshape(-1)
+        flat[::PAGE_BYTES // flat.itemsize] = 0
+        self._prefaulted.set()
 
-    def _add(self, chunk):
-        batch, tokens, heads, dim = self.shape
+    def add(self, chunk):
+        """Places one OutputChunk; returns the bytes it carried.
+
+        Its rows are checked and claimed under a lock and copied outside it,
+        so that download streams copy in parallel.
+        """
+        # Each read of a bytes field copies it: read each once.
+        data, lse = chunk.data, chunk.lse
         b, begin, count = chunk.batch, chunk.token_offset, chunk.token_count
+        batch, tokens, heads, dim = self.shape
         where = f"output rows [{begin}, {begin + count}) of batch entry {b}"
         if not (0 <= b < batch and 0 <= begin and count >= 1
                 and begin + count <= tokens):
             raise InternalError(
                 f"server sent {where}, outside the output [{batch}, {tokens}, "
                 f"{heads}, {dim}]")
-        if self._received[b, begin:begin + count].any():
-            raise InternalError(f"server sent {where} twice")
         expected = count * heads * dim * _tensors.WIRE_ITEMSIZE[self.wire]
-        if len(chunk.data) != expected:
+        if len(data) != expected:
             raise InternalError(
-                f"server sent {len(chunk.data)} bytes for {where}, expected "
+                f"server sent {len(data)} bytes for {where}, expected "
                 f"{expected}")
         expected_lse = count * heads * 4 if self.with_lse else 0
-        if len(chunk.lse) != expected_lse:
+        if len(lse) != expected_lse:
             raise InternalError(
-                f"server sent {len(chunk.lse)} LSE bytes for {where}, expected "
+                f"server sent {len(lse)} LSE bytes for {where}, expected "
                 f"{expected_lse}")
-        self.output[b, begin:begin + count] = _tensors.wire_to_float32(
-            chunk.data, self.wire).reshape(count, heads, dim)
+        with self._lock:
+            if self._received[b, begin:begin + count].any():
+                raise InternalError(f"server sent {where} twice")
+            self._received[b, begin:begin + count] = True
+            self.bytes_received += len(data) + len(lse)
+        self._prefaulted.wait()  # its zeros must not land on output
+        self.wire_output[b, begin:begin + count] = np.frombuffer(
+            data, dtype=self._wire_dtype).reshape(count, heads, dim)
         if self.with_lse:
             self.lse[b, :, begin:begin + count] = np.frombuffer(
-                chunk.lse, dtype="<f4").reshape(heads, count)
-        self._received[b, begin:begin + count] = True
-        self.bytes_received += len(chunk.data) + len(chunk.lse)
-        return len(chunk.data) + len(chunk.lse)
+                lse, dtype="<f4").reshape(heads, count)
+        return len(data) + len(lse)
 
     def check_complete(self):
         missing = np.argwhere(~self._received)
@@ -167,3 +203,7 @@ class OutputAssembler:
             raise DataLossError(
                 f"the response ended with {len(missing)} output rows missing, "
                 f"the first token {t} of batch entry {b}")
+
+    def output_as(self, reference):
+        """O as the same kind as `reference` (see _tensors.output_like)."""
+        return _tensors.output_like(self.wire_output, self.wire, reference)

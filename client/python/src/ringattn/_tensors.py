@@ -14,6 +14,9 @@ from .errors import InvalidArgumentError
 
 FP32, FP16, BF16 = "fp32", "fp16", "bf16"
 WIRE_ITEMSIZE = {FP32: 4, FP16: 2, BF16: 2}
+# How wire values are held in numpy: bf16 as its bit patterns.
+WIRE_NUMPY_DTYPE = {FP32: np.dtype("<f4"), FP16: np.dtype("<f2"),
+                    BF16: np.dtype("<u2")}
 
 _WIRE_ALIASES = {
     "fp32": FP32, "float32": FP32, "f32": FP32, "float": FP32,
@@ -126,12 +129,15 @@ def bf16_bits_to_float32(bits):
 
 
 def wire_to_float32(data, wire):
-    """float32 values of little-endian wire bytes (exact for every dtype)."""
+    """float32 values of wire bytes or of an array of WIRE_NUMPY_DTYPE[wire]
+    (exact for every dtype)."""
+    values = (data if isinstance(data, np.ndarray) else
+              np.frombuffer(data, dtype=WIRE_NUMPY_DTYPE[wire]))
     if wire == FP16:
-        return np.frombuffer(data, dtype="<f2").astype(np.float32)
+        return values.astype(np.float32)
     if wire == BF16:
-        return bf16_bits_to_float32(np.frombuffer(data, dtype="<u2"))
-    return np.frombuffer(data, dtype="<f4")
+        return bf16_bits_to_float32(values)
+    return values
 
 
 def round_to_wire(a, wire):
@@ -174,25 +180,42 @@ def rows_to_wire(x, batch, begin, end, wire):
     return float32_to_bf16_bits(rows).astype("<u2", copy=False).tobytes()
 
 
-def like(array, reference, keep_low_precision):
-    """fp32 numpy `array` as the same kind as `reference`.
+def like(array, reference):
+    """float32 numpy `array` as the same kind as `reference`: numpy in ->
+    numpy out, torch in -> torch out (on the reference's device)."""
+    if is_torch(reference):
+        out = _torch().from_numpy(array)
+        return out if reference.device.type == "cpu" else out.to(
+            reference.device)
+    return array
 
-    numpy in -> numpy out, torch in -> torch out (on the reference's device).
-    With keep_low_precision, an fp16/bf16 reference gives an fp16/bf16 result;
-    otherwise (and for fp32/fp64 references) the result is float32.
+
+def output_like(values, wire, reference):
+    """Wire values (WIRE_NUMPY_DTYPE[wire]) as an output for `reference`.
+
+    The same kind as the reference (numpy or torch, on its device), of its
+    dtype if that is fp16/bf16, else float32 (exact from any wire dtype).
+    Where the wire dtype is the result's, no value is copied on the host.
     """
     name = dtype_name(reference, "the reference")
     if is_torch(reference):
         torch = _torch()
-        out = torch.from_numpy(array)
-        if keep_low_precision and name in (FP16, BF16):
-            out = out.to(reference.dtype)
+        if wire == BF16:
+            out = torch.from_numpy(values.view(np.int16)).view(torch.bfloat16)
+        else:
+            out = torch.from_numpy(values)
+        target = reference.dtype if name in (FP16, BF16) else torch.float32
         if reference.device.type != "cpu":
-            out = out.to(reference.device)
-        return out
-    if keep_low_precision and name in (FP16, BF16):
-        return array.astype(reference.dtype)
-    return array
+            return out.to(reference.device, target)
+        return out.to(target)
+    if name in (FP16, BF16):
+        if wire == BF16 and name == BF16:
+            return values.view(reference.dtype)
+        if wire == FP16 and name == FP16:
+            return values
+        values = wire_to_float32(values, wire)
+        return values.astype(reference.dtype)
+    return wire_to_float32(values, wire)
 
 
 def to_float64(x):

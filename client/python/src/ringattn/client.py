@@ -9,7 +9,7 @@ from typing import Optional, Union
 import grpc
 import numpy as np
 
-from . import _attached, _chunking, _spec, _tensors
+from . import _attached, _chunking, _malloc, _spec, _tensors
 from .errors import InvalidArgumentError, RingattnError, from_rpc_error
 from .v1 import attention_pb2 as pb
 from .v1 import attention_pb2_grpc as pb_grpc
@@ -121,7 +121,10 @@ class Client:
     Client("host:port") opens a gRPC channel (plaintext unless `tls` is given;
     `token` is sent as "authorization: Bearer TOKEN" on every call). Calls may
     come from several threads at once; `last_summary` is per thread. Close it
-    with close() or use it as a context manager.
+    with close() or use it as a context manager. The first Client raises
+    glibc's malloc mmap and trim thresholds for the process (64 / 256 MiB), so
+    that message buffers are not faulted in afresh for every chunk
+    (RINGATTN_KEEP_MALLOC=0 or the MALLOC_*_THRESHOLD_ variables leave them).
 
     Errors: every call raises a ringattn.RingattnError subclass carrying the
     gRPC status `.code` and `.message` (InvalidArgumentError, also a
@@ -138,6 +141,7 @@ class Client:
         """
         if chunk_bytes < 1:
             raise ValueError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
+        _malloc.keep_large_buffers()
         self.target = target
         self.timeout = timeout
         self.chunk_bytes = int(chunk_bytes)
@@ -451,11 +455,10 @@ class Client:
             spec.strategy = names[name]
         return spec
 
-    def _requests(self, header, message_type, chunks, bar, errors,
-                  carry=False):
-        """The request stream: the header, then the chunks given.
-
-        With `carry` (a Query header), the chunks ride inside the header.
+    def _requests(self, header, chunks, bar, errors, carry=False):
+        """The request stream: the header, then `chunks` (request messages
+        each carrying one chunk; with `carry`, a Query header, TensorChunks
+        that ride inside the header).
         """
         try:
             if carry:
@@ -463,8 +466,7 @@ class Client:
                 yield header
             else:
                 yield header
-                for chunk in chunks:
-                    yield message_type(chunk=chunk)
+                yield from chunks
             bar.phase("compute")
         except Exception as e:  # surfaces in the caller, not in gRPC's thread
             errors.append(e)
@@ -487,8 +489,9 @@ class Client:
         call_options = dict(timeout=self._timeout(timeout),
                             metadata=self._metadata)
         responses = method(
-            self._requests(header, message_type, chunks.stream(0), bar, errors,
-                           carry), **call_options)
+            self._requests(header,
+                           chunks.stream(0, None if carry else message_type),
+                           bar, errors, carry), **call_options)
         attached = None
         try:
             if max(streams) > 1:
@@ -529,12 +532,12 @@ class Client:
                 attached.cancel()
             bar.close()
         self._local.summary = summary
-        out = _tensors.like(assembler.output, q, keep_low_precision=True)
+        out = assembler.output_as(q)
         if len(_tensors.shape_of(q)) == 3:
             out = out[0]
         if not assembler.with_lse:
             return out
-        lse = _tensors.like(assembler.lse, q, keep_low_precision=False)
+        lse = _tensors.like(assembler.lse, q)
         if len(_tensors.shape_of(q)) == 3:
             lse = lse[0]
         return out, lse
@@ -555,8 +558,8 @@ class Client:
         errors = []
         try:
             return method(
-                self._requests(header, pb.ContextUpload, chunks.stream(0), bar,
-                               errors),
+                self._requests(header, chunks.stream(0, pb.ContextUpload),
+                               bar, errors),
                 timeout=self._timeout(timeout), metadata=self._metadata)
         except grpc.RpcError as e:
             if errors:
