@@ -15,7 +15,6 @@
 #include "core/large_buffers.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
-#include "proto/receive_window.h"
 #include "security/tls_credentials.h"
 #include "server/admission_control.h"
 #include "server/attention_service.h"
@@ -51,10 +50,6 @@ ABSL_FLAG(int, worker_row_streams, 4,
 ABSL_FLAG(int64_t, row_streams_min_bytes, int64_t{64} << 20,
           "a request uploading fewer bytes per worker than this uses one "
           "stream per worker");
-ABSL_FLAG(int, receive_window_mib, 0,
-          "HTTP/2 stream window, in MiB, of the streams this server "
-          "receives on (uploads), fixed instead of grown by gRPC's "
-          "bandwidth-delay probes; 0: gRPC's own");
 ABSL_FLAG(double, heartbeat_timeout_seconds, 3,
           "a worker silent this long is considered dead");
 ABSL_FLAG(bool, warm_up_ring, true,
@@ -157,12 +152,6 @@ int Main() {
                   absl::GetFlag(FLAGS_row_streams_min_bytes));
     return 2;
   }
-  const int receive_window_mib = absl::GetFlag(FLAGS_receive_window_mib);
-  if (receive_window_mib < 0 || receive_window_mib > kMostReceiveWindowMib) {
-    spdlog::error("--receive_window_mib must be in [0, {}], got {}",
-                  kMostReceiveWindowMib, receive_window_mib);
-    return 2;
-  }
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> port_credentials =
       PortCredentials();
   absl::StatusOr<Cluster::ChannelFactory> worker_channels = WorkerChannels();
@@ -215,7 +204,6 @@ int Main() {
   builder.RegisterService(&attention);
   builder.RegisterService(&coordination);
   builder.SetMaxReceiveMessageSize(16 << 20);
-  UseReceiveWindow(builder, receive_window_mib);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     spdlog::error("cannot listen for gRPC on {}:{}", host,

@@ -4,9 +4,7 @@
 // reference (output back over the same streams, forwarded to one or several
 // download streams), the streams counted on /metrics, a worker killed
 // mid-upload or while its output streams failing the request with UNAVAILABLE
-// in time, and out-of-range flags stopping the coordinator at start. The
-// servers of the first suite receive with a fixed stream window
-// (--receive_window_mib).
+// in time, and out-of-range flags stopping the coordinator at start.
 
 #include <atomic>
 #include <cstdlib>
@@ -29,12 +27,10 @@ class RowStreams : public testing::Test {
  protected:
   static void SetUpTestSuite() {
     // Every upload past one message uses three streams per worker.
-    absl::StatusOr<std::unique_ptr<TestCluster>> cluster =
-        TestCluster::Start({.workers = 2,
-                            .coordinator_flags = {"--worker_row_streams=3",
-                                                  "--row_streams_min_bytes=1",
-                                                  "--receive_window_mib=8"},
-                            .worker_flags = {"--receive_window_mib=8"}});
+    absl::StatusOr<std::unique_ptr<TestCluster>> cluster = TestCluster::Start(
+        {.workers = 2,
+         .coordinator_flags = {"--worker_row_streams=3",
+                               "--row_streams_min_bytes=1"}});
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = cluster->release();
   }
@@ -182,13 +178,11 @@ TEST(RowStreamFaults, WorkerKilledWhileOutputStreamsEndsTheRequestInTime) {
   ExpectMatchesReference(next, again, *healed);
 }
 
-TEST(TransportFlags, OutOfRangeValuesStopTheCoordinatorWithExit2) {
+TEST(RowStreamFlags, OutOfRangeValuesStopTheCoordinatorWithExit2) {
   const std::string binary = absl::StrCat(
       std::getenv("TEST_SRCDIR"), "/ringattn/server/", "ringattn-coordinator");
-  for (const char* flag :
-       {"--worker_row_streams=0", "--worker_row_streams=17",
-        "--row_streams_min_bytes=-1", "--receive_window_mib=-1",
-        "--receive_window_mib=1025"}) {
+  for (const char* flag : {"--worker_row_streams=0", "--worker_row_streams=17",
+                           "--row_streams_min_bytes=-1"}) {
     absl::StatusOr<ChildProcess> coordinator = ChildProcess::Spawn(
         binary, {"--world_size=1", "--port=0", "--http_port=0", flag});
     ASSERT_TRUE(coordinator.ok()) << coordinator.status();

@@ -26,7 +26,6 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
-#include "proto/receive_window.h"
 #include "ringattn/v1/worker.grpc.pb.h"
 #include "security/tls_credentials.h"
 #include "spdlog/spdlog.h"
@@ -69,10 +68,6 @@ ABSL_FLAG(double, pinned_staging_gib,
           "to the device as DMA; while the request holds it, locked memory "
           "cannot be swapped out or used by anything else on the host "
           "(default: a quarter of this host's memory; 0: never)");
-ABSL_FLAG(int, receive_window_mib, 0,
-          "HTTP/2 stream window, in MiB, of the streams this server "
-          "receives on (uploads), fixed instead of grown by gRPC's "
-          "bandwidth-delay probes; 0: gRPC's own");
 ABSL_FLAG(double, ring_timeout_seconds, 60,
           "how long a rank waits for its peers when a request sets no "
           "timeout");
@@ -176,12 +171,6 @@ int Main() {
   }
   options.most_pinned_staging_bytes =
       static_cast<int64_t>(pinned_gib * (int64_t{1} << 30));
-  const int receive_window_mib = absl::GetFlag(FLAGS_receive_window_mib);
-  if (receive_window_mib < 0 || receive_window_mib > kMostReceiveWindowMib) {
-    return Usage(absl::StrCat("--receive_window_mib must be in [0, ",
-                              kMostReceiveWindowMib, "], got ",
-                              receive_window_mib));
-  }
   // Resident contexts may use as much again as requests in flight.
   options.context_memory_bytes = options.memory_bytes;
 
@@ -247,7 +236,6 @@ int Main() {
   builder.AddChannelArgument(
       GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 100);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
-  UseReceiveWindow(builder, receive_window_mib);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || bound_port == 0) {
     spdlog::error("cannot serve the Worker service on {}", listen);
