@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 import ringattn
-from ringattn import _chunking, _tensors
+from google.protobuf import message as message_module
+
+from ringattn import _chunking, _tensors, _wire
 from ringattn import client as client_module
 from ringattn.v1 import attention_pb2 as pb
 
@@ -107,14 +109,50 @@ def test_streams_share_every_chunk_once_starting_apart(streams):
                                       _tensors.round_to_wire(x, "bf16"))
 
 
-def test_chunks_are_made_inside_the_request_messages_asked_for():
-    x = np.arange(2 * 7 * 3, dtype=np.float32).reshape(1, 7, 2, 3)
-    shared = _chunking.SharedChunks(pb, [(pb.V, x)], "fp32", 48, 1)
-    messages = list(shared.stream(0, pb.AttachUploadRequest))
-    assert [m.WhichOneof("kind") for m in messages] == ["chunk"] * 4
-    assert [m.chunk.token_offset for m in messages] == [0, 2, 4, 6]
-    rebuilt = _rebuild([m.chunk for m in messages], [(pb.V, x)], "fp32")
-    np.testing.assert_array_equal(rebuilt[pb.V], x)
+@pytest.mark.parametrize("request_type", [pb.AttendRequest, pb.QueryRequest,
+                                          pb.AttachUploadRequest,
+                                          pb.ContextUpload])
+def test_framed_chunks_are_the_request_messages_protobuf_would_write(
+        request_type):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 700, 2, 3)).astype(np.float32)
+    shared = _chunking.SharedChunks(pb, [(pb.V, x)], "bf16", 600, 1)
+    framed = list(shared.stream(0, framed=True))
+    chunks = list(_chunking.SharedChunks(pb, [(pb.V, x)], "bf16", 600,
+                                         1).stream(0))
+    # Offsets past 127 and batch 1 take varints of two bytes and of one;
+    # batch 0 and offset 0 are left out, as protobuf leaves them.
+    assert len(framed) == len(chunks) == 2 * 14  # 50 rows of 12 bytes each
+    for raw, chunk in zip(framed, chunks):
+        assert raw == request_type(chunk=chunk).SerializeToString()
+        assert request_type.FromString(raw).chunk == chunk
+
+
+def test_output_chunks_are_read_in_place_and_anything_else_by_protobuf():
+    data = np.arange(24, dtype="<f4").tobytes()
+    chunk = pb.OutputChunk(batch=3, token_offset=300, token_count=2, data=data,
+                           lse=b"\x01\x02\x03\x04")
+    view = _wire.parse_attend_response(
+        pb.AttendResponse(output=chunk).SerializeToString())
+    assert view.WhichOneof("kind") == "output"
+    got = view.output
+    assert (got.batch, got.token_offset, got.token_count) == (3, 300, 2)
+    assert bytes(got.data) == data and bytes(got.lse) == b"\x01\x02\x03\x04"
+    empty = _wire.parse_attend_response(
+        pb.AttendResponse(output=pb.OutputChunk(token_count=1))
+        .SerializeToString())
+    assert empty.output.batch == 0 and len(empty.output.data) == 0
+    summary = pb.AttendResponse(summary=pb.Summary(request_id="r", flops=2.0))
+    parsed = _wire.parse_attend_response(summary.SerializeToString())
+    assert parsed == summary
+    # An unknown field inside the chunk is skipped.
+    inner = chunk.SerializeToString() + b"\x30\x07"  # field 6, varint 7
+    message = b"\x0a" + _wire._varint(len(inner)) + inner
+    assert bytes(_wire.parse_attend_response(message).output.data) == data
+    # A truncated message goes to protobuf, which refuses it.
+    raw = pb.AttendResponse(output=chunk).SerializeToString()
+    with pytest.raises(message_module.DecodeError):
+        _wire.parse_attend_response(raw[:-5])
 
 
 def test_a_stream_with_no_run_sends_nothing():

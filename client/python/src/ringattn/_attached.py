@@ -32,25 +32,25 @@ def ticket_from(metadata):
 class AttachedStreams:
     """Opens uploads - 1 AttachUpload and downloads - 1 AttachDownload calls.
 
-    stubs[i] serves attached stream i + 1 (an upload and a download stream of
-    one number share a channel). A failure noticed on this side (a chunk that
+    methods[i] (_wire.TensorMethods) serves attached stream i + 1 (an upload
+    and a download stream of one number share a channel). A failure noticed on this side (a chunk that
     cannot be made, output that does not fit) goes into `errors` and cancels
     the Attend call through `cancel_call`; the server ends the Attend call
     itself when an attached stream fails on its side.
     """
 
-    def __init__(self, stubs, ticket, chunks, uploads, downloads, assembler,
+    def __init__(self, methods, ticket, chunks, uploads, downloads, assembler,
                  on_bytes, call_options, errors, cancel_call):
         self._errors = errors
         self._cancel_call = cancel_call
         self._uploads = [
-            stubs[i].AttachUpload.future(
+            methods[i].AttachUpload.future(
                 self._upload_requests(ticket, chunks, i + 1), **call_options)
             for i in range(uploads - 1)]
         self._downloads = []
         self._readers = []
         for i in range(downloads - 1):
-            call = stubs[i].AttachDownload(ticket, **call_options)
+            call = methods[i].AttachDownload(ticket, **call_options)
             reader = threading.Thread(
                 target=self._read, args=(call, assembler, on_bytes),
                 name=f"ringattn-download-{i + 1}", daemon=True)
@@ -81,7 +81,7 @@ class AttachedStreams:
     def _upload_requests(self, ticket, chunks, index):
         yield pb.AttachUploadRequest(ticket=ticket)
         try:
-            yield from chunks.stream(index, pb.AttachUploadRequest)
+            yield from chunks.stream(index, framed=True)
         except Exception as e:  # surfaces in the caller, not in gRPC's thread
             self._fail(e)
             raise

@@ -10,7 +10,7 @@ import threading
 
 import numpy as np
 
-from . import _tensors
+from . import _tensors, _wire
 from .errors import DataLossError, InternalError
 
 DEFAULT_CHUNK_BYTES = 1 << 20
@@ -81,31 +81,27 @@ class SharedChunks:
         self._lock = threading.Lock()
         self._next_run = min(streams, runs)
 
-    def stream(self, index, message_type=None):
+    def stream(self, index, framed=False):
         """The chunks of upload stream `index` (0-based): TensorChunk
-        messages, or `message_type` messages with one in their `chunk` field.
-
-        A chunk is made in the message that carries it: copying a large
-        chunk into another message (or passing it to one's constructor)
-        costs several times more than making it.
+        messages or, `framed`, serialized request messages with the chunk in
+        their `chunk` field (_wire.framed_chunk_request: one copy of the rows
+        instead of three).
         """
         run = index if index < self._next_run else None
         while run is not None:
             for i in range(*self._runs[run]):
                 name, x, b, begin, count = self._chunks[i]
-                message = (self._pb.TensorChunk() if message_type is None
-                           else message_type())
-                chunk = message if message_type is None else message.chunk
-                chunk.tensor = name
-                chunk.batch = b
-                chunk.token_offset = begin
-                chunk.token_count = count
-                data = _tensors.rows_to_wire(x, b, begin, begin + count,
+                rows = _tensors.rows_to_wire(x, b, begin, begin + count,
                                              self._wire)
-                chunk.data = data
-                yield message
+                if framed:
+                    yield _wire.framed_chunk_request(name, b, begin, count,
+                                                     rows)
+                else:
+                    yield self._pb.TensorChunk(
+                        tensor=name, batch=b, token_offset=begin,
+                        token_count=count, data=rows.tobytes())
                 if self._on_bytes is not None:
-                    self._on_bytes(len(data))
+                    self._on_bytes(rows.nbytes)
             with self._lock:
                 run = None
                 if self._next_run < len(self._runs):

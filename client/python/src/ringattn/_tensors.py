@@ -151,7 +151,9 @@ def round_to_wire(a, wire):
 
 
 def rows_to_wire(x, batch, begin, end, wire):
-    """Wire bytes of token rows [begin, end) of batch entry `batch` of 4-D `x`."""
+    """Token rows [begin, end) of batch entry `batch` of 4-D `x` in the wire
+    dtype: a C-contiguous little-endian numpy array (WIRE_NUMPY_DTYPE), a
+    view of `x` where no conversion is needed."""
     if is_torch(x):
         torch = _torch()
         rows = x[batch, begin:end].detach()
@@ -165,19 +167,19 @@ def rows_to_wire(x, batch, begin, end, wire):
             array = rows.to(torch.bfloat16).contiguous().view(
                 torch.int16).numpy().view(np.uint16)
         return np.ascontiguousarray(array).astype(
-            array.dtype.newbyteorder("<"), copy=False).tobytes()
+            array.dtype.newbyteorder("<"), copy=False)
     rows = x[batch, begin:end]
     source = _numpy_dtype_name(rows.dtype)
     if wire == FP32:
-        return np.ascontiguousarray(rows, dtype="<f4").tobytes()
+        return np.ascontiguousarray(rows, dtype="<f4")
     if wire == FP16:
         if source == BF16:
             rows = rows.astype(np.float32)
-        return np.ascontiguousarray(rows, dtype="<f2").tobytes()
+        return np.ascontiguousarray(rows, dtype="<f2")
     if source == BF16:
         return np.ascontiguousarray(rows).view(np.uint16).astype(
-            "<u2", copy=False).tobytes()
-    return float32_to_bf16_bits(rows).astype("<u2", copy=False).tobytes()
+            "<u2", copy=False)
+    return float32_to_bf16_bits(rows).astype("<u2", copy=False)
 
 
 def like(array, reference):

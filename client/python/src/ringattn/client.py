@@ -9,7 +9,7 @@ from typing import Optional, Union
 import grpc
 import numpy as np
 
-from . import _attached, _chunking, _malloc, _spec, _tensors
+from . import _attached, _chunking, _malloc, _spec, _tensors, _wire
 from .errors import InvalidArgumentError, RingattnError, from_rpc_error
 from .v1 import attention_pb2 as pb
 from .v1 import attention_pb2_grpc as pb_grpc
@@ -153,10 +153,11 @@ class Client:
         self._credentials = _credentials(tls)
         self._channel = self._open_channel(self._options)
         self._stub = pb_grpc.AttentionStub(self._channel)
+        self._tensor_methods = _wire.TensorMethods(self._channel)
         # Channels of attached streams, opened when first needed.
         self._attached_lock = threading.Lock()
         self._attached_channels = []
-        self._attached_stubs = []
+        self._attached_methods = []
         self._local = threading.local()
 
     def _open_channel(self, options):
@@ -165,17 +166,17 @@ class Client:
         return grpc.secure_channel(self.target, self._credentials,
                                    options=options)
 
-    def _stubs_for_attached(self, count):
-        """Stubs of attached streams 1..count, each on a connection of its own
-        (channels whose arguments differ do not share one)."""
+    def _methods_for_attached(self, count):
+        """The RPCs of attached streams 1..count, each on a connection of its
+        own (channels whose arguments differ do not share one)."""
         with self._attached_lock:
             while len(self._attached_channels) < count:
                 index = len(self._attached_channels) + 1
                 channel = self._open_channel(
                     self._options + [("ringattn.attached_stream", index)])
                 self._attached_channels.append(channel)
-                self._attached_stubs.append(pb_grpc.AttentionStub(channel))
-            return self._attached_stubs[:count]
+                self._attached_methods.append(_wire.TensorMethods(channel))
+            return self._attached_methods[:count]
 
     # -- lifetime -----------------------------------------------------------
 
@@ -279,9 +280,8 @@ class Client:
         if max(streams) > 1:
             spec.upload_streams, spec.download_streams = streams
         return self._stream_attention(
-            self._stub.Attend, pb.AttendRequest(header=spec),
-            pb.AttendRequest, tensors, wire, output, q, progress, timeout,
-            streams)
+            self._tensor_methods.Attend, pb.AttendRequest(header=spec),
+            tensors, wire, output, q, progress, timeout, streams)
 
     def query(self, name, q, causal=False, scale=None, dilated=None,
               dilated_combine="lse", block_sparse=None, hilbert=None,
@@ -323,7 +323,7 @@ class Client:
             context=name, spec=spec, append_length=appended))
         output = _chunking.OutputAssembler(batch, nq, hq, dim, return_lse, out)
         return self._stream_attention(
-            self._stub.Query, header, pb.QueryRequest, tensors, wire, output,
+            self._tensor_methods.Query, header, tensors, wire, output,
             q, progress, timeout)
 
     # -- resident contexts --------------------------------------------------
@@ -334,13 +334,15 @@ class Client:
 
         Returns the server's ContextInfo message.
         """
-        return self._upload_context(self._stub.CreateContext, name, k, v,
+        return self._upload_context(self._tensor_methods.CreateContext, name,
+                                    k, v,
                                     wire_dtype, progress, timeout)
 
     def append_context(self, name, k, v, wire_dtype=None, *, progress=None,
                        timeout=None):
         """Appends k, v tokens to context `name`; returns its ContextInfo."""
-        return self._upload_context(self._stub.AppendContext, name, k, v,
+        return self._upload_context(self._tensor_methods.AppendContext, name,
+                                    k, v,
                                     wire_dtype, progress, timeout)
 
     # -- internals ----------------------------------------------------------
@@ -456,9 +458,9 @@ class Client:
         return spec
 
     def _requests(self, header, chunks, bar, errors, carry=False):
-        """The request stream: the header, then `chunks` (request messages
-        each carrying one chunk; with `carry`, a Query header, TensorChunks
-        that ride inside the header).
+        """The request stream: the header, then `chunks` (serialized request
+        messages each carrying one chunk; with `carry`, a Query header,
+        TensorChunks that ride inside the header).
         """
         try:
             if carry:
@@ -472,8 +474,8 @@ class Client:
             errors.append(e)
             raise
 
-    def _stream_attention(self, method, header, message_type, tensors, wire,
-                          assembler, q, progress, timeout, streams=(1, 1)):
+    def _stream_attention(self, method, header, tensors, wire, assembler, q,
+                          progress, timeout, streams=(1, 1)):
         upload = _upload_bytes(tensors, wire)
         bar = _Progress(_show_progress(progress, upload + assembler.total_bytes),
                         upload + assembler.total_bytes)
@@ -484,21 +486,20 @@ class Client:
         errors = []
         summary = None
         self._local.summary = None
-        carry = (message_type is pb.QueryRequest
+        carry = (isinstance(header, pb.QueryRequest)
                  and upload <= _MOST_CARRIED_BYTES)
         call_options = dict(timeout=self._timeout(timeout),
                             metadata=self._metadata)
         responses = method(
-            self._requests(header,
-                           chunks.stream(0, None if carry else message_type),
-                           bar, errors, carry), **call_options)
+            self._requests(header, chunks.stream(0, framed=not carry), bar,
+                           errors, carry), **call_options)
         attached = None
         try:
             if max(streams) > 1:
                 ticket = _attached.ticket_from(responses.initial_metadata())
                 if ticket is not None:  # else the call failed: it says why
                     attached = _attached.AttachedStreams(
-                        self._stubs_for_attached(max(streams) - 1), ticket,
+                        self._methods_for_attached(max(streams) - 1), ticket,
                         chunks, streams[0], streams[1], assembler, bar.update,
                         call_options, errors, responses.cancel)
             for response in responses:
@@ -558,8 +559,8 @@ class Client:
         errors = []
         try:
             return method(
-                self._requests(header, chunks.stream(0, pb.ContextUpload),
-                               bar, errors),
+                self._requests(header, chunks.stream(0, framed=True), bar,
+                               errors),
                 timeout=self._timeout(timeout), metadata=self._metadata)
         except grpc.RpcError as e:
             if errors:
