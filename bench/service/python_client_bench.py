@@ -78,7 +78,7 @@ def main():
     parser.add_argument("--check_kv_heads", type=int, default=0,
                         help="check the query heads of this many K/V heads, "
                         "the first and the last ones (0: all)")
-    parser.add_argument("--chunk_bytes", type=int, default=1 << 20)
+    parser.add_argument("--chunk_bytes", type=int, default=4 << 20)
     args = parser.parse_args()
     settings = [(s.split("/") + [None, None])[:3]
                 for s in args.streams.split(",")]

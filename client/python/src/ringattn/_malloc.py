@@ -1,8 +1,8 @@
 """glibc's malloc told to keep the memory of large message buffers.
 
-Internal. Every chunk a request streams (about 1 MiB) is made, copied into its
+Internal. Every chunk a request streams (up to 4 MiB) is made, copied into its
 message and serialized, and on the way back parsed and copied out: several
-buffers of about 1 MiB are allocated and freed per chunk. With glibc's
+buffers of that size are allocated and freed per chunk. With glibc's
 defaults they come from fresh mappings, or from a heap top trimmed back after
 each, so every page of every chunk is faulted in and cleared again: making and
 serializing chunks ran at 0.3-0.6 GB/s a thread where it runs at 2.9-4.6 GB/s

@@ -137,7 +137,7 @@ class Client:
         """target: "host:port"; token: bearer token or None; tls: None/False
         (plaintext), True (system roots), a TLSConfig (or a dict of its
         fields) or grpc.ChannelCredentials; timeout: seconds per call (None:
-        no deadline); chunk_bytes: largest tensor chunk sent (default 1 MiB).
+        no deadline); chunk_bytes: largest tensor chunk sent (default 4 MiB).
         """
         if chunk_bytes < 1:
             raise ValueError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
