@@ -143,25 +143,22 @@ def parse_attend_response(data):
 
 class TensorMethods:
     """The Attention RPCs that carry tensor bytes, on `channel`, with the
-    serializers above (the generated stub's methods use protobuf's)."""
+    serializers above (the generated stub's methods use protobuf's):
+    .Attend, .Query, .AttachUpload, .AttachDownload, .CreateContext and
+    .AppendContext."""
+
+    _METHODS = (
+        ("Attend", "stream_stream", parse_attend_response),
+        ("Query", "stream_stream", parse_attend_response),
+        ("AttachUpload", "stream_unary", pb.AttachUploadResponse.FromString),
+        ("AttachDownload", "unary_stream", parse_attend_response),
+        ("CreateContext", "stream_unary", pb.ContextInfo.FromString),
+        ("AppendContext", "stream_unary", pb.ContextInfo.FromString),
+    )
 
     def __init__(self, channel):
-        service = "/" + pb.DESCRIPTOR.services_by_name["Attention"].full_name
-        self.Attend = channel.stream_stream(
-            service + "/Attend", request_serializer=serialize,
-            response_deserializer=parse_attend_response)
-        self.Query = channel.stream_stream(
-            service + "/Query", request_serializer=serialize,
-            response_deserializer=parse_attend_response)
-        self.AttachUpload = channel.stream_unary(
-            service + "/AttachUpload", request_serializer=serialize,
-            response_deserializer=pb.AttachUploadResponse.FromString)
-        self.AttachDownload = channel.unary_stream(
-            service + "/AttachDownload", request_serializer=serialize,
-            response_deserializer=parse_attend_response)
-        self.CreateContext = channel.stream_unary(
-            service + "/CreateContext", request_serializer=serialize,
-            response_deserializer=pb.ContextInfo.FromString)
-        self.AppendContext = channel.stream_unary(
-            service + "/AppendContext", request_serializer=serialize,
-            response_deserializer=pb.ContextInfo.FromString)
+        service = pb.DESCRIPTOR.services_by_name["Attention"].full_name
+        for name, kind, deserializer in self._METHODS:
+            setattr(self, name, getattr(channel, kind)(
+                f"/{service}/{name}", request_serializer=serialize,
+                response_deserializer=deserializer))
