@@ -132,14 +132,37 @@ class AttendStream final : public RequestStream {
   const std::string none_;
 };
 
-// Query's stream, seen as Attend messages: the header's spec becomes the
-// header, the chunks it carries come next as chunk messages, and the context
-// it names is remembered.
+// QueryOnce's one request and its writer, read and written as Query's stream.
+class SingleQuery {
+ public:
+  SingleQuery(const v1::QueryRequest* request,
+              grpc::ServerWriter<v1::AttendResponse>* writer)
+      : request_(request), writer_(writer) {}
+  bool Read(v1::QueryRequest* query) {
+    if (read_) return false;
+    read_ = true;
+    *query = *request_;  // at most the header's carried rows: a small copy
+    return true;
+  }
+  bool Write(const v1::AttendResponse& response,
+             grpc::WriteOptions options = grpc::WriteOptions()) {
+    return writer_->Write(response, options);
+  }
+  void SendInitialMetadata() { writer_->SendInitialMetadata(); }
+
+ private:
+  const v1::QueryRequest* const request_;
+  grpc::ServerWriter<v1::AttendResponse>* const writer_;
+  bool read_ = false;
+};
+
+// Query's stream (or QueryOnce's SingleQuery), seen as Attend messages: the
+// header's spec becomes the header, the chunks it carries come next as chunk
+// messages, and the context it names is remembered.
+template <typename Stream>
 class QueryStream final : public RequestStream {
  public:
-  explicit QueryStream(
-      grpc::ServerReaderWriter<v1::AttendResponse, v1::QueryRequest>* stream)
-      : stream_(stream) {}
+  explicit QueryStream(Stream* stream) : stream_(stream) {}
   bool Read(v1::AttendRequest* request) override {
     request->Clear();
     if (next_carried_ < carried_.size()) {
@@ -173,7 +196,7 @@ class QueryStream final : public RequestStream {
   int64_t append_length() const override { return append_length_; }
 
  private:
-  grpc::ServerReaderWriter<v1::AttendResponse, v1::QueryRequest>* const stream_;
+  Stream* const stream_;
   std::string context_;
   int64_t append_length_ = 0;
   // The chunks the header carried, handed out by Read before the next message.
@@ -207,6 +230,14 @@ grpc::Status AttentionService::Query(
     grpc::ServerReaderWriter<v1::AttendResponse, v1::QueryRequest>* stream) {
   QueryStream adapter(stream);
   return Serve("Query", context, &adapter);
+}
+
+grpc::Status AttentionService::QueryOnce(
+    grpc::ServerContext* context, const v1::QueryRequest* request,
+    grpc::ServerWriter<v1::AttendResponse>* writer) {
+  SingleQuery single(request, writer);
+  QueryStream adapter(&single);
+  return Serve("QueryOnce", context, &adapter);
 }
 
 grpc::Status AttentionService::AttachUpload(

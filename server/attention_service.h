@@ -39,6 +39,9 @@ class AttentionService final : public v1::Attention::Service {
       grpc::ServerContext* context,
       grpc::ServerReaderWriter<v1::AttendResponse, v1::QueryRequest>* stream)
       override;
+  grpc::Status QueryOnce(
+      grpc::ServerContext* context, const v1::QueryRequest* request,
+      grpc::ServerWriter<v1::AttendResponse>* writer) override;
   grpc::Status DeleteContext(grpc::ServerContext* context,
                              const v1::DeleteContextRequest* request,
                              v1::DeleteContextResponse* response) override;
@@ -53,7 +56,7 @@ class AttentionService final : public v1::Attention::Service {
   // Counts a finished call and passes its status on.
   grpc::Status Count(const char* method, const grpc::Status& status,
                      double seconds);
-  // Runs an Attend or Query call and counts it.
+  // Runs an Attend, Query or QueryOnce call and counts it.
   grpc::Status Serve(const char* method, grpc::ServerContext* context,
                      RequestStream* stream);
 

@@ -99,8 +99,8 @@ Processed Process(const std::string& path, const std::string& authorization) {
 }
 
 TEST(BearerTokenProcessorTest, ChecksEveryAttentionMethod) {
-  for (const char* method :
-       {"Attend", "Query", "CreateContext", "GetClusterInfo", "ListContexts"}) {
+  for (const char* method : {"Attend", "Query", "QueryOnce", "CreateContext",
+                             "GetClusterInfo", "ListContexts"}) {
     const std::string path = std::string("/ringattn.v1.Attention/") + method;
     EXPECT_EQ(Process(path, "").status.error_code(),
               grpc::StatusCode::UNAUTHENTICATED)

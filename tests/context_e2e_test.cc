@@ -365,42 +365,42 @@ v1::TensorChunk QueryRows(const Tensor<float>& q, int64_t begin, int64_t end) {
   return chunk;
 }
 
-// A raw Query call whose header carries `carried` and whose stream then
-// brings `streamed`; the output and LSE it returns (fp32, batch 1), put
-// together and checked by the client library's OutputAssembler.
-grpc::Status RawQuery(const TestCluster& cluster, const std::string& name,
-                      const AttentionSpec& spec,
-                      std::vector<v1::TensorChunk> carried,
-                      std::vector<v1::TensorChunk> streamed,
-                      AttendResult& result) {
-  auto stub = v1::Attention::NewStub(grpc::CreateChannel(
-      cluster.target(), grpc::InsecureChannelCredentials()));
-  grpc::ClientContext context;
+std::unique_ptr<v1::Attention::Stub> RawStub(const TestCluster& cluster,
+                                             grpc::ClientContext& context) {
   context.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::seconds(60));
-  auto stream = stub->Query(&context);
+  return v1::Attention::NewStub(grpc::CreateChannel(
+      cluster.target(), grpc::InsecureChannelCredentials()));
+}
+
+// A Query header for context `name` that carries `carried`.
+v1::QueryRequest CarryingHeader(const std::string& name,
+                                const AttentionSpec& spec,
+                                std::vector<v1::TensorChunk> carried) {
   v1::QueryRequest header;
   header.mutable_header()->set_context(name);
   *header.mutable_header()->mutable_spec() = RequestSpec(spec);
   for (v1::TensorChunk& chunk : carried) {
     *header.mutable_header()->add_chunks() = std::move(chunk);
   }
-  bool open = stream->Write(header);
-  for (v1::TensorChunk& chunk : streamed) {
-    v1::QueryRequest message;
-    *message.mutable_chunk() = std::move(chunk);
-    open = open && stream->Write(message);
-  }
-  if (open) stream->WritesDone();
+  return header;
+}
+
+// The output and LSE a Query or QueryOnce call's `stream` returns (fp32,
+// batch 1), put together and checked by the client library's
+// OutputAssembler; the call's status.
+template <typename Stream>
+grpc::Status ReadQueryOutput(Stream& stream, const AttentionSpec& spec,
+                             AttendResult& result) {
   OutputAssembler output({1, spec.q_len, spec.q_heads, spec.head_dim},
                          /*with_lse=*/true);
   v1::AttendResponse response;
-  while (stream->Read(&response)) {
+  while (stream.Read(&response)) {
     if (!response.has_output()) continue;
     const absl::Status added = output.Add(response.output());
     EXPECT_TRUE(added.ok()) << added;
   }
-  const grpc::Status status = stream->Finish();
+  const grpc::Status status = stream.Finish();
   if (status.ok()) {
     const absl::Status complete = output.CheckComplete();
     EXPECT_TRUE(complete.ok()) << complete;
@@ -408,6 +408,36 @@ grpc::Status RawQuery(const TestCluster& cluster, const std::string& name,
   result.output = std::move(output.output());
   result.lse = std::move(output.lse());
   return status;
+}
+
+// A raw Query call whose header carries `carried` and whose stream then
+// brings `streamed`.
+grpc::Status RawQuery(const TestCluster& cluster, const std::string& name,
+                      const AttentionSpec& spec,
+                      std::vector<v1::TensorChunk> carried,
+                      std::vector<v1::TensorChunk> streamed,
+                      AttendResult& result) {
+  grpc::ClientContext context;
+  auto stub = RawStub(cluster, context);
+  auto stream = stub->Query(&context);
+  bool open = stream->Write(CarryingHeader(name, spec, std::move(carried)));
+  for (v1::TensorChunk& chunk : streamed) {
+    v1::QueryRequest message;
+    *message.mutable_chunk() = std::move(chunk);
+    open = open && stream->Write(message);
+  }
+  if (open) stream->WritesDone();
+  return ReadQueryOutput(*stream, spec, result);
+}
+
+// A raw QueryOnce call of `request`.
+grpc::Status RawQueryOnce(const TestCluster& cluster,
+                          const v1::QueryRequest& request,
+                          const AttentionSpec& spec, AttendResult& result) {
+  grpc::ClientContext context;
+  auto stub = RawStub(cluster, context);
+  auto reader = stub->QueryOnce(&context, request);
+  return ReadQueryOutput(*reader, spec, result);
 }
 
 // A small query goes up as one message, its chunks carried in the header;
@@ -443,6 +473,42 @@ TEST_F(Contexts, HeaderCarriesChunksBesideStreamedOnes) {
   EXPECT_EQ(missing.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
       << missing.error_message();
   EXPECT_TRUE(client->DeleteContext("carried").ok());
+}
+
+// QueryOnce: the whole query in one message, on a call without a request
+// stream, answered as Query answers it.
+TEST_F(Contexts, QueryOnceAnswersAsQueryDoes) {
+  const int64_t n = 61;
+  const RandomInputs context = MakeRandomInputs(ContextSpec(n, n, true), 92);
+  std::unique_ptr<Client> client = cluster_->NewClient();
+  Upload(*client, "once", context, {n});
+  const AttentionSpec spec = ContextSpec(7, n, true);
+  const RandomInputs in = QueryInputs(context, spec, 93);
+  AttendResult once;
+  const grpc::Status ok = RawQueryOnce(
+      *cluster_, CarryingHeader("once", spec, {QueryRows(in.q, 0, 7)}), spec,
+      once);
+  ASSERT_TRUE(ok.ok()) << ok.error_message();
+  ExpectMatchesReference(spec, in, once);
+
+  AttendResult failed;
+  const grpc::Status missing = RawQueryOnce(
+      *cluster_, CarryingHeader("once", spec, {QueryRows(in.q, 0, 4)}), spec,
+      failed);
+  EXPECT_EQ(missing.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << missing.error_message();
+  const grpc::Status unknown = RawQueryOnce(
+      *cluster_, CarryingHeader("nowhere", spec, {QueryRows(in.q, 0, 7)}), spec,
+      failed);
+  EXPECT_EQ(unknown.error_code(), grpc::StatusCode::NOT_FOUND)
+      << unknown.error_message();
+  v1::QueryRequest chunk_alone;
+  *chunk_alone.mutable_chunk() = QueryRows(in.q, 0, 7);
+  const grpc::Status headless =
+      RawQueryOnce(*cluster_, chunk_alone, spec, failed);
+  EXPECT_EQ(headless.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << headless.error_message();
+  EXPECT_TRUE(client->DeleteContext("once").ok());
 }
 
 TEST_F(Contexts, BadUsesGetPreciseStatuses) {

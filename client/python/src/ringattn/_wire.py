@@ -144,12 +144,13 @@ def parse_attend_response(data):
 class TensorMethods:
     """The Attention RPCs that carry tensor bytes, on `channel`, with the
     serializers above (the generated stub's methods use protobuf's):
-    .Attend, .Query, .AttachUpload, .AttachDownload, .CreateContext and
-    .AppendContext."""
+    .Attend, .Query, .QueryOnce, .AttachUpload, .AttachDownload,
+    .CreateContext and .AppendContext."""
 
     _METHODS = (
         ("Attend", "stream_stream", parse_attend_response),
         ("Query", "stream_stream", parse_attend_response),
+        ("QueryOnce", "unary_stream", parse_attend_response),
         ("AttachUpload", "stream_unary", pb.AttachUploadResponse.FromString),
         ("AttachDownload", "unary_stream", parse_attend_response),
         ("CreateContext", "stream_unary", pb.ContextInfo.FromString),

@@ -7,6 +7,7 @@ import threading
 from typing import Optional, Union
 
 import grpc
+import grpc.experimental
 import numpy as np
 
 from . import _attached, _chunking, _malloc, _spec, _tensors, _wire
@@ -18,7 +19,8 @@ from .v1 import attention_pb2_grpc as pb_grpc
 # what a single message can make the client allocate (as the C++ client does).
 _MAX_RECEIVE_MESSAGE_BYTES = 64 << 20
 # A query uploading at most this much sends its chunks inside its header
-# message (QueryHeader.chunks): the whole upload is one message.
+# message (QueryHeader.chunks), on a QueryOnce call: the whole upload is one
+# message.
 _MOST_CARRIED_BYTES = 1 << 20
 # Requests moving more than this many bytes show a progress bar (when stderr
 # is a terminal, or with progress=True).
@@ -151,7 +153,10 @@ class Client:
         self._options = [("grpc.max_receive_message_length",
                           _MAX_RECEIVE_MESSAGE_BYTES)] + list(channel_options)
         self._credentials = _credentials(tls)
-        self._channel = self._open_channel(self._options)
+        # Unary-stream calls (QueryOnce) read their responses on the calling
+        # thread instead of handing each over from gRPC's.
+        self._channel = self._open_channel(self._options + [
+            (grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1)])
         self._stub = pb_grpc.AttentionStub(self._channel)
         self._tensor_methods = _wire.TensorMethods(self._channel)
         # Channels of attached streams, opened when first needed.
@@ -457,18 +462,12 @@ class Client:
             spec.strategy = names[name]
         return spec
 
-    def _requests(self, header, chunks, bar, errors, carry=False):
+    def _requests(self, header, chunks, bar, errors):
         """The request stream: the header, then `chunks` (serialized request
-        messages each carrying one chunk; with `carry`, a Query header,
-        TensorChunks that ride inside the header).
-        """
+        messages each carrying one chunk)."""
         try:
-            if carry:
-                header.header.chunks.extend(chunks)
-                yield header
-            else:
-                yield header
-                yield from chunks
+            yield header
+            yield from chunks
             bar.phase("compute")
         except Exception as e:  # surfaces in the caller, not in gRPC's thread
             errors.append(e)
@@ -486,13 +485,19 @@ class Client:
         errors = []
         summary = None
         self._local.summary = None
-        carry = (isinstance(header, pb.QueryRequest)
-                 and upload <= _MOST_CARRIED_BYTES)
         call_options = dict(timeout=self._timeout(timeout),
                             metadata=self._metadata)
-        responses = method(
-            self._requests(header, chunks.stream(0, framed=not carry), bar,
-                           errors, carry), **call_options)
+        if isinstance(header, pb.QueryRequest) and (
+                upload <= _MOST_CARRIED_BYTES):
+            # The whole query in one message, on a call without a request
+            # stream (QueryOnce): a round trip cheaper than Query's.
+            header.header.chunks.extend(chunks.stream(0))
+            responses = self._tensor_methods.QueryOnce(header,
+                                                       **call_options)
+        else:
+            responses = method(
+                self._requests(header, chunks.stream(0, framed=True), bar,
+                               errors), **call_options)
         attached = None
         try:
             if max(streams) > 1:
