@@ -68,7 +68,7 @@ def test_chunks_reassemble_to_the_wire_rounded_tensor(wire):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((2, 37, 3, 5)).astype(np.float32)
     sent = []
-    chunks = list(_chunking.SharedChunks(pb, [(pb.K, x)], wire, 100, 1,
+    chunks = list(_chunking.SharedChunks([(pb.K, x)], wire, 100, 1,
                                          sent.append).stream(0))
     for chunk in chunks:
         assert len(chunk.data) <= 100 or chunk.token_count == 1
@@ -87,7 +87,7 @@ def test_streams_share_every_chunk_once_starting_apart(streams):
     tensors = [(pb.Q, rng.standard_normal((1, 29, 2, 4)).astype(np.float32)),
                (pb.K, rng.standard_normal((2, 31, 2, 4)).astype(np.float32)),
                (pb.V, rng.standard_normal((2, 31, 2, 4)).astype(np.float32))]
-    shared = _chunking.SharedChunks(pb, tensors, "bf16", 40, streams)
+    shared = _chunking.SharedChunks(tensors, "bf16", 40, streams)
     # Streams advance in turn, a chunk each, as concurrent senders might.
     iterators = [shared.stream(i) for i in range(streams)]
     firsts, chunks = [], []
@@ -116,9 +116,9 @@ def test_framed_chunks_are_the_request_messages_protobuf_would_write(
         request_type):
     rng = np.random.default_rng(1)
     x = rng.standard_normal((2, 700, 2, 3)).astype(np.float32)
-    shared = _chunking.SharedChunks(pb, [(pb.V, x)], "bf16", 600, 1)
+    shared = _chunking.SharedChunks([(pb.V, x)], "bf16", 600, 1)
     framed = list(shared.stream(0, framed=True))
-    chunks = list(_chunking.SharedChunks(pb, [(pb.V, x)], "bf16", 600,
+    chunks = list(_chunking.SharedChunks([(pb.V, x)], "bf16", 600,
                                          1).stream(0))
     # Offsets past 127 and batch 1 take varints of two bytes and of one;
     # batch 0 and offset 0 are left out, as protobuf leaves them.
@@ -157,7 +157,7 @@ def test_output_chunks_are_read_in_place_and_anything_else_by_protobuf():
 
 def test_a_stream_with_no_run_sends_nothing():
     x = np.ones((1, 3, 1, 4), dtype=np.float32)
-    shared = _chunking.SharedChunks(pb, [(pb.Q, x)], "fp32", 1 << 20, 4)
+    shared = _chunking.SharedChunks([(pb.Q, x)], "fp32", 1 << 20, 4)
     assert len(list(shared.stream(0))) == 1
     assert list(shared.stream(1)) == []
 

@@ -33,10 +33,11 @@ class AttachedStreams:
     """Opens uploads - 1 AttachUpload and downloads - 1 AttachDownload calls.
 
     methods[i] (_wire.TensorMethods) serves attached stream i + 1 (an upload
-    and a download stream of one number share a channel). A failure noticed on this side (a chunk that
-    cannot be made, output that does not fit) goes into `errors` and cancels
-    the Attend call through `cancel_call`; the server ends the Attend call
-    itself when an attached stream fails on its side.
+    and a download stream of one number share a channel). A failure noticed
+    on this side (a chunk that cannot be made, output that does not fit) goes
+    into `errors` and cancels the Attend call through `cancel_call`; the
+    server ends the Attend call itself when an attached stream fails on its
+    side.
     """
 
     def __init__(self, methods, ticket, chunks, uploads, downloads, assembler,

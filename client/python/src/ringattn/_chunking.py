@@ -12,6 +12,7 @@ import numpy as np
 
 from . import _tensors, _wire
 from .errors import DataLossError, InternalError
+from .v1 import attention_pb2 as pb
 
 # As the C++ client's: on one H200 a 256K request took 4.5-5.2 s in 4 MiB
 # chunks and 5.8-6.4 s in 1 MiB ones (docs/results/h200-s21.md).
@@ -64,9 +65,7 @@ class SharedChunks:
     called from several threads.
     """
 
-    def __init__(self, pb, tensors, wire, chunk_bytes, streams,
-                 on_bytes=None):
-        self._pb = pb
+    def __init__(self, tensors, wire, chunk_bytes, streams, on_bytes=None):
         self._wire = wire
         self._on_bytes = on_bytes
         self._chunks = []
@@ -99,7 +98,7 @@ class SharedChunks:
                     yield _wire.framed_chunk_request(name, b, begin, count,
                                                      rows)
                 else:
-                    yield self._pb.TensorChunk(
+                    yield pb.TensorChunk(
                         tensor=name, batch=b, token_offset=begin,
                         token_count=count, data=rows.tobytes())
                 if self._on_bytes is not None:
@@ -109,6 +108,15 @@ class SharedChunks:
                 if self._next_run < len(self._runs):
                     run = self._next_run
                     self._next_run += 1
+
+
+def output_bytes(shape, with_lse, wire):
+    """Bytes an output of `shape` [B, N, H, D] travels in: O in the wire dtype
+    and, with LSE, fp32 [B, H, N]."""
+    batch, tokens, heads, dim = shape
+    per_row = (heads * dim * _tensors.WIRE_ITEMSIZE[wire] +
+               (heads * 4 if with_lse else 0))
+    return batch * tokens * per_row
 
 
 class OutputAssembler:
@@ -144,10 +152,7 @@ class OutputAssembler:
 
     @property
     def total_bytes(self):
-        batch, tokens, heads, dim = self.shape
-        per_row = (heads * dim * _tensors.WIRE_ITEMSIZE[self.wire] +
-                   (heads * 4 if self.with_lse else 0))
-        return batch * tokens * per_row
+        return output_bytes(self.shape, self.with_lse, self.wire)
 
     def _prefault(self):
         # A write per page; numpy lets go of the GIL for it.

@@ -276,14 +276,17 @@ class Client:
                           dilated_combine, block_sparse, hilbert, return_lse,
                           wire, out, strategy)
         tensors = [(pb.Q, q4), (pb.K, k4), (pb.V, v4)]
-        output = _chunking.OutputAssembler(batch, nq, hq, dim, return_lse, out)
         streams = (
             self._stream_count(upload_streams, "upload_streams",
                                _upload_bytes(tensors, wire)),
             self._stream_count(download_streams, "download_streams",
-                               output.total_bytes))
+                               _chunking.output_bytes(
+                                   (batch, nq, hq, dim), return_lse, out)))
         if max(streams) > 1:
             spec.upload_streams, spec.download_streams = streams
+        # Made once the arguments are checked: a large one starts faulting
+        # in its pages.
+        output = _chunking.OutputAssembler(batch, nq, hq, dim, return_lse, out)
         return self._stream_attention(
             self._tensor_methods.Attend, pb.AttendRequest(header=spec),
             tensors, wire, output, q, progress, timeout, streams)
@@ -296,8 +299,7 @@ class Client:
         """Attention of q over resident context `name` (its K/V).
 
         Arguments and result as attend() (one stream each way); causal is a
-        continuation of the
-        context (bottom-right aligned). kv_heads: the context's K/V heads if
+        continuation of the context (bottom-right aligned). kv_heads: the context's K/V heads if
         the caller knows them (None: left to the server). k_new, v_new: K and
         V rows [B, n, Hkv, D] (or [n, Hkv, D], as q) appended to the context
         before the queries run, in the same call (a decode step in one round
@@ -340,15 +342,13 @@ class Client:
         Returns the server's ContextInfo message.
         """
         return self._upload_context(self._tensor_methods.CreateContext, name,
-                                    k, v,
-                                    wire_dtype, progress, timeout)
+                                    k, v, wire_dtype, progress, timeout)
 
     def append_context(self, name, k, v, wire_dtype=None, *, progress=None,
                        timeout=None):
         """Appends k, v tokens to context `name`; returns its ContextInfo."""
         return self._upload_context(self._tensor_methods.AppendContext, name,
-                                    k, v,
-                                    wire_dtype, progress, timeout)
+                                    k, v, wire_dtype, progress, timeout)
 
     # -- internals ----------------------------------------------------------
 
@@ -479,7 +479,7 @@ class Client:
         bar = _Progress(_show_progress(progress, upload + assembler.total_bytes),
                         upload + assembler.total_bytes)
         chunks = _chunking.SharedChunks(
-            pb, tensors, wire,
+            tensors, wire,
             _chunking.split_chunk_bytes(upload, self.chunk_bytes), streams[0],
             bar.update)
         errors = []
@@ -555,10 +555,11 @@ class Client:
         header = pb.ContextUpload(header=pb.ContextHeader(
             name=name, batch=batch, kv_heads=heads, head_dim=dim,
             length=length, wire_dtype=_WIRE_TO_PROTO[wire]))
-        upload = 2 * batch * length * heads * dim * _tensors.WIRE_ITEMSIZE[wire]
+        tensors = [(pb.K, k4), (pb.V, v4)]
+        upload = _upload_bytes(tensors, wire)
         bar = _Progress(_show_progress(progress, upload), upload)
         chunks = _chunking.SharedChunks(
-            pb, [(pb.K, k4), (pb.V, v4)], wire,
+            tensors, wire,
             _chunking.split_chunk_bytes(upload, self.chunk_bytes), 1,
             bar.update)
         errors = []
