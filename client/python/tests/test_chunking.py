@@ -296,3 +296,18 @@ def test_malloc_thresholds_are_raised_once_unless_the_caller_tuned_them(
     monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_")
     # This project's machines run glibc, whose mallopt takes both.
     assert _malloc.keep_large_buffers()
+
+
+def test_a_large_output_faulted_in_ahead_keeps_every_row(monkeypatch):
+    # Every output counts as large here: its pages are written with zeros on
+    # a thread of their own, which must be done before any row lands.
+    monkeypatch.setattr(_chunking, "PREFAULT_MIN_BYTES", 0)
+    rng = np.random.default_rng(3)
+    values = rng.standard_normal((1, 3000, 2, 3)).astype(np.float32)
+    assembler = _chunking.OutputAssembler(1, 3000, 2, 3, with_lse=False)
+    for begin in range(0, 3000, 1000):
+        assembler.add(pb.OutputChunk(
+            batch=0, token_offset=begin, token_count=1000,
+            data=values[0, begin:begin + 1000].tobytes()))
+    assembler.check_complete()
+    np.testing.assert_array_equal(assembler.wire_output, values)
