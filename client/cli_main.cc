@@ -50,8 +50,8 @@ constexpr char kUsage[] = R"(usage:
       [--wire_dtype fp32|fp16|bf16]
   ringattn context query --target HOST:PORT --name NAME --q Q.npy --out O.npy
       [--lse_out L.npy] [--k_new K.npy --v_new V.npy] [the attention flags of
-      attend, --strategy auto|pass_kv|pass_q|broadcast_q and
-      --merge auto|coordinator|workers among them]
+      attend, --strategy auto|pass_kv|pass_q|broadcast_q,
+      --merge auto|coordinator|workers and the stream flags among them]
       (with --k_new/--v_new the rows are appended first, so the context grows
       and the queries see them)
   ringattn context delete --target HOST:PORT --name NAME
@@ -69,11 +69,11 @@ Every command that talks to a server also takes:
                       this client's PEM certificate and key, for servers that
                       require client certificates (mutual TLS)
 
-`attend --upload_streams N` uploads Q, K and V over N streams of one request,
-each serialized on its own thread here and parsed on its own thread by the
-coordinator: faster where one stream's CPU is the limit. `--download_streams N`
-brings the output back over N streams the same way. 0, the default: 4 for a
-request that moves 64 MiB or more that way, else 1.
+`attend --upload_streams N` (and `context query`) uploads Q, K and V over N
+streams of one request, each serialized on its own thread here and parsed on
+its own thread by the coordinator: faster where one stream's CPU is the limit.
+`--download_streams N` brings the output back over N streams the same way. 0,
+the default: 4 for a request that moves 64 MiB or more that way, else 1.
 
 Inputs are .npy float32 or float16 arrays in C order, [N, H, D] or
 [B, N, H, D]. O is written as float32 with Q's shape; LSE as float32 [H, N]
@@ -361,7 +361,8 @@ int RunContextQuery(const std::vector<std::string>& args) {
   absl::StatusOr<Flags> flags =
       ParseCommand(args,
                    Union(Union(ConnectionFlagNames(), SpecFlagNames()),
-                         {"name", "q", "out", "lse_out", "k_new", "v_new"}),
+                         {"name", "q", "out", "lse_out", "k_new", "v_new",
+                          "upload_streams", "download_streams"}),
                    SpecSwitchNames(), {"target", "name", "q", "out"});
   if (!flags.ok()) return UsageError(flags.status());
   v1::AttentionSpec spec;

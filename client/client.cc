@@ -23,7 +23,7 @@ namespace {
 // Output chunks are ~1 MiB; the limit leaves room for larger ones while
 // bounding what a single message can make the client allocate.
 constexpr int kMaxReceiveMessageBytes = 64 << 20;
-// Most streams one Attend call may upload over (the server's limit too).
+// Most streams one call may upload over (the server's limit too).
 constexpr int kMostUploadStreams = 64;
 // Calls that upload at most this much run on the calling thread
 // (RunOnThisThread); larger ones overlap their upload and download through
@@ -380,6 +380,24 @@ class ContextUploadCall final
   Completion completion_;
 };
 
+// The spec in a request's header.
+v1::AttentionSpec* SpecOf(v1::AttendRequest& header) {
+  return header.mutable_header();
+}
+v1::AttentionSpec* SpecOf(v1::QueryRequest& header) {
+  return header.mutable_header()->mutable_spec();
+}
+
+// Starts `call` as the RPC its request type names.
+void Start(v1::Attention::Stub& stub, grpc::ClientContext* context,
+           OutputCall<v1::AttendRequest>* call) {
+  stub.async()->Attend(context, call);
+}
+void Start(v1::Attention::Stub& stub, grpc::ClientContext* context,
+           OutputCall<v1::QueryRequest>* call) {
+  stub.async()->Query(context, call);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
@@ -526,53 +544,50 @@ absl::StatusOr<v1::Summary> Client::Run(Request header, ChunkSource& source,
   ProgressReporter progress(options_.progress);
   grpc::ClientContext context;
   Prepare(&context);
-  if constexpr (std::is_same_v<Request, v1::AttendRequest>) {
-    const int uploads =
-        StreamsFor(options_.upload_streams, source.total_bytes());
-    const int downloads =
-        StreamsFor(options_.download_streams, output.total_bytes());
-    if (uploads > 1 || downloads > 1) {
-      header.mutable_header()->set_upload_streams(uploads);
-      header.mutable_header()->set_download_streams(downloads);
-      SharedChunks chunks(
-          &source, uploads, [&progress](int64_t done, int64_t total) {
-            progress.Report(Progress::Phase::kUpload, done, total);
-          });
-      SharedChunkStream own(&chunks, 0);
-      ResponseIntake intake(&output, &progress);
-      const AttachedStreams::Prepare prepare = [this](grpc::ClientContext* c) {
-        Prepare(c);
-      };
-      const auto cancel = [&context] { context.TryCancel(); };
-      // Destroyed (cancelled and joined) before what they write into.
-      std::optional<AttachedStreams> attached_uploads;
-      std::optional<AttachedStreams> attached_downloads;
-      if (uploads > 1) {
-        attached_uploads.emplace(attached_stubs_, uploads - 1, "upload",
-                                 prepare, AttachedStreams::Upload(&chunks),
-                                 cancel);
-      }
-      if (downloads > 1) {
-        attached_downloads.emplace(
-            attached_stubs_, downloads - 1, "download", prepare,
-            AttachedStreams::Download(
-                [&intake](const v1::AttendResponse& response) {
-                  return intake.AcceptAttached(response);
-                }),
-            cancel);
-      }
-      OutputCall<Request> call(
-          &context, std::move(header), uploads > 1 ? &own : &source, &intake,
-          &progress, attached_uploads ? &*attached_uploads : nullptr,
-          attached_downloads ? &*attached_downloads : nullptr);
-      stub_->async()->Attend(&context, &call);
-      absl::Status status = call.Run();
-      if (attached_uploads.has_value()) {
-        status = attached_uploads->Finish(status);
-      }
-      RINGATTN_RETURN_IF_ERROR(status);
-      return std::move(intake.summary());
+  const int uploads = StreamsFor(options_.upload_streams, source.total_bytes());
+  const int downloads =
+      StreamsFor(options_.download_streams, output.total_bytes());
+  // The options decide the streams, whatever the caller's spec said.
+  SpecOf(header)->set_upload_streams(uploads > 1 ? uploads : 0);
+  SpecOf(header)->set_download_streams(downloads > 1 ? downloads : 0);
+  if (uploads > 1 || downloads > 1) {
+    SharedChunks chunks(
+        &source, uploads, [&progress](int64_t done, int64_t total) {
+          progress.Report(Progress::Phase::kUpload, done, total);
+        });
+    SharedChunkStream own(&chunks, 0);
+    ResponseIntake intake(&output, &progress);
+    const AttachedStreams::Prepare prepare = [this](grpc::ClientContext* c) {
+      Prepare(c);
+    };
+    const auto cancel = [&context] { context.TryCancel(); };
+    // Destroyed (cancelled and joined) before what they write into.
+    std::optional<AttachedStreams> attached_uploads;
+    std::optional<AttachedStreams> attached_downloads;
+    if (uploads > 1) {
+      attached_uploads.emplace(attached_stubs_, uploads - 1, "upload", prepare,
+                               AttachedStreams::Upload(&chunks), cancel);
     }
+    if (downloads > 1) {
+      attached_downloads.emplace(
+          attached_stubs_, downloads - 1, "download", prepare,
+          AttachedStreams::Download(
+              [&intake](const v1::AttendResponse& response) {
+                return intake.AcceptAttached(response);
+              }),
+          cancel);
+    }
+    OutputCall<Request> call(
+        &context, std::move(header), uploads > 1 ? &own : &source, &intake,
+        &progress, attached_uploads ? &*attached_uploads : nullptr,
+        attached_downloads ? &*attached_downloads : nullptr);
+    Start(*stub_, &context, &call);
+    absl::Status status = call.Run();
+    if (attached_uploads.has_value()) {
+      status = attached_uploads->Finish(status);
+    }
+    RINGATTN_RETURN_IF_ERROR(status);
+    return std::move(intake.summary());
   }
   if (source.total_bytes() <= kMostBlockingUploadBytes) {
     // The metadata goes out with the first message.
@@ -600,11 +615,7 @@ absl::StatusOr<v1::Summary> Client::Run(Request header, ChunkSource& source,
   ResponseIntake intake(&output, &progress);
   OutputCall<Request> call(&context, std::move(header), &source, &intake,
                            &progress);
-  if constexpr (std::is_same_v<Request, v1::AttendRequest>) {
-    stub_->async()->Attend(&context, &call);
-  } else {
-    stub_->async()->Query(&context, &call);
-  }
+  Start(*stub_, &context, &call);
   RINGATTN_RETURN_IF_ERROR(call.Run());
   return std::move(intake.summary());
 }

@@ -58,29 +58,29 @@ struct ClientOptions {
   // gRPC's growing backoff (1 s up to 2 min). Short for a server that is
   // about to start.
   absl::Duration reconnect_backoff = absl::InfiniteDuration();
-  // Streams one Attend call uploads its chunks over, in [0, 64]: the Attend
-  // stream and upload_streams - 1 AttachUpload streams, each written from a
-  // thread of its own over a connection of its own, so that serializing, the
-  // transport's framing and parsing run on as many threads at every hop.
+  // Streams one Attend or Query call uploads its chunks over, in [0, 64]: the
+  // call's own stream and upload_streams - 1 AttachUpload streams, each written
+  // from a thread of its own over a connection of its own, so that serializing,
+  // the transport's framing and parsing run on as many threads at every hop.
   // 0 (the default): kAutoStreams for a call that uploads at least
-  // auto_streams_min_bytes, else 1. Query and context uploads use one
-  // stream. With N > 1 an AttendStreaming source's Next is called from
-  // several threads, one call at a time, or, for a source that makes any
-  // chunk on demand (ChunkSource::chunk_count), its Fill from several at
-  // once, each stream starting at a different place of the tensors.
+  // auto_streams_min_bytes, else 1. Context uploads use one stream. With N > 1
+  // an AttendStreaming source's Next is called from several threads, one call
+  // at a time, or, for a source that makes any chunk on demand
+  // (ChunkSource::chunk_count), its Fill from several at once, each stream
+  // starting at a different place of the tensors.
   int upload_streams = 0;
-  // Streams one Attend call's output comes back over, in [0, 64]: the Attend
-  // stream and download_streams - 1 AttachDownload streams, each read on a
-  // thread of its own over a connection of its own (shared with the upload
-  // stream of the same number). 0 (the default): kAutoStreams for a call
+  // Streams one Attend or Query call's output comes back over, in [0, 64]:
+  // the call's own stream and download_streams - 1 AttachDownload streams, each
+  // read on a thread of its own over a connection of its own (shared with the
+  // upload stream of the same number). 0 (the default): kAutoStreams for a call
   // whose output is at least auto_streams_min_bytes, else 1. Output chunks
   // then arrive in no order across streams: an AttendStreaming consumer is
-  // called with each as it comes, one call at a time. Query uses one stream.
+  // called with each as it comes, one call at a time.
   int download_streams = 0;
   // Where 0 streams above turn into kAutoStreams.
   int64_t auto_streams_min_bytes = int64_t{64} << 20;
-  // Streams each way of a large Attend call by default: on 2x H200 four
-  // moved 7-9 GB/s each way where one moves about 1.4.
+  // Streams each way of a large call by default: on 2x H200 four moved 7-9
+  // GB/s each way where one moves about 1.4.
   static constexpr int kAutoStreams = 4;
   // Channel credentials; null means plaintext.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
@@ -167,8 +167,8 @@ class Client {
   // Sets the deadline and metadata of a new call on `context`.
   void Prepare(grpc::ClientContext* context) const;
 
-  // The streams an Attend call moves `bytes` over one way, given the
-  // option `asked` (0: automatic).
+  // The streams a call moves `bytes` over one way, given the option `asked`
+  // (0: automatic).
   int StreamsFor(int asked, int64_t bytes) const;
 
   // Runs one Attend or Query call whose first message is `header`.

@@ -291,24 +291,19 @@ absl::Status Call::ReadHeader() {
         "tensor chunk");
   }
   spec_proto_ = request.header();
-  const auto check_streams = [this](const char* field, int streams,
-                                    const char* kind) -> absl::Status {
+  const auto check_streams = [](const char* field,
+                                int streams) -> absl::Status {
     if (streams < 0 || streams > kMostUploadStreams) {
       return absl::InvalidArgumentError(
           absl::StrCat("field '", field, "' must be in [0, ",
                        kMostUploadStreams, "], got ", streams));
     }
-    if (streams > 1 && !stream_->context_name().empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "field '", field, "' must be 0 or 1 for a Query: attached ", kind,
-          " streams serve Attend only"));
-    }
     return absl::OkStatus();
   };
   RINGATTN_RETURN_IF_ERROR(
-      check_streams("upload_streams", spec_proto_.upload_streams(), "upload"));
-  RINGATTN_RETURN_IF_ERROR(check_streams(
-      "download_streams", spec_proto_.download_streams(), "download"));
+      check_streams("upload_streams", spec_proto_.upload_streams()));
+  RINGATTN_RETURN_IF_ERROR(
+      check_streams("download_streams", spec_proto_.download_streams()));
   if (!stream_->context_name().empty()) {
     RINGATTN_RETURN_IF_ERROR(UseResidentContext());
   }
@@ -524,8 +519,9 @@ absl::Status Call::OpenWorkers() {
     }
   }
   // A large upload reaches each worker over several connections at once.
-  const bool row_streams =
-      upload_bytes_ / p >= state_.options.row_streams_min_bytes;
+  // Broadcast-Q sends every worker all of the query rows.
+  const bool row_streams = (broadcast ? upload_bytes_ : upload_bytes_ / p) >=
+                           state_.options.row_streams_min_bytes;
   for (const Cluster::Member& member : members) {
     auto link = std::make_unique<WorkerLink>();
     link->member = member;

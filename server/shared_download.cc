@@ -43,7 +43,7 @@ bool SharedDownload::AwaitOrFail(const absl::Condition& ready,
           "= ",
           lanes_.size() + 1, ") arrived in time (--ring_timeout) while ",
           waiting_for,
-          "; attach them with the ticket from the Attend call's initial "
+          "; attach them with the ticket from the call's initial "
           "metadata")));
       return false;
     }
@@ -65,9 +65,10 @@ absl::Status SharedDownload::Serve(
   {
     absl::MutexLock lock(&mutex_);
     if (token != token_) {
-      return absl::PermissionDeniedError(absl::StrCat(
-          "wrong token for request '", request_id_,
-          "': present the one from its Attend call's initial metadata"));
+      return absl::PermissionDeniedError(
+          absl::StrCat("wrong token for request '", request_id_,
+                       "': present the one from its Attend or Query call's "
+                       "initial metadata"));
     }
     if (attached_ == static_cast<int>(lanes_.size())) {
       return absl::FailedPreconditionError(absl::StrCat(

@@ -34,10 +34,10 @@ SharedUpload::SharedUpload(std::string request_id, std::string token,
 absl::StatusOr<int> SharedUpload::Attach(absl::string_view token,
                                          grpc::ServerContext* context) {
   if (!SameToken(token, token_)) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "the upload token for request '", request_id_,
-        "' is wrong: present the token from that Attend call's initial "
-        "metadata (ringattn-upload-token)"));
+    return absl::PermissionDeniedError(
+        absl::StrCat("the upload token for request '", request_id_,
+                     "' is wrong: present the token from that call's initial "
+                     "metadata (ringattn-upload-token)"));
   }
   absl::MutexLock lock(&mutex_);
   if (main_ == nullptr || !failure_.ok()) {
@@ -97,7 +97,7 @@ absl::Status SharedUpload::AwaitAttachedStreams() {
           " attached upload streams the header announced (upload_streams = ",
           attached_streams_ + 1,
           ") arrived in time (--ring_timeout); attach them with the ticket "
-          "from the Attend call's initial metadata"));
+          "from the Attend or Query call's initial metadata"));
       Fail(0, late);
       return late;
     }

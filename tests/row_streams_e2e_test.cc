@@ -4,13 +4,15 @@
 // reference (output back over the same streams, forwarded to one or several
 // download streams), the streams counted on /metrics, a worker killed
 // mid-upload or while its output streams failing the request with UNAVAILABLE
-// in time, and out-of-range flags stopping the coordinator at start.
+// in time, queries of a resident context over the same streams, and
+// out-of-range flags stopping the coordinator at start.
 
 #include <atomic>
 #include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "client/child_process.h"
@@ -85,6 +87,71 @@ TEST_F(RowStreams, OutputForwardedToDownloadStreamsMatchesReference) {
                               5, /*download_streams=*/3);
   ExpectMatchesOverRowStreams(SelfAttentionSpec(1499, 8, 1, 80, false),
                               v1::BF16, 6, /*download_streams=*/2);
+}
+
+// Queries of a resident context take the client's attached streams both ways
+// and reach the workers over their row streams, whichever strategy runs; a
+// decode step's new K/V rows travel the same way and join the context.
+TEST_F(RowStreams, QueriesOverAttachedStreamsMatchReferenceInEveryStrategy) {
+  constexpr char kAttached[] =
+      "ringattn_requests_total{method=\"AttachUpload\",code=\"OK\"}";
+  constexpr char kAttachedDownload[] =
+      "ringattn_requests_total{method=\"AttachDownload\",code=\"OK\"}";
+  const int64_t n = 1499, appended = 41;
+  // 601 query rows, 1.2 MB of fp32: past the one-message path.
+  AttentionSpec spec = SelfAttentionSpec(n, 8, 2, 64, true);
+  spec.q_len = 601;
+  const RandomInputs in = MakeRandomInputs(spec, 11);
+  ClientOptions options;
+  options.chunk_bytes = 64 << 10;
+  options.upload_streams = 3;
+  options.download_streams = 2;
+  std::unique_ptr<Client> client = cluster_->NewClient(std::move(options));
+  ASSERT_TRUE(client->CreateContext("streamed", in.k.view(), in.v.view()).ok());
+  const std::pair<v1::Strategy, v1::PartialMerge> runs[] = {
+      {v1::PASS_KV, v1::MERGE_AUTO},
+      {v1::PASS_Q, v1::MERGE_AUTO},
+      {v1::BROADCAST_Q, v1::MERGE_AT_COORDINATOR},
+      {v1::BROADCAST_Q, v1::MERGE_ON_WORKERS}};
+  for (const auto& [strategy, merge] : runs) {
+    SCOPED_TRACE(absl::StrCat(v1::Strategy_Name(strategy), " ",
+                              v1::PartialMerge_Name(merge)));
+    v1::AttentionSpec request = RequestSpec(spec);
+    request.set_strategy(strategy);
+    request.set_partial_merge(merge);
+    const std::string metrics_before = cluster_->Metrics().value_or("");
+    const double rows_before = StreamsOpened();
+    absl::StatusOr<AttendResult> result =
+        client->Query("streamed", request, in.q.view());
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->summary.strategy(), strategy);
+    ExpectMatchesReference(spec, in, *result);
+    const std::string metrics_after = cluster_->Metrics().value_or("");
+    EXPECT_EQ(SeriesValue(metrics_after, kAttached) -
+                  SeriesValue(metrics_before, kAttached),
+              2);
+    EXPECT_EQ(SeriesValue(metrics_after, kAttachedDownload) -
+                  SeriesValue(metrics_before, kAttachedDownload),
+              1);
+    EXPECT_EQ(StreamsOpened() - rows_before, 4);
+  }
+  // A decode step of many rows: its new K and V go over the streams too.
+  AttentionSpec grown_spec = spec;
+  grown_spec.kv_len = n + appended;
+  RandomInputs grown = MakeRandomInputs(grown_spec, 12);
+  CopyView(in.k.view(), grown.k.view().Slice(0, n));
+  CopyView(in.v.view(), grown.v.view().Slice(0, n));
+  absl::StatusOr<AttendResult> stepped =
+      client->Query("streamed", RequestSpec(grown_spec), grown.q.view(),
+                    grown.k.view().Slice(n, n + appended),
+                    grown.v.view().Slice(n, n + appended));
+  ASSERT_TRUE(stepped.ok()) << stepped.status();
+  ExpectMatchesReference(grown_spec, grown, *stepped);
+  absl::StatusOr<std::vector<v1::ContextInfo>> listed = client->ListContexts();
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].length(), n + appended);
+  EXPECT_TRUE(client->DeleteContext("streamed").ok());
 }
 
 TEST(RowStreamFaults, WorkerKilledMidUploadFailsTheRequestInTime) {

@@ -623,19 +623,5 @@ TEST_F(UploadStreams, DownloadStreamBeyondTheAnnouncedIsRefused) {
   EXPECT_TRUE(served.ok()) << served.error_message();
 }
 
-TEST_F(UploadStreams, QueryRefusesAttachedStreams) {
-  std::unique_ptr<Client> client = cluster_->NewClient();
-  const AttentionSpec spec = SelfAttentionSpec(16, 2, 1, 32, false);
-  const RandomInputs in = MakeRandomInputs(spec, 8);
-  ASSERT_TRUE(client->CreateContext("streams", in.k.view(), in.v.view()).ok());
-  v1::AttentionSpec request = RequestSpec(spec);
-  request.set_upload_streams(2);
-  absl::StatusOr<AttendResult> result =
-      client->Query("streams", request, in.q.view());
-  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument)
-      << result.status();
-  EXPECT_TRUE(client->DeleteContext("streams").ok());
-}
-
 }  // namespace
 }  // namespace ringattn

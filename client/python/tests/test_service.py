@@ -435,6 +435,45 @@ def test_small_and_large_queries_match_reference(client, rng):
         client.delete_context("pytest-sizes")
 
 
+@pytest.mark.parametrize("strategy", ["pass_kv", "pass_q", "broadcast_q"])
+def test_queries_over_several_streams_give_one_streams_result(cluster, rng,
+                                                             strategy):
+    """query(upload_streams=, download_streams=), a decode step's new rows
+    too; N prime, GQA, D=80."""
+    name = f"pytest-streams-{strategy}"
+    _, k, v = random_qkv(rng, 1, 1, 4, 80, nk=997, hkv=2)
+    with ringattn.Client(cluster, chunk_bytes=16 << 10, timeout=120) as c:
+        c.create_context(name, k, v)
+        try:
+            q, _, _ = random_qkv(rng, 1, 301, 4, 80, hkv=2)
+            one = c.query(name, q, causal=True, return_lse=True,
+                          strategy=strategy, upload_streams=1,
+                          download_streams=1)
+            many = c.query(name, q, causal=True, return_lse=True,
+                           strategy=strategy, upload_streams=3,
+                           download_streams=2)
+            assert len(c._attached_channels) == 2
+            np.testing.assert_array_equal(many[0], one[0])
+            np.testing.assert_array_equal(many[1], one[1])
+            ro, rl = reference.attention(q, k, v, causal=True)
+            np.testing.assert_allclose(many[0], ro, atol=2e-5, rtol=1e-4)
+            np.testing.assert_allclose(many[1], rl, atol=1e-4, rtol=1e-5)
+            q, k_new, v_new = random_qkv(rng, 1, 129, 4, 80, hkv=2)
+            o = c.query(name, q, causal=True, k_new=k_new, v_new=v_new,
+                        strategy=strategy, upload_streams=4,
+                        download_streams=3)
+            assert len(c._attached_channels) == 3
+            k = np.concatenate([k, k_new], axis=1)
+            v = np.concatenate([v, v_new], axis=1)
+            np.testing.assert_allclose(
+                o, reference.attention(q, k, v, causal=True)[0], atol=2e-5,
+                rtol=1e-4)
+            assert {x.name: x.length for x in c.list_contexts()}[name] == (
+                997 + 129)
+        finally:
+            c.delete_context(name)
+
+
 def test_bad_decode_steps_are_caught_client_side(rng):
     q, k, v = random_qkv(rng, 1, 1, 4, 8, hkv=2)
     with ringattn.Client(f"127.0.0.1:{_unused_port()}") as nowhere:

@@ -1,6 +1,6 @@
-"""The attached streams of one Attend call: more connections each way.
+"""The attached streams of one Attend or Query call: more connections.
 
-Internal. An Attend call whose header asks for upload_streams or
+Internal. An Attend or Query call whose header asks for upload_streams or
 download_streams > 1 gets a ticket in its initial metadata. Each attached
 upload stream presents it and then carries a share of the request's chunks
 (SharedChunks); each attached download stream presents it and reads output
@@ -21,7 +21,7 @@ TOKEN_KEY = "ringattn-upload-token"
 
 
 def ticket_from(metadata):
-    """The UploadTicket of an Attend call's initial metadata, or None."""
+    """The UploadTicket of a call's initial metadata, or None."""
     values = dict(metadata or ())
     if REQUEST_ID_KEY not in values or TOKEN_KEY not in values:
         return None
@@ -35,8 +35,8 @@ class AttachedStreams:
     methods[i] (_wire.TensorMethods) serves attached stream i + 1 (an upload
     and a download stream of one number share a channel). A failure noticed
     on this side (a chunk that cannot be made, output that does not fit) goes
-    into `errors` and cancels the Attend call through `cancel_call`; the
-    server ends the Attend call itself when an attached stream fails on its
+    into `errors` and cancels the call through `cancel_call`; the
+    server ends the call itself when an attached stream fails on its
     side.
     """
 
@@ -63,7 +63,7 @@ class AttachedStreams:
         """Waits until every attached stream has ended."""
         for upload in self._uploads:
             try:
-                upload.exception()  # waits; the Attend call reports failures
+                upload.exception()  # waits; the call reports failures
             except grpc.FutureCancelledError:
                 pass
         for reader in self._readers:
@@ -96,7 +96,7 @@ class AttachedStreams:
                         f"{response.WhichOneof('kind')}, not output")
                 on_bytes(assembler.add(response.output))
         except grpc.RpcError:
-            pass  # the server fails the Attend call with the reason
+            pass  # the server fails the call with the reason
         except RingattnError as e:
             call.cancel()
             self._fail(e)

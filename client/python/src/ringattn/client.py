@@ -25,9 +25,9 @@ _MOST_CARRIED_BYTES = 1 << 20
 # Requests moving more than this many bytes show a progress bar (when stderr
 # is a terminal, or with progress=True).
 PROGRESS_THRESHOLD_BYTES = 8 << 20
-# Streams each way of an Attend call that moves at least AUTO_STREAMS_MIN_BYTES
-# that way, unless the call says otherwise (as the C++ client does); at most
-# MOST_STREAMS.
+# Streams each way of an Attend or Query call that moves at least
+# AUTO_STREAMS_MIN_BYTES that way, unless the call says otherwise (as the C++
+# client does); at most MOST_STREAMS.
 AUTO_STREAMS = 4
 AUTO_STREAMS_MIN_BYTES = 64 << 20
 MOST_STREAMS = 64
@@ -276,14 +276,8 @@ class Client:
                           dilated_combine, block_sparse, hilbert, return_lse,
                           wire, out, strategy)
         tensors = [(pb.Q, q4), (pb.K, k4), (pb.V, v4)]
-        streams = (
-            self._stream_count(upload_streams, "upload_streams",
-                               _upload_bytes(tensors, wire)),
-            self._stream_count(download_streams, "download_streams",
-                               _chunking.output_bytes(
-                                   (batch, nq, hq, dim), return_lse, out)))
-        if max(streams) > 1:
-            spec.upload_streams, spec.download_streams = streams
+        streams = self._streams(spec, tensors, wire, out, upload_streams,
+                                download_streams)
         # Made once the arguments are checked: a large one starts faulting
         # in its pages.
         output = _chunking.OutputAssembler(batch, nq, hq, dim, return_lse, out)
@@ -294,12 +288,13 @@ class Client:
     def query(self, name, q, causal=False, scale=None, dilated=None,
               dilated_combine="lse", block_sparse=None, hilbert=None,
               return_lse=False, wire_dtype=None, *, output_dtype=None,
-              kv_heads=None, k_new=None, v_new=None, progress=None,
-              strategy=None, timeout=None):
+              kv_heads=None, k_new=None, v_new=None, upload_streams=None,
+              download_streams=None, progress=None, strategy=None,
+              timeout=None):
         """Attention of q over resident context `name` (its K/V).
 
-        Arguments and result as attend() (one stream each way); causal is a
-        continuation of the context (bottom-right aligned). kv_heads: the context's K/V heads if
+        Arguments and result as attend(); causal is a continuation of the
+        context (bottom-right aligned). kv_heads: the context's K/V heads if
         the caller knows them (None: left to the server). k_new, v_new: K and
         V rows [B, n, Hkv, D] (or [n, Hkv, D], as q) appended to the context
         before the queries run, in the same call (a decode step in one round
@@ -326,12 +321,14 @@ class Client:
         spec = self._spec(batch, nq, 0, hq, kv_heads or 0, dim, causal, scale,
                           dilated, dilated_combine, block_sparse, hilbert,
                           return_lse, wire, out, strategy)
+        streams = self._streams(spec, tensors, wire, out, upload_streams,
+                                download_streams)
         header = pb.QueryRequest(header=pb.QueryHeader(
             context=name, spec=spec, append_length=appended))
         output = _chunking.OutputAssembler(batch, nq, hq, dim, return_lse, out)
         return self._stream_attention(
             self._tensor_methods.Query, header, tensors, wire, output,
-            q, progress, timeout)
+            q, progress, timeout, streams)
 
     # -- resident contexts --------------------------------------------------
 
@@ -358,6 +355,21 @@ class Client:
         return _tensors.parse_wire_dtype(
             output_dtype, name if name in (_tensors.FP16, _tensors.BF16)
             else _tensors.FP32, what="output_dtype")
+
+    def _streams(self, spec, tensors, wire, out, upload_streams,
+                 download_streams):
+        """The (upload, download) streams of a call, written into its spec;
+        `out` is the output's wire dtype."""
+        shape = (spec.batch, spec.q_len, spec.q_heads, spec.head_dim)
+        streams = (
+            self._stream_count(upload_streams, "upload_streams",
+                               _upload_bytes(tensors, wire)),
+            self._stream_count(download_streams, "download_streams",
+                               _chunking.output_bytes(shape, spec.return_lse,
+                                                      out)))
+        if max(streams) > 1:
+            spec.upload_streams, spec.download_streams = streams
+        return streams
 
     @staticmethod
     def _stream_count(value, what, nbytes):
@@ -488,7 +500,7 @@ class Client:
         call_options = dict(timeout=self._timeout(timeout),
                             metadata=self._metadata)
         if isinstance(header, pb.QueryRequest) and (
-                upload <= _MOST_CARRIED_BYTES):
+                upload <= _MOST_CARRIED_BYTES and max(streams) == 1):
             # The whole query in one message, on a call without a request
             # stream (QueryOnce): a round trip cheaper than Query's.
             header.header.chunks.extend(chunks.stream(0))
