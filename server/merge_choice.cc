@@ -52,7 +52,6 @@ absl::StatusOr<v1::PartialMerge> ChoosePartialMerge(
       return absl::InvalidArgumentError(absl::StrCat(
           "field 'partial_merge' has no value ", static_cast<int>(requested)));
   }
-  if (workers <= 1) return v1::MERGE_AT_COORDINATOR;
   const MergeSeconds seconds = EstimateMergeSeconds(
       spec, workers, output_element_bytes, rates, communicator_kept);
   return seconds.on_workers < seconds.at_coordinator ? v1::MERGE_ON_WORKERS

@@ -22,11 +22,13 @@
 // which a merge reads partials, J the cost of joining the communicator: the
 // kept one if the coordinator can lend its key now, else a new one. The rates
 // (MergeRates below) are measured where a source is named and estimated
-// otherwise. AUTO takes the strictly cheaper side, ties and p = 1 (nothing to
-// reduce) at the coordinator, which needs no communicator. So a one-row
-// decode step stays at the coordinator (a millisecond of J against tens of
-// microseconds), and a few hundred or more rows over p >= 2 workers merge on
-// them. Pure functions; thread-safe.
+// otherwise. AUTO takes the strictly cheaper side, ties at the coordinator,
+// which needs no communicator. So a one-row decode step over p >= 2 workers
+// stays at the coordinator (a millisecond of J against tens of
+// microseconds), a few hundred or more rows merge on them, and a world of one
+// (no J, no tree) always sends its partial as the output, narrowed: 1024
+// rows against 4M tokens on one H200 spent 10-30 ms in the coordinator's
+// merge after the worker had finished. Pure functions; thread-safe.
 
 #include <cstdint>
 

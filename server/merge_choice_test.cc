@@ -41,9 +41,9 @@ TEST(MergeChoice, EstimatesSecondsPerTheFormula) {
       EstimateMergeSeconds(Spec(256), 1, 2, rates, false).on_workers, y / 1e9);
 }
 
-TEST(MergeChoice, OneRowDecodeStaysAtTheCoordinator) {
+TEST(MergeChoice, OneRowDecodeOverSeveralWorkersStaysAtTheCoordinator) {
   for (const MergeRates& rates : {GpuMergeRates(), CpuMergeRates()}) {
-    for (int64_t p : {1, 2, 3, 4, 8}) {
+    for (int64_t p : {2, 3, 4, 8}) {
       for (int64_t out : {2, 4}) {
         for (bool kept : {true, false}) {
           EXPECT_EQ(
@@ -82,10 +82,16 @@ TEST(MergeChoice, ANewCommunicatorMustPayForItself) {
             v1::MERGE_AT_COORDINATOR);
 }
 
-TEST(MergeChoice, AWorldOfOneMergesNothingOnItsWorkers) {
-  EXPECT_EQ(*ChoosePartialMerge(Spec(4096), v1::MERGE_AUTO, 1, 2,
-                                GpuMergeRates(), true),
-            v1::MERGE_AT_COORDINATOR);
+TEST(MergeChoice, AWorldOfOneSendsItsPartialAsTheOutput) {
+  for (const MergeRates& rates : {GpuMergeRates(), CpuMergeRates()}) {
+    for (int64_t rows : {1, 4096}) {
+      for (bool kept : {false, true}) {
+        EXPECT_EQ(
+            *ChoosePartialMerge(Spec(rows), v1::MERGE_AUTO, 1, 2, rates, kept),
+            v1::MERGE_ON_WORKERS);
+      }
+    }
+  }
 }
 
 TEST(MergeChoice, ForcedChoicesWinAndUnknownValuesAreRefused) {

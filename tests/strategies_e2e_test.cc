@@ -389,6 +389,32 @@ TEST_F(Strategies, AutoMergeFollowsTheMergeCostModel) {
   }
 }
 
+// A world of one has nothing to reduce: broadcast-Q's AUTO has its worker
+// send the partial as the output, narrowed, whatever the size.
+TEST(OneWorker, BroadcastQSendsItsPartialAsTheOutput) {
+  absl::StatusOr<std::unique_ptr<TestCluster>> cluster =
+      TestCluster::Start({.workers = 1});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  std::unique_ptr<Client> client = (*cluster)->NewClient();
+  const RandomInputs context =
+      MakeRandomInputs(Spec(kContextLength, kContextLength, 2), 81);
+  ASSERT_TRUE(
+      client->CreateContext("one", context.k.view(), context.v.view()).ok());
+  for (int64_t nq : {1, 17, 300}) {
+    SCOPED_TRACE("Nq=" + std::to_string(nq));
+    const AttentionSpec spec = Spec(nq, kContextLength, 2);
+    RandomInputs in = MakeRandomInputs(spec, static_cast<uint32_t>(82 + nq));
+    in.k.values() = context.k.values();
+    in.v.values() = context.v.values();
+    absl::StatusOr<AttendResult> result = client->Query(
+        "one", BroadcastMergedAt(spec, v1::MERGE_AUTO), in.q.view());
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->summary.strategy(), v1::BROADCAST_Q);
+    EXPECT_EQ(result->summary.partial_merge(), v1::MERGE_ON_WORKERS);
+    ExpectMatchesReference(spec, in, *result);
+  }
+}
+
 TEST_F(Strategies, UnknownPartialMergeIsRefused) {
   std::unique_ptr<Client> client = cluster_->NewClient();
   const AttentionSpec spec = Spec(3, 16, 2);
