@@ -73,7 +73,7 @@ Every command that talks to a server also takes:
 streams of one request, each serialized on its own thread here and parsed on
 its own thread by the coordinator: faster where one stream's CPU is the limit.
 `--download_streams N` brings the output back over N streams the same way. 0,
-the default: 4 for a request that moves 64 MiB or more that way, else 1.
+the default: 4 for a request that moves 8 MiB or more that way, else 1.
 
 Inputs are .npy float32 or float16 arrays in C order, [N, H, D] or
 [B, N, H, D]. O is written as float32 with Q's shape; LSE as float32 [H, N]

@@ -47,7 +47,7 @@ ABSL_FLAG(int, worker_row_streams, 4,
           "streams, each on a connection of its own, that carry a large "
           "request's rows to each worker and its output back (1: its Execute "
           "stream alone); one gRPC stream moves about 1.4 GB/s");
-ABSL_FLAG(int64_t, row_streams_min_bytes, int64_t{64} << 20,
+ABSL_FLAG(int64_t, row_streams_min_bytes, int64_t{8} << 20,
           "a request uploading fewer bytes per worker than this uses one "
           "stream per worker");
 ABSL_FLAG(double, heartbeat_timeout_seconds, 3,

@@ -498,7 +498,7 @@ TEST_F(UploadStreams, LargeRequestsTakeFourStreamsEachWayByDefault) {
   const RandomInputs in = MakeRandomInputs(spec, 12);
   const v1::AttentionSpec request = RequestSpec(spec);
   // Q, K and V are 2.1 MB of fp32 and O with its LSE 1.07 MB: both over
-  // 1 MiB, both under the default 64 MiB.
+  // 1 MiB, both under 64 MiB.
   for (const auto& [min_bytes, attached] :
        std::vector<std::pair<int64_t, int>>{{1 << 20, 3}, {64 << 20, 0}}) {
     SCOPED_TRACE(absl::StrCat("auto_streams_min_bytes ", min_bytes));

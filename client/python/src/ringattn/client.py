@@ -29,7 +29,7 @@ PROGRESS_THRESHOLD_BYTES = 8 << 20
 # AUTO_STREAMS_MIN_BYTES that way, unless the call says otherwise (as the C++
 # client does); at most MOST_STREAMS.
 AUTO_STREAMS = 4
-AUTO_STREAMS_MIN_BYTES = 64 << 20
+AUTO_STREAMS_MIN_BYTES = 8 << 20
 MOST_STREAMS = 64
 
 _WIRE_TO_PROTO = {_tensors.FP32: pb.FP32, _tensors.FP16: pb.FP16,
@@ -255,7 +255,7 @@ class Client:
         accumulates in fp32 and rounds once). upload_streams,
         download_streams: how many gRPC streams, each on a connection of its
         own, carry the request's tensors and its output, in [1, 64] (None: 4
-        for a direction moving at least 64 MiB, else 1); one stream moves
+        for a direction moving at least 8 MiB, else 1); one stream moves
         about 1 GB/s. progress: True/False forces the tqdm bar on/off; None
         shows it for requests over 8 MiB when stderr is a terminal. strategy:
         None/"auto", "pass_kv", "pass_q" or "broadcast_q".
