@@ -321,6 +321,10 @@ class GpuRingExecutor {
                   const GpuRingConfig& config, ShardLayout kv_layout,
                   bool pass_q);
 
+  // DownloadOutput into `o` when it is a tensor of q_shape() in
+  // `output_dtype` (else into host_q()'s memory or a new tensor).
+  absl::StatusOr<RingOutput> DownloadInto(DType output_dtype, TypedTensor o);
+
   // Create and CreatePassQ: checks the arguments, then Build.
   static absl::StatusOr<std::unique_ptr<GpuRingExecutor>> CreateRing(
       const AttentionSpec& spec, int rank, int world_size,

@@ -67,6 +67,9 @@ ABSL_FLAG(std::string, query_rows, "",
           "with --decode_steps: also time queries of these many rows "
           "(comma-separated, no rows appended) against each context");
 ABSL_FLAG(int, query_repeats, 10, "how often each --query_rows query runs");
+ABSL_FLAG(std::string, query_output_dtype, "BF16",
+          "the dtype O of decode steps and --query_rows queries comes back in "
+          "(FP32, FP16 or BF16; before the twenty-second session: FP32)");
 ABSL_FLAG(std::string, query_strategies, "STRATEGY_AUTO",
           "with --query_rows: the strategies each query size runs with "
           "(comma-separated: STRATEGY_AUTO, PASS_KV, PASS_Q, BROADCAST_Q, each "
@@ -347,6 +350,13 @@ double SlowestWorkerCompute(const v1::Summary& summary) {
   return slowest;
 }
 
+// The dtype --query_output_dtype names (Run checks it first).
+v1::DType QueryOutputDType() {
+  v1::DType dtype = v1::BF16;
+  v1::DType_Parse(absl::GetFlag(FLAGS_query_output_dtype), &dtype);
+  return dtype;
+}
+
 // How a timed query asks to run: its strategy and, for broadcast-Q, where its
 // partials merge.
 struct QueryChoice {
@@ -374,6 +384,7 @@ std::string TimeQueries(Client& client, const RowPool& pool, const Shapes& s,
   spec.set_head_dim(s.d);
   spec.set_causal(s.causal);
   spec.set_wire_dtype(v1::BF16);
+  spec.set_output_dtype(QueryOutputDType());
   spec.set_strategy(choice.strategy);
   spec.set_partial_merge(choice.merge);
   std::vector<double> latencies, coordinator, computes;
@@ -454,6 +465,7 @@ bool RunDecodeSteps(Client& client, const RowPool& pool, Shapes s, int steps,
   spec.set_head_dim(s.d);
   spec.set_causal(s.causal);
   spec.set_wire_dtype(v1::BF16);
+  spec.set_output_dtype(QueryOutputDType());
   const Tensor<float> q = PoolRow(pool, s, 0, 0);
   // Where a step's time goes: end to end at the client, inside the
   // coordinator (header read to summary written), waiting for the workers
@@ -516,6 +528,13 @@ int Run() {
                     absl::GetFlag(FLAGS_causal)};
   int threads = absl::GetFlag(FLAGS_threads);
   if (threads <= 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  v1::DType output_dtype;
+  if (!v1::DType_Parse(absl::GetFlag(FLAGS_query_output_dtype),
+                       &output_dtype) ||
+      output_dtype == v1::DTYPE_UNSPECIFIED) {
+    std::fprintf(stderr, "--query_output_dtype must be FP32, FP16 or BF16\n");
+    return 2;
+  }
   const RowPool pool(int64_t{1} << 24, 2026);
   ClientOptions options;
   options.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
