@@ -453,8 +453,9 @@ def test_queries_over_several_streams_give_one_streams_result(cluster, rng,
                            strategy=strategy, upload_streams=3,
                            download_streams=2)
             assert len(c._attached_channels) == 2
-            np.testing.assert_array_equal(many[0], one[0])
-            np.testing.assert_array_equal(many[1], one[1])
+            # Partials may merge in another order: equal to fp32 rounding.
+            np.testing.assert_allclose(many[0], one[0], atol=1e-6, rtol=1e-5)
+            np.testing.assert_allclose(many[1], one[1], atol=1e-6, rtol=1e-6)
             ro, rl = reference.attention(q, k, v, causal=True)
             np.testing.assert_allclose(many[0], ro, atol=2e-5, rtol=1e-4)
             np.testing.assert_allclose(many[1], rl, atol=1e-4, rtol=1e-5)
