@@ -45,9 +45,9 @@ constexpr char kUsage[] = R"(usage:
       [--ready_timeout SECONDS]
   ringattn info --target HOST:PORT
   ringattn context create --target HOST:PORT --name NAME --k K.npy --v V.npy
-      [--wire_dtype fp32|fp16|bf16]
+      [--wire_dtype fp32|fp16|bf16] [--upload_streams N]
   ringattn context append --target HOST:PORT --name NAME --k K.npy --v V.npy
-      [--wire_dtype fp32|fp16|bf16]
+      [--wire_dtype fp32|fp16|bf16] [--upload_streams N]
   ringattn context query --target HOST:PORT --name NAME --q Q.npy --out O.npy
       [--lse_out L.npy] [--k_new K.npy --v_new V.npy] [the attention flags of
       attend, --strategy auto|pass_kv|pass_q|broadcast_q,
@@ -69,11 +69,12 @@ Every command that talks to a server also takes:
                       this client's PEM certificate and key, for servers that
                       require client certificates (mutual TLS)
 
-`attend --upload_streams N` (and `context query`) uploads Q, K and V over N
-streams of one request, each serialized on its own thread here and parsed on
-its own thread by the coordinator: faster where one stream's CPU is the limit.
-`--download_streams N` brings the output back over N streams the same way. 0,
-the default: 4 for a request that moves 8 MiB or more that way, else 1.
+`attend --upload_streams N` (and `context query`, `create`, `append`) uploads
+the tensors over N streams of one request, each serialized on its own thread
+here and parsed on its own thread by the coordinator: faster where one
+stream's CPU is the limit. `--download_streams N` brings the output back over
+N streams the same way. 0, the default: 4 for a request that moves 8 MiB or
+more that way, else 1.
 
 Inputs are .npy float32 or float16 arrays in C order, [N, H, D] or
 [B, N, H, D]. O is written as float32 with Q's shape; LSE as float32 [H, N]
@@ -333,9 +334,11 @@ void PrintContext(const v1::ContextInfo& info) {
 }
 
 int RunContextUpload(bool create, const std::vector<std::string>& args) {
-  absl::StatusOr<Flags> flags = ParseCommand(
-      args, Union(ConnectionFlagNames(), {"name", "k", "v", "wire_dtype"}), {},
-      {"target", "name", "k", "v"});
+  absl::StatusOr<Flags> flags =
+      ParseCommand(args,
+                   Union(ConnectionFlagNames(),
+                         {"name", "k", "v", "wire_dtype", "upload_streams"}),
+                   {}, {"target", "name", "k", "v"});
   if (!flags.ok()) return UsageError(flags.status());
   absl::StatusOr<v1::DType> wire_dtype =
       ParseWireDType(flags->Get("wire_dtype").value_or("fp32"));

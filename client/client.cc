@@ -346,14 +346,19 @@ absl::Status RunOnThisThread(
 }
 
 // One CreateContext or AppendContext call: writes the upload stream, one
-// message outstanding at a time. Bind it to a call with the stub's async()
-// method, then Run() it once.
+// message outstanding at a time, and hands the ticket in its initial metadata
+// to `uploads` (which then report the progress) if given. Bind it to a call
+// with the stub's async() method, then Run() it once.
 class ContextUploadCall final
     : public grpc::ClientWriteReactor<v1::ContextUpload> {
  public:
-  ContextUploadCall(v1::ContextUpload header, ChunkSource* chunks,
-                    ProgressReporter* progress)
-      : requests_(std::move(header), chunks, progress) {}
+  ContextUploadCall(grpc::ClientContext* context, v1::ContextUpload header,
+                    ChunkSource* chunks, ProgressReporter* progress,
+                    AttachedStreams* uploads = nullptr)
+      : context_(context),
+        requests_(std::move(header), chunks,
+                  uploads == nullptr ? progress : nullptr),
+        uploads_(uploads) {}
 
   // Starts the call and waits for it to end; returns its status.
   absl::Status Run() {
@@ -372,11 +377,19 @@ class ContextUploadCall final
     }
   }
 
+  void OnReadInitialMetadataDone(bool ok) override {
+    if (ok && uploads_ != nullptr) {
+      uploads_->TakeTicket(context_->GetServerInitialMetadata());
+    }
+  }
+
   void OnDone(const grpc::Status& status) override {
     completion_.Finish(status);
   }
 
+  grpc::ClientContext* context_;
   RequestSequence<v1::ContextUpload> requests_;
+  AttachedStreams* uploads_;
   Completion completion_;
 };
 
@@ -709,17 +722,36 @@ absl::StatusOr<v1::ContextInfo> Client::UploadContextStreaming(
     bool create, const v1::ContextHeader& header, ChunkSource& source) {
   v1::ContextUpload first;
   *first.mutable_header() = header;
+  const int uploads = StreamsFor(options_.upload_streams, source.total_bytes());
+  first.mutable_header()->set_upload_streams(uploads > 1 ? uploads : 0);
   ProgressReporter progress(options_.progress);
   grpc::ClientContext context;
   Prepare(&context);
+  SharedChunks chunks(&source, uploads,
+                      [&progress](int64_t done, int64_t total) {
+                        progress.Report(Progress::Phase::kUpload, done, total);
+                      });
+  SharedChunkStream own(&chunks, 0);
+  // Destroyed (cancelled and joined) before what it reads from.
+  std::optional<AttachedStreams> attached;
+  if (uploads > 1) {
+    attached.emplace(
+        attached_stubs_, uploads - 1, "upload",
+        [this](grpc::ClientContext* c) { Prepare(c); },
+        AttachedStreams::Upload(&chunks), [&context] { context.TryCancel(); });
+  }
   v1::ContextInfo info;
-  ContextUploadCall call(std::move(first), &source, &progress);
+  ContextUploadCall call(&context, std::move(first),
+                         uploads > 1 ? &own : &source, &progress,
+                         attached ? &*attached : nullptr);
   if (create) {
     stub_->async()->CreateContext(&context, &info, &call);
   } else {
     stub_->async()->AppendContext(&context, &info, &call);
   }
-  RINGATTN_RETURN_IF_ERROR(call.Run());
+  absl::Status status = call.Run();
+  if (attached.has_value()) status = attached->Finish(status);
+  RINGATTN_RETURN_IF_ERROR(status);
   return info;
 }
 

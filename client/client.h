@@ -58,16 +58,16 @@ struct ClientOptions {
   // gRPC's growing backoff (1 s up to 2 min). Short for a server that is
   // about to start.
   absl::Duration reconnect_backoff = absl::InfiniteDuration();
-  // Streams one Attend or Query call uploads its chunks over, in [0, 64]: the
-  // call's own stream and upload_streams - 1 AttachUpload streams, each written
-  // from a thread of its own over a connection of its own, so that serializing,
-  // the transport's framing and parsing run on as many threads at every hop.
-  // 0 (the default): kAutoStreams for a call that uploads at least
-  // auto_streams_min_bytes, else 1. Context uploads use one stream. With N > 1
-  // an AttendStreaming source's Next is called from several threads, one call
-  // at a time, or, for a source that makes any chunk on demand
-  // (ChunkSource::chunk_count), its Fill from several at once, each stream
-  // starting at a different place of the tensors.
+  // Streams one call (Attend, Query or a context upload) uploads its chunks
+  // over, in [0, 64]: the call's own stream and upload_streams - 1
+  // AttachUpload streams, each written from a thread of its own over a
+  // connection of its own, so that serializing, the transport's framing and
+  // parsing run on as many threads at every hop. 0 (the default):
+  // kAutoStreams for a call that uploads at least auto_streams_min_bytes,
+  // else 1. With N > 1 a streaming source's Next is called from several
+  // threads, one call at a time, or, for a source that makes any chunk on
+  // demand (ChunkSource::chunk_count), its Fill from several at once, each
+  // stream starting at a different place of the tensors.
   int upload_streams = 0;
   // Streams one Attend or Query call's output comes back over, in [0, 64]:
   // the call's own stream and download_streams - 1 AttachDownload streams, each

@@ -9,12 +9,10 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <random>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "core/block_mask.h"
@@ -100,19 +98,6 @@ constexpr char kRowsKeyMetadata[] = "ringattn-rows-key";
 // sides, and a writer thread per worker pays off only for uploads long
 // enough to overlap with reading the client.
 constexpr int64_t kMostWholeUploadBytes = int64_t{1} << 20;
-// Most streams one request's chunks may arrive over (its own included).
-constexpr int kMostUploadStreams = 64;
-// Initial metadata keys of the ticket for attached upload streams.
-constexpr char kRequestIdKey[] = "ringattn-request-id";
-constexpr char kUploadTokenKey[] = "ringattn-upload-token";
-
-// 128 random bits as hex: an upload token no other client can guess.
-std::string NewUploadToken() {
-  std::random_device random;
-  std::string token;
-  for (int i = 0; i < 4; ++i) absl::StrAppendFormat(&token, "%08x", random());
-  return token;
-}
 
 // The LSE of an OutputChunk, [heads, rows], from `lse` [rows, heads] as
 // workers send it.

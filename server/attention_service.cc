@@ -210,12 +210,15 @@ grpc::Status AttentionService::Serve(const char* method,
                                      grpc::ServerContext* context,
                                      RequestStream* stream) {
   const auto start = std::chrono::steady_clock::now();
-  static thread_local std::mt19937_64 rng(std::random_device{}());
-  const std::string request_id = absl::StrFormat(
-      "%06x-%08x", next_request_++ & 0xFFFFFF, static_cast<uint32_t>(rng()));
   const grpc::Status status =
-      RunAttendCall(state_, context, stream, request_id);
+      RunAttendCall(state_, context, stream, NewRequestId());
   return Count(method, status, SecondsSince(start));
+}
+
+std::string AttentionService::NewRequestId() {
+  static thread_local std::mt19937_64 rng(std::random_device{}());
+  return absl::StrFormat("%06x-%08x", next_request_++ & 0xFFFFFF,
+                         static_cast<uint32_t>(rng()));
 }
 
 grpc::Status AttentionService::Attend(
@@ -263,9 +266,10 @@ grpc::Status AttentionService::CreateContext(
     grpc::ServerContext* context, grpc::ServerReader<v1::ContextUpload>* reader,
     v1::ContextInfo* response) {
   const auto start = std::chrono::steady_clock::now();
-  return Count("CreateContext",
-               RunContextUpload(state_, context, reader, true, response),
-               SecondsSince(start));
+  return Count(
+      "CreateContext",
+      RunContextUpload(state_, context, reader, true, NewRequestId(), response),
+      SecondsSince(start));
 }
 
 grpc::Status AttentionService::AppendContext(
@@ -273,7 +277,8 @@ grpc::Status AttentionService::AppendContext(
     v1::ContextInfo* response) {
   const auto start = std::chrono::steady_clock::now();
   return Count("AppendContext",
-               RunContextUpload(state_, context, reader, false, response),
+               RunContextUpload(state_, context, reader, false, NewRequestId(),
+                                response),
                SecondsSince(start));
 }
 

@@ -59,6 +59,9 @@ class AttentionService final : public v1::Attention::Service {
   // Runs an Attend, Query or QueryOnce call and counts it.
   grpc::Status Serve(const char* method, grpc::ServerContext* context,
                      RequestStream* stream);
+  // An id for a new call, unique in this process, which logs, summaries and
+  // attached streams' tickets name it by.
+  std::string NewRequestId();
 
   const CoordinatorState state_;
   std::atomic<uint64_t> next_request_{1};

@@ -2,6 +2,8 @@
 
 #include <memory>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
@@ -13,6 +15,7 @@
 #include "proto/spec_conversion.h"
 #include "ringattn/v1/worker.grpc.pb.h"
 #include "server/context_append.h"
+#include "server/shared_upload.h"
 #include "spdlog/spdlog.h"
 
 namespace ringattn {
@@ -21,19 +24,28 @@ namespace {
 class Upload {
  public:
   Upload(const CoordinatorState& state, grpc::ServerContext* context,
-         grpc::ServerReader<v1::ContextUpload>* reader, bool create)
-      : state_(state), context_(context), reader_(reader), create_(create) {}
+         grpc::ServerReader<v1::ContextUpload>* reader, bool create,
+         std::string request_id)
+      : state_(state),
+        context_(context),
+        reader_(reader),
+        create_(create),
+        request_id_(std::move(request_id)) {}
 
   absl::StatusOr<v1::ContextInfo> Run();
 
  private:
   absl::Status ReadHeader();
   absl::Status Start();
+  // Routes the chunks of this call's own stream and, with upload_streams
+  // > 1, of its attached streams.
+  absl::Status ReadChunks();
 
   const CoordinatorState& state_;
   grpc::ServerContext* const context_;
   grpc::ServerReader<v1::ContextUpload>* const reader_;
   const bool create_;
+  const std::string request_id_;
 
   v1::ContextHeader header_;
   DType dtype_ = DType::kFloat32;
@@ -60,6 +72,52 @@ absl::Status Upload::ReadHeader() {
   absl::StatusOr<DType> dtype = DTypeFromProto(header_.wire_dtype());
   if (!dtype.ok()) return dtype.status();
   dtype_ = *dtype;
+  if (header_.upload_streams() < 0 ||
+      header_.upload_streams() > kMostUploadStreams) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("field 'upload_streams' must be in [0, ",
+                     kMostUploadStreams, "], got ", header_.upload_streams()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Upload::ReadChunks() {
+  std::shared_ptr<SharedUpload> shared;
+  if (header_.upload_streams() > 1) {
+    shared = std::make_shared<SharedUpload>(
+        request_id_, NewUploadToken(), header_.upload_streams() - 1,
+        absl::Now() + state_.options.ring_timeout, context_,
+        [this](v1::TensorChunk& chunk, int64_t index) {
+          return append_->Route(chunk, index);
+        });
+    state_.uploads->Add(shared);
+    context_->AddInitialMetadata(kRequestIdKey, request_id_);
+    context_->AddInitialMetadata(kUploadTokenKey, shared->token());
+    reader_->SendInitialMetadata();
+  }
+  absl::Cleanup close = [&] {
+    if (shared == nullptr) return;
+    state_.uploads->Remove(request_id_);
+    shared->Close();
+  };
+  v1::ContextUpload message;
+  for (int64_t index = 1; reader_->Read(&message); ++index) {
+    if (!message.has_chunk()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("message ", index,
+                       " is not a tensor chunk (send the header once, first)"));
+    }
+    RINGATTN_RETURN_IF_ERROR(
+        shared != nullptr ? shared->Take(0, *message.mutable_chunk(), index)
+                          : append_->Route(*message.mutable_chunk(), index));
+  }
+  if (shared != nullptr) {
+    // An attached stream's failure cancels this call: it comes first.
+    RINGATTN_RETURN_IF_ERROR(shared->AwaitAttachedStreams());
+  }
+  if (context_->IsCancelled()) {
+    return absl::CancelledError("the client went away during the upload");
+  }
   return absl::OkStatus();
 }
 
@@ -122,17 +180,7 @@ absl::StatusOr<v1::ContextInfo> Upload::Run() {
     state_.contexts->EndUpload(header_.name(), std::move(committed));
   };
   absl::Status status = Start();
-  v1::ContextUpload message;
-  for (int64_t index = 1; status.ok() && reader_->Read(&message); ++index) {
-    status = message.has_chunk()
-                 ? append_->Route(*message.mutable_chunk(), index)
-                 : absl::InvalidArgumentError(absl::StrCat(
-                       "message ", index,
-                       " is not a tensor chunk (send the header once, first)"));
-  }
-  if (status.ok() && context_->IsCancelled()) {
-    status = absl::CancelledError("the client went away during the upload");
-  }
+  if (status.ok()) status = ReadChunks();
   if (status.ok()) status = append_->CheckComplete();
   if (status.ok()) status = append_->Finish();
   if (!status.ok()) {
@@ -184,8 +232,9 @@ void DropOnWorkers(const CoordinatorState& state, const std::string& name,
 grpc::Status RunContextUpload(const CoordinatorState& state,
                               grpc::ServerContext* context,
                               grpc::ServerReader<v1::ContextUpload>* reader,
-                              bool create, v1::ContextInfo* response) {
-  Upload upload(state, context, reader, create);
+                              bool create, const std::string& request_id,
+                              v1::ContextInfo* response) {
+  Upload upload(state, context, reader, create, request_id);
   absl::StatusOr<v1::ContextInfo> info = upload.Run();
   if (!info.ok()) {
     spdlog::info("context upload failed: {}", info.status().ToString());

@@ -3,7 +3,9 @@
 
 // ContextUpload: one CreateContext or AppendContext call. The new tokens are
 // cut into one run per worker so every worker stays within one token of an even
-// share; each chunk's rows go straight to the worker that will hold them. The
+// share; each chunk's rows go straight to the worker that will hold them,
+// from the call's own stream and the AttachUpload streams its header
+// announced (upload_streams), which `request_id` names. The
 // context changes only if every worker stored its part: otherwise the parts
 // already stored are dropped again and the context is as it was before the
 // call.
@@ -18,7 +20,8 @@ namespace ringattn {
 grpc::Status RunContextUpload(const CoordinatorState& state,
                               grpc::ServerContext* context,
                               grpc::ServerReader<v1::ContextUpload>* reader,
-                              bool create, v1::ContextInfo* response);
+                              bool create, const std::string& request_id,
+                              v1::ContextInfo* response);
 
 // OK if the workers holding `context` are still the cluster's members;
 // FAILED_PRECONDITION naming the rank whose worker left otherwise.

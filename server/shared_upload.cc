@@ -1,8 +1,10 @@
 #include "server/shared_upload.h"
 
+#include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace ringattn {
 namespace {
@@ -20,6 +22,13 @@ bool SameToken(absl::string_view a, absl::string_view b) {
 constexpr absl::Duration kCancellationCheckInterval = absl::Milliseconds(200);
 
 }  // namespace
+
+std::string NewUploadToken() {
+  std::random_device random;
+  std::string token;
+  for (int i = 0; i < 4; ++i) absl::StrAppendFormat(&token, "%08x", random());
+  return token;
+}
 
 SharedUpload::SharedUpload(std::string request_id, std::string token,
                            int attached_streams, absl::Time attach_deadline,

@@ -25,6 +25,15 @@
 
 namespace ringattn {
 
+// Most streams one request's chunks may arrive over (its own included).
+inline constexpr int kMostUploadStreams = 64;
+// Initial metadata keys of the ticket for attached upload streams.
+inline constexpr char kRequestIdKey[] = "ringattn-request-id";
+inline constexpr char kUploadTokenKey[] = "ringattn-upload-token";
+
+// 128 random bits as hex: an upload token no other client can guess.
+std::string NewUploadToken();
+
 class SharedUpload {
  public:
   // Routes one chunk, message `index` of its stream (its data may be moved

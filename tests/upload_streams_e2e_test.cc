@@ -2,8 +2,9 @@
 // AttachUpload RPC) and its output brought back over several
 // (download_streams, AttachDownload), end to end against a real coordinator
 // and CPU workers: results equal to one stream's, and the row checks, ticket
-// checks and cancellation across streams. Raw streams are written by hand where
-// the client library never would send what the test needs.
+// checks and cancellation across streams; context uploads over several
+// streams. Raw streams are written by hand where the client library never
+// would send what the test needs.
 
 #include <atomic>
 #include <chrono>
@@ -621,6 +622,77 @@ TEST_F(UploadStreams, DownloadStreamBeyondTheAnnouncedIsRefused) {
             std::string::npos)
       << refused.error_message();
   EXPECT_TRUE(served.ok()) << served.error_message();
+}
+
+// CreateContext and AppendContext take attached upload streams as Attend
+// does; the context then answers queries as one uploaded over one stream.
+TEST_F(UploadStreams, ContextsUploadAndAppendOverSeveralStreams) {
+  const int64_t n = 1499, added = 263;
+  AttentionSpec spec = SelfAttentionSpec(n + added, 8, 2, 64, true);
+  spec.q_len = 17;
+  const RandomInputs in = MakeRandomInputs(spec, 13);
+  ClientOptions options;
+  options.chunk_bytes = 16 << 10;
+  options.upload_streams = 3;
+  std::unique_ptr<Client> client = cluster_->NewClient(std::move(options));
+  const std::string before = cluster_->Metrics().value_or("");
+  ASSERT_TRUE(client
+                  ->CreateContext("streamed", in.k.view().Slice(0, n),
+                                  in.v.view().Slice(0, n))
+                  .ok());
+  absl::StatusOr<v1::ContextInfo> grown =
+      client->AppendContext("streamed", in.k.view().Slice(n, n + added),
+                            in.v.view().Slice(n, n + added));
+  ASSERT_TRUE(grown.ok()) << grown.status();
+  EXPECT_EQ(grown->length(), n + added);
+  const std::string after = cluster_->Metrics().value_or("");
+  EXPECT_EQ(SeriesValue(after, kAttachedOk) - SeriesValue(before, kAttachedOk),
+            4);
+  absl::StatusOr<AttendResult> result =
+      client->Query("streamed", RequestSpec(spec), in.q.view());
+  ASSERT_TRUE(result.ok()) << result.status();
+  ExpectMatchesReference(spec, in, *result);
+  EXPECT_TRUE(client->DeleteContext("streamed").ok());
+}
+
+// A context upload whose announced streams never attach fails once the ring
+// timeout has passed, and leaves no context behind.
+TEST_F(UploadStreams, ContextUploadWhoseStreamsNeverAttachLeavesNoContext) {
+  std::unique_ptr<v1::Attention::Stub> stub = Stub();
+  grpc::ClientContext context;
+  LimitCall(&context);
+  v1::ContextInfo info;
+  std::unique_ptr<grpc::ClientWriter<v1::ContextUpload>> writer =
+      stub->CreateContext(&context, &info);
+  v1::ContextUpload header;
+  v1::ContextHeader* h = header.mutable_header();
+  h->set_name("never-attached");
+  h->set_batch(1);
+  h->set_kv_heads(1);
+  h->set_head_dim(4);
+  h->set_length(8);
+  h->set_wire_dtype(v1::FP32);
+  h->set_upload_streams(2);
+  ASSERT_TRUE(writer->Write(header));
+  // Every row comes on this stream; the second one announced never does.
+  for (v1::TensorName tensor : {v1::K, v1::V}) {
+    v1::ContextUpload chunk;
+    *chunk.mutable_chunk() = Rows(tensor, 0, 8);
+    ASSERT_TRUE(writer->Write(chunk));
+  }
+  writer->WritesDone();
+  const grpc::Status status = writer->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
+      << status.error_message();
+  EXPECT_NE(status.error_message().find("attached upload streams"),
+            std::string::npos)
+      << status.error_message();
+  absl::StatusOr<std::vector<v1::ContextInfo>> listed =
+      cluster_->NewClient()->ListContexts();
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  for (const v1::ContextInfo& context_info : *listed) {
+    EXPECT_NE(context_info.name(), "never-attached");
+  }
 }
 
 }  // namespace

@@ -475,6 +475,40 @@ def test_queries_over_several_streams_give_one_streams_result(cluster, rng,
             c.delete_context(name)
 
 
+def test_contexts_upload_over_several_streams(cluster, rng):
+    """create_context/append_context(upload_streams=): the context answers as
+    one uploaded over one stream; N prime, GQA, D=80."""
+    _, k, v = random_qkv(rng, 1, 1, 4, 80, nk=997, hkv=2)
+    _, k_more, v_more = random_qkv(rng, 1, 1, 4, 80, nk=131, hkv=2)
+    with ringattn.Client(cluster, chunk_bytes=16 << 10, timeout=120) as c:
+        c.create_context("pytest-upload-streams", k, v, upload_streams=3)
+        try:
+            assert len(c._attached_channels) == 2
+            info = c.append_context("pytest-upload-streams", k_more, v_more,
+                                    upload_streams=4)
+            assert info.length == 997 + 131
+            assert len(c._attached_channels) == 3
+            q, _, _ = random_qkv(rng, 1, 19, 4, 80, hkv=2)
+            o = c.query("pytest-upload-streams", q, causal=True)
+            k = np.concatenate([k, k_more], axis=1)
+            v = np.concatenate([v, v_more], axis=1)
+            np.testing.assert_allclose(
+                o, reference.attention(q, k, v, causal=True)[0], atol=2e-5,
+                rtol=1e-4)
+            # A refused append over several streams says why and leaves the
+            # context as it was.
+            _, k_bad, v_bad = random_qkv(rng, 1, 1, 4, 80, nk=50, hkv=4)
+            with pytest.raises(ringattn.RingattnError) as refused:
+                c.append_context("pytest-upload-streams", k_bad, v_bad,
+                                 upload_streams=3)
+            assert refused.value.code in (grpc.StatusCode.INVALID_ARGUMENT,
+                                          grpc.StatusCode.FAILED_PRECONDITION)
+            lengths = {x.name: x.length for x in c.list_contexts()}
+            assert lengths["pytest-upload-streams"] == 997 + 131
+        finally:
+            c.delete_context("pytest-upload-streams")
+
+
 def test_bad_decode_steps_are_caught_client_side(rng):
     q, k, v = random_qkv(rng, 1, 1, 4, 8, hkv=2)
     with ringattn.Client(f"127.0.0.1:{_unused_port()}") as nowhere:

@@ -332,20 +332,23 @@ class Client:
 
     # -- resident contexts --------------------------------------------------
 
-    def create_context(self, name, k, v, wire_dtype=None, *, progress=None,
-                       timeout=None):
+    def create_context(self, name, k, v, wire_dtype=None, *,
+                       upload_streams=None, progress=None, timeout=None):
         """Uploads k, v [B, N, Hkv, D] (or [N, Hkv, D]) as context `name`.
 
-        Returns the server's ContextInfo message.
+        upload_streams: as for attend(). Returns the server's ContextInfo
+        message.
         """
         return self._upload_context(self._tensor_methods.CreateContext, name,
-                                    k, v, wire_dtype, progress, timeout)
+                                    k, v, wire_dtype, upload_streams, progress,
+                                    timeout)
 
-    def append_context(self, name, k, v, wire_dtype=None, *, progress=None,
-                       timeout=None):
+    def append_context(self, name, k, v, wire_dtype=None, *,
+                       upload_streams=None, progress=None, timeout=None):
         """Appends k, v tokens to context `name`; returns its ContextInfo."""
         return self._upload_context(self._tensor_methods.AppendContext, name,
-                                    k, v, wire_dtype, progress, timeout)
+                                    k, v, wire_dtype, upload_streams, progress,
+                                    timeout)
 
     # -- internals ----------------------------------------------------------
 
@@ -560,31 +563,57 @@ class Client:
             lse = lse[0]
         return out, lse
 
-    def _upload_context(self, method, name, k, v, wire_dtype, progress,
-                        timeout):
+    def _upload_context(self, method, name, k, v, wire_dtype, upload_streams,
+                        progress, timeout):
         k4, v4, wire = self._check_kv(k, v, wire_dtype)
         batch, length, heads, dim = _tensors.shape_of(k4)
-        header = pb.ContextUpload(header=pb.ContextHeader(
-            name=name, batch=batch, kv_heads=heads, head_dim=dim,
-            length=length, wire_dtype=_WIRE_TO_PROTO[wire]))
         tensors = [(pb.K, k4), (pb.V, v4)]
         upload = _upload_bytes(tensors, wire)
+        streams = self._stream_count(upload_streams, "upload_streams", upload)
+        header = pb.ContextUpload(header=pb.ContextHeader(
+            name=name, batch=batch, kv_heads=heads, head_dim=dim,
+            length=length, wire_dtype=_WIRE_TO_PROTO[wire],
+            upload_streams=streams if streams > 1 else 0))
         bar = _Progress(_show_progress(progress, upload), upload)
         chunks = _chunking.SharedChunks(
             tensors, wire,
-            _chunking.split_chunk_bytes(upload, self.chunk_bytes), 1,
+            _chunking.split_chunk_bytes(upload, self.chunk_bytes), streams,
             bar.update)
         errors = []
+        call_options = dict(timeout=self._timeout(timeout),
+                            metadata=self._metadata)
+        call = method.future(
+            self._requests(header, chunks.stream(0, framed=True), bar,
+                           errors), **call_options)
+        attached = None
         try:
-            return method(
-                self._requests(header, chunks.stream(0, framed=True), bar,
-                               errors),
-                timeout=self._timeout(timeout), metadata=self._metadata)
+            if streams > 1:
+                ticket = _attached.ticket_from(call.initial_metadata())
+                if ticket is not None:  # else the call failed: it says why
+                    attached = _attached.AttachedStreams(
+                        self._methods_for_attached(streams - 1), ticket,
+                        chunks, streams, 1, None, bar.update, call_options,
+                        errors, call.cancel)
+            info = call.result()
+            if attached is not None:
+                attached.wait()
+            if errors:
+                raise errors[0]
+            return info
         except grpc.RpcError as e:
             if errors:
                 raise errors[0] from None
             raise from_rpc_error(e) from None
+        except grpc.FutureCancelledError:
+            # Cancelled here, for a reason in `errors`.
+            if errors:
+                raise errors[0] from None
+            raise RingattnError("the upload was cancelled",
+                                grpc.StatusCode.CANCELLED) from None
         finally:
+            call.cancel()  # no-op once the call has finished
+            if attached is not None:
+                attached.cancel()
             bar.close()
 
 
