@@ -5,8 +5,9 @@ e.g.   python3 bench/plots/resident_plot.py docs/resident_contexts_2gpu.png \\
            docs/results/h200x2-resident-contexts.md
 
 Reads the query tables bench/service/service_bench --query_rows prints
-(columns context tokens, query rows, strategy, p50 ms, p99 ms, slowest
-worker's compute p50 ms, ...), each under a "## " heading that names it, and
+(columns context tokens, query rows, strategy, p50 ms, p99 ms, ..., slowest
+worker's compute p50 ms, ..., found by the header row), each under a "## "
+heading that names it, and
 draws, per context length and query rows, the GPU time and the rest of the
 end-to-end p50 as stacked bars, one panel per context length. Needs
 matplotlib.
@@ -23,19 +24,27 @@ def read_queries(path):
     """{(title, context tokens): [(query rows, p50 ms, compute ms)]}"""
     rows = {}
     title = None
+    compute = 5  # the column, as the older tables had it
     with open(path, encoding="utf-8") as f:
         for line in f:
             if line.startswith("## "):
                 title = line[3:].split("(")[0].split(",")[0].strip()
                 continue
             cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            if len(cells) < 6 or not cells[0].isdigit() or not cells[1].isdigit():
+            if len(cells) > 2 and cells[1] == "query rows":
+                compute = next(i for i, c in enumerate(cells)
+                               if c.startswith("slowest worker's compute"))
                 continue
-            if cells[2] not in ("BROADCAST_Q", "PASS_KV", "PASS_Q"):
+            if len(cells) <= compute or not cells[0].isdigit() or (
+                    not cells[1].isdigit()):
+                continue
+            # Broadcast-Q rows name the merge too ("BROADCAST_Q/MERGE_...").
+            if cells[2].split("/")[0] not in ("BROADCAST_Q", "PASS_KV",
+                                              "PASS_Q"):
                 continue
             key = (title, int(cells[0]))
             rows.setdefault(key, []).append(
-                (int(cells[1]), float(cells[3]), float(cells[5])))
+                (int(cells[1]), float(cells[3]), float(cells[compute])))
     return rows
 
 
