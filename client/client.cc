@@ -727,22 +727,23 @@ absl::StatusOr<v1::ContextInfo> Client::UploadContextStreaming(
   ProgressReporter progress(options_.progress);
   grpc::ClientContext context;
   Prepare(&context);
-  SharedChunks chunks(&source, uploads,
-                      [&progress](int64_t done, int64_t total) {
-                        progress.Report(Progress::Phase::kUpload, done, total);
-                      });
-  SharedChunkStream own(&chunks, 0);
+  std::optional<SharedChunks> chunks;
+  std::optional<SharedChunkStream> own;
   // Destroyed (cancelled and joined) before what it reads from.
   std::optional<AttachedStreams> attached;
   if (uploads > 1) {
+    chunks.emplace(&source, uploads, [&progress](int64_t done, int64_t total) {
+      progress.Report(Progress::Phase::kUpload, done, total);
+    });
+    own.emplace(&*chunks, 0);
     attached.emplace(
         attached_stubs_, uploads - 1, "upload",
         [this](grpc::ClientContext* c) { Prepare(c); },
-        AttachedStreams::Upload(&chunks), [&context] { context.TryCancel(); });
+        AttachedStreams::Upload(&*chunks), [&context] { context.TryCancel(); });
   }
   v1::ContextInfo info;
   ContextUploadCall call(&context, std::move(first),
-                         uploads > 1 ? &own : &source, &progress,
+                         own.has_value() ? &*own : &source, &progress,
                          attached ? &*attached : nullptr);
   if (create) {
     stub_->async()->CreateContext(&context, &info, &call);

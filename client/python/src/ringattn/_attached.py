@@ -1,7 +1,8 @@
-"""The attached streams of one Attend or Query call: more connections.
+"""The attached streams of one call: more connections each way.
 
-Internal. An Attend or Query call whose header asks for upload_streams or
-download_streams > 1 gets a ticket in its initial metadata. Each attached
+Internal. An Attend, Query or context upload call whose header asks for
+upload_streams or download_streams > 1 gets a ticket in its initial
+metadata. Each attached
 upload stream presents it and then carries a share of the request's chunks
 (SharedChunks); each attached download stream presents it and reads output
 chunks into the call's OutputAssembler, in no order across streams. Every
