@@ -653,6 +653,14 @@ TEST_F(UploadStreams, ContextsUploadAndAppendOverSeveralStreams) {
   ASSERT_TRUE(result.ok()) << result.status();
   ExpectMatchesReference(spec, in, *result);
   EXPECT_TRUE(client->DeleteContext("streamed").ok());
+  // Refused before it hands out a ticket: the server's reason, not the
+  // attached streams' missing ticket.
+  const absl::Status unknown =
+      client
+          ->AppendContext("streamed", in.k.view().Slice(0, n),
+                          in.v.view().Slice(0, n))
+          .status();
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kNotFound) << unknown;
 }
 
 // A context upload whose announced streams never attach fails once the ring
