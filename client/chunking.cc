@@ -19,7 +19,7 @@ void ChunkStream::Plan() {
   if (planned_) return;
   planned_ = true;
   const int64_t chunk_bytes = std::min(
-      chunk_bytes_, std::max(kLeastSplitChunkBytes, total_bytes() / 8));
+      chunk_bytes_, std::max(kLeastSplitChunkBytes, total_bytes() / 32));
   for (size_t e = 0; e < entries_.size(); ++e) {
     const Shape& shape = entries_[e].tensor.shape();
     const int64_t row_bytes =

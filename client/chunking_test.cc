@@ -158,10 +158,10 @@ std::vector<int64_t> ChunkTokens(int64_t tokens) {
 TEST(ChunkStreamTest, SplitsAFewMebibytesIntoChunksThatPipeline) {
   // 2 MiB: eight chunks of 256 KiB (32 rows), not one of 2 MiB.
   EXPECT_EQ(ChunkTokens(256), std::vector<int64_t>(8, 32));
-  // 16 MiB: eighths of 2 MiB.
-  EXPECT_EQ(ChunkTokens(2048), std::vector<int64_t>(8, 256));
-  // 40 MiB: the 4 MiB limit.
-  EXPECT_EQ(ChunkTokens(5120), std::vector<int64_t>(10, 512));
+  // 32 MiB: thirty-seconds of 1 MiB.
+  EXPECT_EQ(ChunkTokens(4096), std::vector<int64_t>(32, 128));
+  // 160 MiB: the 4 MiB limit.
+  EXPECT_EQ(ChunkTokens(20480), std::vector<int64_t>(40, 512));
   // Under 256 KiB in all: one chunk.
   EXPECT_EQ(ChunkTokens(20), std::vector<int64_t>{20});
 }

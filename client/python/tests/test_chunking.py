@@ -37,11 +37,13 @@ def test_a_row_larger_than_a_chunk_goes_alone():
         list(_chunking.chunk_ranges(1, 3, 10, chunk_bytes=0))
 
 
-def test_uploads_of_a_few_mib_split_into_eighths_never_under_256_kib():
+def test_uploads_under_128_mib_split_into_32_never_under_256_kib():
     split = _chunking.split_chunk_bytes
     assert split(2 * MIB, MIB) == 256 << 10
-    assert split(6 * MIB, 4 * MIB) == (6 * MIB) // 8
+    assert split(6 * MIB, 4 * MIB) == 256 << 10
+    assert split(32 * MIB, 4 * MIB) == MIB
     assert split(64 * MIB, MIB) == MIB
+    assert split(256 * MIB, 4 * MIB) == 4 * MIB
     assert split(100 << 10, MIB) == 256 << 10
     # A limit under the floor still holds.
     assert split(2 * MIB, 4096) == 4096

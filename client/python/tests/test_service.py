@@ -198,7 +198,7 @@ def test_float64_inputs_go_as_fp32(client, rng):
 
 def test_many_chunks(cluster, rng):
     # 600 tokens x 8 heads x 64 fp32 = 2 KiB rows: 128 rows per 256 KiB chunk
-    # (an eighth of the upload, never less).
+    # (the floor: a thirty-second of the upload is less).
     q, k, v = random_qkv(rng, 1, 600, 8, 64, hkv=2)
     with ringattn.Client(cluster) as default_chunks:
         check(default_chunks, q, k, v, causal=True)

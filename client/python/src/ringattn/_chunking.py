@@ -23,13 +23,13 @@ LEAST_SPLIT_CHUNK_BYTES = 256 << 10
 def split_chunk_bytes(total_bytes, chunk_bytes):
     """The chunk size for an upload of `total_bytes` wire bytes.
 
-    At most `chunk_bytes`, and about an eighth of the upload (never under
-    LEAST_SPLIT_CHUNK_BYTES): the coordinator forwards a chunk's rows to the
-    workers while the client still sends the next, so an upload of a few MiB
-    in several chunks overlaps its hops (as the C++ client does,
-    client/chunking.h).
+    At most `chunk_bytes`, and about a thirty-second of the upload (never
+    under LEAST_SPLIT_CHUNK_BYTES): the coordinator forwards a chunk's rows to
+    the workers while the client still sends the next, so an upload of a few
+    MiB in several chunks overlaps its hops, and each of several streams
+    carries several (as the C++ client does, client/chunking.h).
     """
-    return min(chunk_bytes, max(LEAST_SPLIT_CHUNK_BYTES, total_bytes // 8))
+    return min(chunk_bytes, max(LEAST_SPLIT_CHUNK_BYTES, total_bytes // 32))
 
 
 def chunk_ranges(batch, tokens, row_bytes, chunk_bytes=DEFAULT_CHUNK_BYTES):
