@@ -18,7 +18,7 @@ grpc::Status RunAttachDownload(RequestRegistry<SharedDownload>& downloads,
         "request '", ticket.request_id(),
         "' is not sending output over attached streams: it has finished or "
         "failed, never existed, or its header did not set download_streams "
-        "> 1; attach only after its Attend or Query call's initial metadata "
+        "> 1; attach only after its call's initial metadata "
         "arrived")));
   }
   return ToGrpcStatus(download->Serve(ticket.token(), context, writer));

@@ -53,7 +53,7 @@ grpc::Status RunAttachUpload(
   if (!reader->Read(&first) || !first.has_ticket()) {
     return ToGrpcStatus(absl::InvalidArgumentError(
         "the first message of AttachUpload must be the ticket (request id "
-        "and token from the Attend or Query call's initial metadata)"));
+        "and token from the call's initial metadata)"));
   }
   const std::string& request_id = first.ticket().request_id();
   std::shared_ptr<SharedUpload> upload = uploads.Find(request_id);
@@ -62,7 +62,7 @@ grpc::Status RunAttachUpload(
         "request '", request_id,
         "' is not taking chunks over attached streams: it has finished or "
         "failed, never existed, or its header did not set upload_streams > "
-        "1; attach only after its Attend or Query call's initial metadata "
+        "1; attach only after its call's initial metadata "
         "arrived")));
   }
   absl::StatusOr<int> stream = upload->Attach(first.ticket().token(), context);

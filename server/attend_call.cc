@@ -276,19 +276,10 @@ absl::Status Call::ReadHeader() {
         "tensor chunk");
   }
   spec_proto_ = request.header();
-  const auto check_streams = [](const char* field,
-                                int streams) -> absl::Status {
-    if (streams < 0 || streams > kMostUploadStreams) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("field '", field, "' must be in [0, ",
-                       kMostUploadStreams, "], got ", streams));
-    }
-    return absl::OkStatus();
-  };
   RINGATTN_RETURN_IF_ERROR(
-      check_streams("upload_streams", spec_proto_.upload_streams()));
+      CheckStreamCount("upload_streams", spec_proto_.upload_streams()));
   RINGATTN_RETURN_IF_ERROR(
-      check_streams("download_streams", spec_proto_.download_streams()));
+      CheckStreamCount("download_streams", spec_proto_.download_streams()));
   if (!stream_->context_name().empty()) {
     RINGATTN_RETURN_IF_ERROR(UseResidentContext());
   }

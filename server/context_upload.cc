@@ -72,13 +72,7 @@ absl::Status Upload::ReadHeader() {
   absl::StatusOr<DType> dtype = DTypeFromProto(header_.wire_dtype());
   if (!dtype.ok()) return dtype.status();
   dtype_ = *dtype;
-  if (header_.upload_streams() < 0 ||
-      header_.upload_streams() > kMostUploadStreams) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("field 'upload_streams' must be in [0, ",
-                     kMostUploadStreams, "], got ", header_.upload_streams()));
-  }
-  return absl::OkStatus();
+  return CheckStreamCount("upload_streams", header_.upload_streams());
 }
 
 absl::Status Upload::ReadChunks() {

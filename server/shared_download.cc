@@ -67,7 +67,7 @@ absl::Status SharedDownload::Serve(
     if (token != token_) {
       return absl::PermissionDeniedError(
           absl::StrCat("wrong token for request '", request_id_,
-                       "': present the one from its Attend or Query call's "
+                       "': present the one from its call's "
                        "initial metadata"));
     }
     if (attached_ == static_cast<int>(lanes_.size())) {

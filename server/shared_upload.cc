@@ -30,6 +30,13 @@ std::string NewUploadToken() {
   return token;
 }
 
+absl::Status CheckStreamCount(absl::string_view field, int streams) {
+  if (streams >= 0 && streams <= kMostUploadStreams) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("field '", field, "' must be in [0, ", kMostUploadStreams,
+                   "], got ", streams));
+}
+
 SharedUpload::SharedUpload(std::string request_id, std::string token,
                            int attached_streams, absl::Time attach_deadline,
                            grpc::ServerContext* main, Route route)
@@ -106,7 +113,7 @@ absl::Status SharedUpload::AwaitAttachedStreams() {
           " attached upload streams the header announced (upload_streams = ",
           attached_streams_ + 1,
           ") arrived in time (--ring_timeout); attach them with the ticket "
-          "from the Attend or Query call's initial metadata"));
+          "from the call's initial metadata"));
       Fail(0, late);
       return late;
     }

@@ -34,6 +34,10 @@ inline constexpr char kUploadTokenKey[] = "ringattn-upload-token";
 // 128 random bits as hex: an upload token no other client can guess.
 std::string NewUploadToken();
 
+// OK if a header's `field` (upload_streams or download_streams) asks for
+// `streams` in [0, kMostUploadStreams]; INVALID_ARGUMENT naming it otherwise.
+absl::Status CheckStreamCount(absl::string_view field, int streams);
+
 class SharedUpload {
  public:
   // Routes one chunk, message `index` of its stream (its data may be moved

@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -350,10 +351,13 @@ double SlowestWorkerCompute(const v1::Summary& summary) {
   return slowest;
 }
 
-// The dtype --query_output_dtype names (Run checks it first).
-v1::DType QueryOutputDType() {
-  v1::DType dtype = v1::BF16;
-  v1::DType_Parse(absl::GetFlag(FLAGS_query_output_dtype), &dtype);
+// The dtype --query_output_dtype names, if it names one (Run checks first).
+std::optional<v1::DType> QueryOutputDType() {
+  v1::DType dtype;
+  if (!v1::DType_Parse(absl::GetFlag(FLAGS_query_output_dtype), &dtype) ||
+      dtype == v1::DTYPE_UNSPECIFIED) {
+    return std::nullopt;
+  }
   return dtype;
 }
 
@@ -384,7 +388,7 @@ std::string TimeQueries(Client& client, const RowPool& pool, const Shapes& s,
   spec.set_head_dim(s.d);
   spec.set_causal(s.causal);
   spec.set_wire_dtype(v1::BF16);
-  spec.set_output_dtype(QueryOutputDType());
+  spec.set_output_dtype(*QueryOutputDType());
   spec.set_strategy(choice.strategy);
   spec.set_partial_merge(choice.merge);
   std::vector<double> latencies, coordinator, computes;
@@ -465,7 +469,7 @@ bool RunDecodeSteps(Client& client, const RowPool& pool, Shapes s, int steps,
   spec.set_head_dim(s.d);
   spec.set_causal(s.causal);
   spec.set_wire_dtype(v1::BF16);
-  spec.set_output_dtype(QueryOutputDType());
+  spec.set_output_dtype(*QueryOutputDType());
   const Tensor<float> q = PoolRow(pool, s, 0, 0);
   // Where a step's time goes: end to end at the client, inside the
   // coordinator (header read to summary written), waiting for the workers
@@ -528,10 +532,7 @@ int Run() {
                     absl::GetFlag(FLAGS_causal)};
   int threads = absl::GetFlag(FLAGS_threads);
   if (threads <= 0) threads = std::max(1u, std::thread::hardware_concurrency());
-  v1::DType output_dtype;
-  if (!v1::DType_Parse(absl::GetFlag(FLAGS_query_output_dtype),
-                       &output_dtype) ||
-      output_dtype == v1::DTYPE_UNSPECIFIED) {
+  if (!QueryOutputDType().has_value()) {
     std::fprintf(stderr, "--query_output_dtype must be FP32, FP16 or BF16\n");
     return 2;
   }

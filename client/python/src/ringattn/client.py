@@ -515,13 +515,8 @@ class Client:
                                errors), **call_options)
         attached = None
         try:
-            if max(streams) > 1:
-                ticket = _attached.ticket_from(responses.initial_metadata())
-                if ticket is not None:  # else the call failed: it says why
-                    attached = _attached.AttachedStreams(
-                        self._methods_for_attached(max(streams) - 1), ticket,
-                        chunks, streams[0], streams[1], assembler, bar.update,
-                        call_options, errors, responses.cancel)
+            attached = self._attach(responses, streams, chunks, assembler,
+                                    bar, call_options, errors)
             for response in responses:
                 kind = response.WhichOneof("kind")
                 if kind == "output":
@@ -563,6 +558,21 @@ class Client:
             lse = lse[0]
         return out, lse
 
+    def _attach(self, call, streams, chunks, assembler, bar, call_options,
+                errors):
+        """The attached streams of `call` for (upload, download) `streams`,
+        once its initial metadata brought the ticket; None with one stream
+        each way, or when the call failed first (it then says why)."""
+        if max(streams) == 1:
+            return None
+        ticket = _attached.ticket_from(call.initial_metadata())
+        if ticket is None:
+            return None
+        return _attached.AttachedStreams(
+            self._methods_for_attached(max(streams) - 1), ticket, chunks,
+            streams[0], streams[1], assembler, bar.update, call_options,
+            errors, call.cancel)
+
     def _upload_context(self, method, name, k, v, wire_dtype, upload_streams,
                         progress, timeout):
         k4, v4, wire = self._check_kv(k, v, wire_dtype)
@@ -587,13 +597,8 @@ class Client:
                            errors), **call_options)
         attached = None
         try:
-            if streams > 1:
-                ticket = _attached.ticket_from(call.initial_metadata())
-                if ticket is not None:  # else the call failed: it says why
-                    attached = _attached.AttachedStreams(
-                        self._methods_for_attached(streams - 1), ticket,
-                        chunks, streams, 1, None, bar.update, call_options,
-                        errors, call.cancel)
+            attached = self._attach(call, (streams, 1), chunks, None, bar,
+                                    call_options, errors)
             info = call.result()
             if attached is not None:
                 attached.wait()
