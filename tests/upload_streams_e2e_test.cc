@@ -703,5 +703,31 @@ TEST_F(UploadStreams, ContextUploadWhoseStreamsNeverAttachLeavesNoContext) {
   }
 }
 
+TEST_F(UploadStreams, ContextUploadAskingTooManyStreamsIsInvalidArgument) {
+  std::unique_ptr<v1::Attention::Stub> stub = Stub();
+  grpc::ClientContext context;
+  LimitCall(&context);
+  v1::ContextInfo info;
+  std::unique_ptr<grpc::ClientWriter<v1::ContextUpload>> writer =
+      stub->CreateContext(&context, &info);
+  v1::ContextUpload header;
+  v1::ContextHeader* h = header.mutable_header();
+  h->set_name("too-many-streams");
+  h->set_batch(1);
+  h->set_kv_heads(1);
+  h->set_head_dim(4);
+  h->set_length(8);
+  h->set_wire_dtype(v1::FP32);
+  h->set_upload_streams(65);
+  writer->Write(header);
+  writer->WritesDone();
+  const grpc::Status status = writer->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << status.error_message();
+  EXPECT_NE(status.error_message().find("'upload_streams' must be in [0, 64]"),
+            std::string::npos)
+      << status.error_message();
+}
+
 }  // namespace
 }  // namespace ringattn
