@@ -30,6 +30,7 @@
 #include "server/one_message_executes.h"
 #include "server/request_layout.h"
 #include "server/row_coverage.h"
+#include "server/row_stream.h"
 #include "server/shared_download.h"
 #include "server/shared_upload.h"
 #include "server/strategy_choice.h"
@@ -51,25 +52,6 @@ const char* TensorLabel(v1::TensorName tensor) {
   return tensor == v1::Q ? "Q" : tensor == v1::K ? "K" : "V";
 }
 
-// An AttachRows stream: more of a large upload's rows to one worker, on a
-// connection of its own, and then part of that worker's output.
-struct RowStream {
-  grpc::ClientContext context;
-  std::unique_ptr<ExecuteStream> stream;
-  std::unique_ptr<WorkerWriter> writer;  // destroyed before the stream
-};
-
-// A WorkerWriter of `stream` (an Execute or AttachRows stream).
-template <typename Stream>
-std::unique_ptr<WorkerWriter> WriterOf(Stream* stream,
-                                       int64_t max_queued_bytes) {
-  return std::make_unique<WorkerWriter>(
-      [stream](const v1::ExecuteRequest& request) {
-        return stream->Write(request);
-      },
-      max_queued_bytes);
-}
-
 // One worker's Execute stream for this call.
 struct WorkerLink {
   Cluster::Member member;
@@ -89,9 +71,6 @@ struct WorkerLink {
 // Rows waiting to be written to one worker, at most (shared among its
 // streams).
 constexpr int64_t kMaxQueuedBytesPerWorker = int64_t{64} << 20;
-// The initial metadata that names an AttachRows stream's Execute stream
-// (worker.proto).
-constexpr char kRowsKeyMetadata[] = "ringattn-rows-key";
 // Requests that upload at most this much reach each worker as one message
 // (header, rows and 'run'; worker.proto), written once the client's upload
 // is read: every message on a stream costs a write and a wake-up on both
@@ -438,6 +417,7 @@ absl::Status Call::OpenWorkers() {
         ContextAppend::Start(members, *resident_,
                              /*create=*/false, stream_->append_length(), dtype_,
                              context_->deadline(),
+                             state_.options.row_streams_min_bytes,
                              upload_bytes_ <= kMostWholeUploadBytes
                                  ? AppendDelivery::kWithQuery
                                  : AppendDelivery::kOwnStreams);
@@ -538,13 +518,8 @@ absl::Status Call::OpenWorkers() {
 void Call::OpenRowStreams(WorkerLink& link, const std::string& key,
                           int64_t max_queued_bytes) {
   for (const std::shared_ptr<v1::Worker::Stub>& stub : link.member.row_stubs) {
-    auto row = std::make_unique<RowStream>();
-    row->context.set_deadline(context_->deadline());
-    row->context.set_initial_metadata_corked(true);
-    row->context.AddMetadata(kRowsKeyMetadata, key);
-    row->stream = stub->AttachRows(&row->context);
-    row->writer = WriterOf(row->stream.get(), max_queued_bytes);
-    link.row_streams.push_back(std::move(row));
+    link.row_streams.push_back(std::make_unique<RowStream>(
+        *stub, key, context_->deadline(), max_queued_bytes));
   }
 }
 
@@ -573,9 +548,7 @@ absl::Status Call::SendToWorker(int64_t worker, v1::ExecuteRequest request) {
 absl::Status Call::FinishRowStreams(int64_t worker) {
   WorkerLink& link = *workers_[worker];
   for (auto& row : link.row_streams) {
-    if (!row->writer->Flush() || !row->stream->WritesDone()) {
-      return RowStreamError(worker, row->stream->Finish());
-    }
+    if (!row->EndRows()) return RowStreamError(worker, row->stream->Finish());
   }
   // The worker answers each once it has stored the stream's rows; the
   // stream then waits for its share of the output.

@@ -76,7 +76,7 @@ void DeclareCoordinatorMetrics(Metrics& metrics) {
   metrics.Declare("ringattn_worker_row_streams_total",
                   "AttachRows streams opened to carry a large upload's rows "
                   "to a worker beside its Execute stream, and its output "
-                  "back.",
+                  "back, or beside its StoreContext stream.",
                   Metrics::Kind::kCounter);
   metrics.Declare("ringattn_workers_alive", "Workers alive now.",
                   Metrics::Kind::kGauge);

@@ -8,6 +8,7 @@
 #include "core/status_macros.h"
 #include "proto/spec_conversion.h"
 #include "ringattn/v1/worker.grpc.pb.h"
+#include "server/shared_upload.h"
 
 namespace ringattn {
 namespace {
@@ -16,6 +17,9 @@ namespace {
 // message (the header carrying the rows), written by EndWrites: a decode
 // step's new row then costs its worker one write instead of four.
 constexpr int64_t kMostWholeAppendBytes = int64_t{1} << 20;
+// Rows waiting to be written to one worker's row streams, at most (shared
+// among them).
+constexpr int64_t kMaxQueuedBytesPerWorker = int64_t{64} << 20;
 
 }  // namespace
 
@@ -26,6 +30,12 @@ struct ContextAppend::Link {
   v1::StoreContextResponse response;
   // None with AppendDelivery::kWithQuery.
   std::unique_ptr<grpc::ClientWriter<v1::StoreContextRequest>> writer;
+  // A large part: its rows go round these instead of the StoreContext
+  // stream.
+  std::vector<std::unique_ptr<RowStream>> row_streams;
+  size_t next_row_stream = 0;
+  // Why a row stream failed in EndWrites; Finish reports it.
+  absl::Status failure;
   // A small append: the header, collecting the worker's rows until EndWrites
   // sends it (or TakeRowsFor takes them).
   std::optional<v1::StoreContextRequest> whole;
@@ -42,7 +52,37 @@ ContextAppend::~ContextAppend() {
   if (finished_) return;
   for (const auto& link : links_) {
     if (link->writer != nullptr) link->context.TryCancel();
+    for (const auto& row : link->row_streams) row->context.TryCancel();
   }
+}
+
+int ContextAppend::row_streams() const {
+  int streams = 0;
+  for (const auto& link : links_) {
+    streams += static_cast<int>(link->row_streams.size());
+  }
+  return streams;
+}
+
+absl::Status ContextAppend::RowStreamError(Link& link, RowStream& row) {
+  grpc::Status status = row.stream->Finish();
+  if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+    status = link.writer->Finish();
+  }
+  link.context.TryCancel();
+  for (const auto& other : link.row_streams) other->context.TryCancel();
+  return WorkerError(link, status);
+}
+
+absl::Status ContextAppend::EndRowStreams(Link& link) {
+  for (const auto& row : link.row_streams) {
+    if (!row->EndRows()) return RowStreamError(link, *row);
+  }
+  for (const auto& row : link.row_streams) {
+    v1::ExecuteResponse stored;
+    if (!row->stream->Read(&stored)) return RowStreamError(link, *row);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ContextAppend::WorkerError(const Link& link,
@@ -60,7 +100,8 @@ absl::Status ContextAppend::WorkerError(const Link& link,
 absl::StatusOr<std::unique_ptr<ContextAppend>> ContextAppend::Start(
     const std::vector<Cluster::Member>& members, const ResidentContext& before,
     bool create, int64_t count, DType wire_dtype,
-    std::chrono::system_clock::time_point deadline, AppendDelivery delivery) {
+    std::chrono::system_clock::time_point deadline,
+    int64_t row_streams_min_bytes, AppendDelivery delivery) {
   std::unique_ptr<ContextAppend> append(
       new ContextAppend(before, count, wire_dtype, delivery));
   std::vector<int64_t> held;
@@ -94,9 +135,9 @@ absl::StatusOr<std::unique_ptr<ContextAppend>> ContextAppend::Start(
     append->coverage_.emplace_back(count);
   }
   const bool with_query = delivery == AppendDelivery::kWithQuery;
-  const int64_t bytes = 2 * before.batch * count * before.kv_heads *
-                        before.head_dim * DTypeSize(wire_dtype);
-  const bool whole = with_query || bytes <= kMostWholeAppendBytes;
+  const int64_t row_bytes = 2 * before.batch * before.kv_heads *
+                            before.head_dim * DTypeSize(wire_dtype);
+  const bool whole = with_query || count * row_bytes <= kMostWholeAppendBytes;
   for (const Cluster::Member& member : members) {
     // A worker that gets no new rows of an existing context has nothing to
     // store (a decode step's row goes to one worker).
@@ -119,6 +160,20 @@ absl::StatusOr<std::unique_ptr<ContextAppend>> ContextAppend::Start(
     h->set_first_position(append->runs_[member.rank].begin);
     h->set_count(append->runs_[member.rank].size());
     h->set_undone_appends(before.undone_appends);
+    const int64_t worker_bytes = append->runs_[member.rank].size() * row_bytes;
+    if (!whole && !member.row_stubs.empty() &&
+        worker_bytes >= row_streams_min_bytes) {
+      const std::string key =
+          absl::StrCat("context/", NewUploadToken(), "/", member.rank);
+      h->set_rows_key(key);
+      const int64_t queued_bytes =
+          kMaxQueuedBytesPerWorker /
+          static_cast<int64_t>(member.row_stubs.size());
+      for (const auto& stub : member.row_stubs) {
+        link->row_streams.push_back(
+            std::make_unique<RowStream>(*stub, key, deadline, queued_bytes));
+      }
+    }
     if (whole) {
       link->whole = std::move(request);
       append->links_.push_back(std::move(link));
@@ -180,9 +235,11 @@ absl::Status ContextAppend::Route(v1::TensorChunk& chunk, int64_t index) {
     const Range part = positions.Intersect(runs_[link->member.rank]);
     if (part.empty()) continue;
     v1::StoreContextRequest request;
+    v1::ExecuteRequest attached;
     v1::ShardRows* rows = link->whole.has_value()
                               ? link->whole->mutable_header()->add_rows()
-                              : request.mutable_rows();
+                          : link->row_streams.empty() ? request.mutable_rows()
+                                                      : attached.mutable_rows();
     rows->set_tensor(chunk.tensor());
     rows->set_batch(chunk.batch());
     rows->set_first_position(part.begin);
@@ -193,7 +250,14 @@ absl::Status ContextAppend::Route(v1::TensorChunk& chunk, int64_t index) {
       rows->set_data(chunk.data().substr(
           (part.begin - positions.begin) * row_bytes, part.size() * row_bytes));
     }
-    if (!link->whole.has_value() && !link->writer->Write(request)) {
+    if (link->whole.has_value()) continue;
+    if (!link->row_streams.empty()) {
+      RowStream& row = *link->row_streams[link->next_row_stream++ %
+                                          link->row_streams.size()];
+      if (!row.writer->Push(std::move(attached))) {
+        return RowStreamError(*link, row);
+      }
+    } else if (!link->writer->Write(request)) {
       return WorkerError(*link, link->writer->Finish());
     }
   }
@@ -218,6 +282,10 @@ void ContextAppend::EndWrites() {
   // A failed write shows in Finish, as the stream's status.
   for (const auto& link : links_) {
     if (link->writer == nullptr) continue;
+    // The worker stores its part once this stream ends, so every row must
+    // be in by then.
+    link->failure = EndRowStreams(*link);
+    if (!link->failure.ok()) continue;
     if (link->whole.has_value()) {
       link->writer->Write(*link->whole,
                           grpc::WriteOptions().set_last_message());
@@ -233,8 +301,17 @@ absl::Status ContextAppend::Finish() {
   EndWrites();
   absl::Status first = absl::OkStatus();
   for (const auto& link : links_) {
+    if (!link->failure.ok()) {
+      if (first.ok()) first = link->failure;
+      continue;
+    }
     const grpc::Status status = link->writer->Finish();
     if (!status.ok() && first.ok()) first = WorkerError(*link, status);
+    // They end as the StoreContext stream did.
+    for (const auto& row : link->row_streams) {
+      const grpc::Status ended = row->stream->Finish();
+      if (!ended.ok() && first.ok()) first = WorkerError(*link, ended);
+    }
   }
   finished_ = true;
   if (!first.ok()) return first;

@@ -7,8 +7,9 @@
 // are cut into one run per worker so every worker stays within one token of
 // an even share. Each chunk's rows stream straight to the worker
 // that keeps them (a small append's rows travel with the header, in one
-// message per worker sent by EndWrites), and a worker keeps its part only
-// once all of it arrived.
+// message per worker sent by EndWrites; a large part of a worker goes round
+// that worker's row channels, RowStream, each on a connection of its own),
+// and a worker keeps its part only once all of it arrived.
 // Used by CreateContext and AppendContext, and by a Query that appends the rows
 // it attends to (a decode step); a small Query's rows skip the StoreContext
 // streams and ride in the query's own Execute messages instead
@@ -26,6 +27,7 @@
 #include "server/cluster.h"
 #include "server/context_registry.h"
 #include "server/row_coverage.h"
+#include "server/row_stream.h"
 
 namespace ringattn {
 
@@ -43,13 +45,16 @@ class ContextAppend {
  public:
   // Opens a StoreContext stream for `count` tokens after `before` to every
   // member (a new context when `create`), or for an append only to those
-  // that get some of them; with kWithQuery (an append only) it opens none and
-  // collects each worker's rows for TakeRowsFor. `before` must have one entry
-  // per member in chunks, addresses and worker_bytes.
+  // that get some of them, and AttachRows streams on the row channels of
+  // each worker that gets at least `row_streams_min_bytes`; with
+  // kWithQuery (an append only) it opens none and collects each worker's
+  // rows for TakeRowsFor. `before` must have one entry per member in chunks,
+  // addresses and worker_bytes.
   static absl::StatusOr<std::unique_ptr<ContextAppend>> Start(
       const std::vector<Cluster::Member>& members,
       const ResidentContext& before, bool create, int64_t count,
       DType wire_dtype, std::chrono::system_clock::time_point deadline,
+      int64_t row_streams_min_bytes,
       AppendDelivery delivery = AppendDelivery::kOwnStreams);
   // Cancels streams that did not finish.
   ~ContextAppend();
@@ -77,6 +82,8 @@ class ContextAppend {
   // reported storing them (`done` by rank: ExecuteDone.context_bytes).
   absl::Status FinishWithQuery(const std::vector<v1::ExecuteDone>& done);
   bool with_query() const { return delivery_ == AppendDelivery::kWithQuery; }
+  // How many AttachRows streams Start opened, over all workers.
+  int row_streams() const;
 
   // The context as it will stand: its length and layout from Start on, its
   // bytes once Finish succeeded.
@@ -87,6 +94,12 @@ class ContextAppend {
   ContextAppend(ResidentContext before, int64_t count, DType wire_dtype,
                 AppendDelivery delivery);
   absl::Status WorkerError(const Link& link, const grpc::Status& status);
+  // The error of `link`'s row stream `row`, which broke: the StoreContext
+  // stream's if the worker refused the stream because that one had ended.
+  absl::Status RowStreamError(Link& link, RowStream& row);
+  // Sends `link`'s row streams' last rows and waits until the worker says it
+  // stored them.
+  absl::Status EndRowStreams(Link& link);
   // The context's bytes from what each worker given rows now holds.
   void CountBytes(const std::vector<int64_t>& held);
 

@@ -155,11 +155,17 @@ absl::Status Upload::Start() {
       state_.admission->Admit(bytes, absl::FromChrono(context_->deadline()));
   if (!ticket.ok()) return ticket.status();
   ticket_ = std::move(*ticket);
-  absl::StatusOr<std::unique_ptr<ContextAppend>> append =
-      ContextAppend::Start(*members, before_, create_, header_.length(), dtype_,
-                           context_->deadline());
+  absl::StatusOr<std::unique_ptr<ContextAppend>> append = ContextAppend::Start(
+      *members, before_, create_, header_.length(), dtype_,
+      context_->deadline(), state_.options.row_streams_min_bytes);
   if (!append.ok()) return append.status();
   append_ = std::move(*append);
+  if (const int streams = append_->row_streams(); streams > 0) {
+    spdlog::info("context '{}': rows go over {} more streams", header_.name(),
+                 streams);
+    state_.metrics->Add("ringattn_worker_row_streams_total", {},
+                        static_cast<double>(streams));
+  }
   return absl::OkStatus();
 }
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
@@ -57,6 +58,17 @@ class WorkerWriter {
   bool stopping_ ABSL_GUARDED_BY(mutex_) = false;
   std::thread thread_;
 };
+
+// A WorkerWriter of `stream` (an Execute or AttachRows stream).
+template <typename Stream>
+std::unique_ptr<WorkerWriter> WriterOf(Stream* stream,
+                                       int64_t max_queued_bytes) {
+  return std::make_unique<WorkerWriter>(
+      [stream](const v1::ExecuteRequest& request) {
+        return stream->Write(request);
+      },
+      max_queued_bytes);
+}
 
 }  // namespace ringattn
 

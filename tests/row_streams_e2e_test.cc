@@ -4,7 +4,8 @@
 // reference (output back over the same streams, forwarded to one or several
 // download streams), the streams counted on /metrics, a worker killed
 // mid-upload or while its output streams failing the request with UNAVAILABLE
-// in time, queries of a resident context over the same streams, and
+// in time (a context upload too, leaving no context), queries of a resident
+// context, context uploads and appends over the same streams, and
 // out-of-range flags stopping the coordinator at start.
 
 #include <atomic>
@@ -154,6 +155,40 @@ TEST_F(RowStreams, QueriesOverAttachedStreamsMatchReferenceInEveryStrategy) {
   EXPECT_TRUE(client->DeleteContext("streamed").ok());
 }
 
+// A context upload and a large append reach their workers over the row
+// streams too, and queries of the context then match the reference.
+TEST_F(RowStreams, ContextUploadsAndAppendsGoOverRowStreams) {
+  const int64_t n = 1499, appended = 1301;
+  AttentionSpec spec = SelfAttentionSpec(n + appended, 8, 2, 64, true);
+  spec.q_len = 601;
+  const RandomInputs in = MakeRandomInputs(spec, 13);
+  ClientOptions options;
+  options.chunk_bytes = 64 << 10;
+  std::unique_ptr<Client> client = cluster_->NewClient(std::move(options));
+  // 1.5 MB of K and V: past the one-message path, so both workers take
+  // their halves over two more streams each.
+  double before = StreamsOpened();
+  ASSERT_TRUE(client
+                  ->CreateContext("piecewise", in.k.view().Slice(0, n),
+                                  in.v.view().Slice(0, n))
+                  .ok());
+  EXPECT_EQ(StreamsOpened() - before, 4);
+  // 1.3 MB more, all of it for the worker holding the context's end (within
+  // the append slack of an even share).
+  before = StreamsOpened();
+  absl::StatusOr<v1::ContextInfo> grown =
+      client->AppendContext("piecewise", in.k.view().Slice(n, n + appended),
+                            in.v.view().Slice(n, n + appended));
+  ASSERT_TRUE(grown.ok()) << grown.status();
+  EXPECT_EQ(grown->length(), n + appended);
+  EXPECT_EQ(StreamsOpened() - before, 2);
+  absl::StatusOr<AttendResult> result =
+      client->Query("piecewise", RequestSpec(spec), in.q.view());
+  ASSERT_TRUE(result.ok()) << result.status();
+  ExpectMatchesReference(spec, in, *result);
+  EXPECT_TRUE(client->DeleteContext("piecewise").ok());
+}
+
 TEST(RowStreamFaults, WorkerKilledMidUploadFailsTheRequestInTime) {
   absl::StatusOr<std::unique_ptr<TestCluster>> cluster =
       TestCluster::Start({.workers = 2,
@@ -195,6 +230,53 @@ TEST(RowStreamFaults, WorkerKilledMidUploadFailsTheRequestInTime) {
       RequestSpec(next), again.q.view(), again.k.view(), again.v.view());
   ASSERT_TRUE(healed.ok()) << healed.status();
   ExpectMatchesReference(next, again, *healed);
+}
+
+TEST(RowStreamFaults, WorkerKilledMidContextUploadFailsItInTime) {
+  absl::StatusOr<std::unique_ptr<TestCluster>> cluster =
+      TestCluster::Start({.workers = 2,
+                          .coordinator_flags = {"--worker_row_streams=4",
+                                                "--row_streams_min_bytes=1",
+                                                "--ring_timeout_seconds=10"}});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  AttentionSpec spec = SelfAttentionSpec(6000, 4, 2, 64, false);
+  spec.q_len = 64;
+  const RandomInputs in = MakeRandomInputs(spec, 9);
+  std::atomic<bool> killed{false};
+  ClientOptions options;
+  options.chunk_bytes = 64 << 10;
+  options.progress = [&](const Progress& progress) {
+    if (progress.phase == Progress::Phase::kUpload &&
+        progress.bytes_done * 2 >= progress.bytes_total &&
+        !killed.exchange(true)) {
+      (*cluster)->KillWorker(1);
+    }
+  };
+  const absl::Time start = absl::Now();
+  absl::StatusOr<v1::ContextInfo> created =
+      (*cluster)->NewClient(options)->CreateContext("lost", in.k.view(),
+                                                    in.v.view());
+  ASSERT_TRUE(killed);
+  EXPECT_EQ(created.status().code(), absl::StatusCode::kUnavailable)
+      << created.status();
+  EXPECT_NE(created.status().message().find("failed while storing context"),
+            std::string::npos)
+      << created.status();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20))
+      << "failure must not wait out a hang";
+
+  ASSERT_TRUE((*cluster)->WaitReady(false, absl::Seconds(10)).ok());
+  ASSERT_TRUE((*cluster)->StartWorker().ok());
+  ASSERT_TRUE((*cluster)->WaitReady(true, absl::Seconds(20)).ok());
+  std::unique_ptr<Client> client = (*cluster)->NewClient();
+  absl::StatusOr<std::vector<v1::ContextInfo>> listed = client->ListContexts();
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_TRUE(listed->empty());
+  ASSERT_TRUE(client->CreateContext("lost", in.k.view(), in.v.view()).ok());
+  absl::StatusOr<AttendResult> result =
+      client->Query("lost", RequestSpec(spec), in.q.view());
+  ASSERT_TRUE(result.ok()) << result.status();
+  ExpectMatchesReference(spec, in, *result);
 }
 
 TEST(RowStreamFaults, WorkerKilledWhileOutputStreamsEndsTheRequestInTime) {

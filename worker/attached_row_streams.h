@@ -1,11 +1,12 @@
 #ifndef RINGATTN_WORKER_ATTACHED_ROW_STREAMS_H_
 #define RINGATTN_WORKER_ATTACHED_ROW_STREAMS_H_
 
-// AttachedRowStreams: where AttachRows streams find the Execute stream whose
-// header named their key: its shard (ShardIntake) for their rows and the
-// lanes (OutputLanes) its output goes back on. A stream that comes before
-// that header waits for it without holding a thread; one whose key was closed
-// (the Execute stream ran or ended) is refused. Thread-safe.
+// AttachedRowStreams: where AttachRows streams find the Execute (or
+// StoreContext) stream whose header named their key: its shard or context
+// piece (ShardIntake) for their rows and the lanes (OutputLanes) its output,
+// or its outcome, goes back on. A stream that comes before that header waits
+// for it without holding a thread; one whose key was closed (the stream ran
+// or ended) is refused. Thread-safe.
 
 #include <cstddef>
 #include <deque>

@@ -1,5 +1,6 @@
 #include "worker/context_piece.h"
 
+#include <array>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -31,8 +32,11 @@ absl::Status ContextPiece::Start(const v1::StoreContextHeader& header) {
                     header.head_dim()};
   k_ = TypedTensor(dtype_, shape);
   v_ = TypedTensor(dtype_, shape);
-  targets_[0] = ShardRowsTarget("K", k_.view(), &layout_, 0);
-  targets_[1] = ShardRowsTarget("V", v_.view(), &layout_, 0);
+  intake_ = std::make_shared<ShardIntake>(
+      std::array<ShardRowsTarget, 3>{
+          ShardRowsTarget(), ShardRowsTarget("K", k_.view(), &layout_, 0),
+          ShardRowsTarget("V", v_.view(), &layout_, 0)},
+      dtype_);
   if (2 * k_.view().bytes() >= kBackgroundPageFaultBytes) {
     page_faults_.emplace(std::vector<absl::Span<char>>{
         {k_.view().data(), static_cast<size_t>(k_.view().bytes())},
@@ -54,7 +58,7 @@ absl::Status ContextPiece::Place(const v1::ShardRows& rows) {
     return absl::InvalidArgumentError(
         "a context holds K and V only; got rows of another tensor");
   }
-  return targets_[tensor == v1::K ? 0 : 1].Place(rows, dtype_);
+  return intake_->Place(rows).status();
 }
 
 absl::StatusOr<int64_t> ContextPiece::Commit(ResidentContexts& contexts) {
@@ -62,9 +66,8 @@ absl::StatusOr<int64_t> ContextPiece::Commit(ResidentContexts& contexts) {
   if (!started_) {
     return absl::InvalidArgumentError("the stream ended before the header");
   }
-  for (const ShardRowsTarget& target : targets_) {
-    RINGATTN_RETURN_IF_ERROR(target.CheckComplete());
-  }
+  intake_->Close();
+  RINGATTN_RETURN_IF_ERROR(intake_->CheckComplete());
   return contexts.AddUnlessUndone(
       header_.name(), header_.create(),
       ResidentContexts::Layout{header_.batch(), header_.kv_heads(),

@@ -4,13 +4,14 @@
 // ContextPiece: this worker's piece of an upload to a resident context as it
 // arrives: a StoreContextHeader (perhaps carrying rows), then K and V rows,
 // then Commit, which stores the piece only if every row is there, so a failed
-// upload leaves the context as it was. Used by StoreContext streams, and by
+// upload leaves the context as it was. Used by StoreContext streams (whose
+// AttachRows streams place rows through intake() at the same time), and by
 // Execute streams whose query appends the rows it attends to (a decode step).
 // Neither copyable nor movable (its row targets point into it);
-// thread-compatible.
+// thread-compatible, except that intake() is thread-safe.
 
-#include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -23,7 +24,7 @@
 #include "ringattn/v1/worker.pb.h"
 #include "worker/background_page_faults.h"
 #include "worker/resident_contexts.h"
-#include "worker/shard_rows.h"
+#include "worker/shard_intake.h"
 
 namespace ringattn {
 
@@ -38,15 +39,18 @@ class ContextPiece {
   absl::Status Start(const v1::StoreContextHeader& header);
   // Places K or V rows; INVALID_ARGUMENT before the header or for bad rows.
   absl::Status Place(const v1::ShardRows& rows);
-  // Stores the piece in `contexts` (AddUnlessUndone) once every row arrived;
-  // returns the bytes the context then holds here. INVALID_ARGUMENT naming
-  // what is missing, or the store's error.
+  // Refuses further rows, waits for those being placed, and stores the piece
+  // in `contexts` (AddUnlessUndone) if every row arrived; returns the bytes
+  // the context then holds here. INVALID_ARGUMENT naming what is missing, or
+  // the store's error.
   absl::StatusOr<int64_t> Commit(ResidentContexts& contexts);
 
   bool started() const { return started_; }
   const std::string& name() const { return header_.name(); }
   bool create() const { return header_.create(); }
   Range positions() const { return positions_; }
+  // Where rows of the started piece land, for other streams too.
+  const std::shared_ptr<ShardIntake>& intake() const { return intake_; }
 
  private:
   bool started_ = false;
@@ -56,7 +60,7 @@ class ContextPiece {
   ShardLayout layout_;
   TypedTensor k_;
   TypedTensor v_;
-  std::array<ShardRowsTarget, 2> targets_;
+  std::shared_ptr<ShardIntake> intake_;
   // Faults in the pages of a large piece ahead of its rows.
   std::optional<BackgroundPageFaults> page_faults_;
 };

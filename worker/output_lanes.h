@@ -4,7 +4,8 @@
 // OutputLanes: the AttachRows streams of one Execute stream that, their rows
 // stored, wait to carry part of its output back (worker.proto). The Execute
 // stream starts them with its OutputDealer once it has computed, or ends them
-// with its error; a lane that joins after either is answered at once.
+// with its error; a lane that joins after either is answered at once. The
+// attached streams of a StoreContext stream wait here for its outcome.
 // Thread-safe.
 
 #include <memory>
@@ -44,8 +45,9 @@ class OutputLanes {
   // unless End came first.
   void Start(std::shared_ptr<OutputDealer> dealer);
 
-  // Ends the lanes waiting and those that join later with `status` (not
-  // OK), unless Start came first.
+  // Ends the lanes waiting and those that join later with `status` (an
+  // error, or OK where no output follows: a context piece was stored),
+  // unless Start came first.
   void End(absl::Status status);
 
  private:

@@ -12,6 +12,7 @@ ShardIntake::ShardIntake(std::array<ShardRowsTarget, 3> targets,
     : wire_dtype_(wire_dtype), targets_(std::move(targets)) {}
 
 absl::StatusOr<int64_t> ShardIntake::Place(const v1::ShardRows& rows) {
+  static constexpr const char* kNames[] = {"Q", "K", "V"};
   int index = -1;
   switch (rows.tensor()) {
     case v1::Q:
@@ -35,6 +36,11 @@ absl::StatusOr<int64_t> ShardIntake::Place(const v1::ShardRows& rows) {
     if (closed_) {
       return absl::FailedPreconditionError(
           "rows arrived after 'run' or after the request ended");
+    }
+    if (!targets_[index].takes_rows()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("this upload takes no ", kNames[index],
+                       " rows (a context holds K and V only)"));
     }
     absl::StatusOr<std::vector<int64_t>> claimed =
         targets_[index].Claim(rows, wire_dtype_);

@@ -1,11 +1,13 @@
 #ifndef RINGATTN_WORKER_SHARD_INTAKE_H_
 #define RINGATTN_WORKER_SHARD_INTAKE_H_
 
-// ShardIntake: the Q, K and V row targets of one Execute stream's shard, fed
-// by that stream and by any AttachRows streams at once. Each message's rows
-// are checked and claimed under a lock, then converted outside it, so several
-// streams copy in parallel. Close refuses later rows and waits for the copies
-// in flight, after which the targets are stable. Thread-safe.
+// ShardIntake: the Q, K and V row targets of one Execute stream's shard, or
+// the K and V targets of one context piece (its Q target default-constructed,
+// taking no rows), fed by that stream and by any AttachRows streams at once.
+// Each message's rows are checked and claimed under a lock, then converted
+// outside it, so several streams copy in parallel. Close refuses later rows
+// and waits for the copies in flight, after which the targets are stable.
+// Thread-safe.
 
 #include <array>
 #include <cstdint>
@@ -28,7 +30,8 @@ class ShardIntake {
   ShardIntake& operator=(const ShardIntake&) = delete;
 
   // Stores `rows` (ShardRowsTarget::Place). INVALID_ARGUMENT for a tensor
-  // other than Q, K or V and for what Place refuses; FAILED_PRECONDITION
+  // other than Q, K or V, one whose target takes no rows, and for what Place
+  // refuses; FAILED_PRECONDITION
   // once closed. Returns the number of rows stored.
   absl::StatusOr<int64_t> Place(const v1::ShardRows& rows);
 

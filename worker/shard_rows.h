@@ -41,6 +41,9 @@ class ShardRowsTarget {
   void Store(const v1::ShardRows& rows, DType wire_dtype,
              const std::vector<int64_t>& slots) const;
 
+  // False for a default-constructed target, which takes no rows.
+  bool takes_rows() const { return layout_ != nullptr; }
+
   // Counts every row as present (they were filled another way).
   void MarkAllArrived();
 

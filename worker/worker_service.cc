@@ -937,19 +937,29 @@ class ExecuteReactor final
 };
 
 // One StoreContext stream: the header, then the K and V rows of this worker's
-// new piece of a context (ContextPiece). Deletes itself in OnDone.
+// new piece of a context (ContextPiece), some of them perhaps on AttachRows
+// streams that present the header's rows_key and end as this stream does.
+// Deletes itself in OnDone.
 class StoreContextReactor final
     : public grpc::ServerReadReactor<v1::StoreContextRequest> {
  public:
   StoreContextReactor(ResidentContexts& contexts,
+                      AttachedRowStreams& attached_rows,
                       v1::StoreContextResponse* response)
-      : contexts_(contexts), response_(response) {
+      : contexts_(contexts),
+        attached_rows_(attached_rows),
+        response_(response) {
     StartRead(&request_);
   }
 
   void OnReadDone(bool ok) override {
+    // The coordinator closes this stream once its attached streams answered
+    // that their rows are stored; later rows are not part of the piece.
+    if (!ok) CloseRowsKey();
     const absl::Status status = ok ? Accept(request_) : Commit();
     if (!ok || !status.ok()) {
+      CloseRowsKey();
+      if (lanes_ != nullptr) lanes_->End(status);
       Finish(ToGrpcStatus(status));
       return;
     }
@@ -959,8 +969,36 @@ class StoreContextReactor final
   void OnDone() override { delete this; }
 
  private:
+  ~StoreContextReactor() override {
+    CloseRowsKey();
+    if (lanes_ != nullptr) {
+      lanes_->End(absl::CancelledError("its StoreContext stream ended"));
+    }
+  }
+
+  // Lets AttachRows streams that present `key` place rows into the piece
+  // and then wait for its outcome.
+  absl::Status OpenRowsKey(const std::string& key) {
+    if (key.empty()) return absl::OkStatus();
+    lanes_ = std::make_shared<OutputLanes>();
+    RINGATTN_RETURN_IF_ERROR(
+        attached_rows_.Open(key, {piece_.intake(), lanes_}));
+    rows_key_ = key;
+    return absl::OkStatus();
+  }
+
+  // Refuses attached streams that wait for the key or come later.
+  void CloseRowsKey() {
+    if (rows_key_.empty()) return;
+    attached_rows_.Close(rows_key_);
+    rows_key_.clear();
+  }
+
   absl::Status Accept(const v1::StoreContextRequest& request) {
-    if (request.has_header()) return piece_.Start(request.header());
+    if (request.has_header()) {
+      RINGATTN_RETURN_IF_ERROR(piece_.Start(request.header()));
+      return OpenRowsKey(request.header().rows_key());
+    }
     if (!request.has_rows()) {
       return absl::InvalidArgumentError(
           "a StoreContextRequest must hold a header or rows");
@@ -979,17 +1017,22 @@ class StoreContextReactor final
   }
 
   ResidentContexts& contexts_;
+  AttachedRowStreams& attached_rows_;
   v1::StoreContextResponse* const response_;
   v1::StoreContextRequest request_;
   ContextPiece piece_;
+  // The header's rows_key while attached streams may join.
+  std::string rows_key_;
+  // The attached streams waiting for the piece's outcome.
+  std::shared_ptr<OutputLanes> lanes_;
 };
 
-// One AttachRows stream: waits for the Execute stream whose header named its
-// key, places its rows into that stream's shard until the coordinator closes
-// its side, answers how many it stored, then carries the output rows its
-// OutputLanes deal it. After the rows, `mutex_` orders the writes with the
-// lanes' answer (Start or End), which may come on any thread. Deletes itself
-// in OnDone.
+// One AttachRows stream: waits for the Execute (or StoreContext) stream whose
+// header named its key, places its rows into that stream's shard (or piece)
+// until the coordinator closes its side, answers how many it stored, then
+// carries the output rows its OutputLanes deal it (or ends as they say). After
+// the rows, `mutex_` orders the writes with the lanes' answer (Start or End),
+// which may come on any thread. Deletes itself in OnDone.
 class AttachRowsReactor final
     : public grpc::ServerBidiReactor<v1::ExecuteRequest, v1::ExecuteResponse>,
       public AttachedRowStreams::Waiter,
@@ -1180,7 +1223,7 @@ ResidentContexts& WorkerService::contexts() {
 
 grpc::ServerReadReactor<v1::StoreContextRequest>* WorkerService::StoreContext(
     grpc::CallbackServerContext*, v1::StoreContextResponse* response) {
-  return new StoreContextReactor(contexts(), response);
+  return new StoreContextReactor(contexts(), attached_rows_, response);
 }
 
 grpc::ServerUnaryReactor* WorkerService::DropContext(

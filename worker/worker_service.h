@@ -23,7 +23,8 @@
 // AttachRows streams (each on a connection of its own) that present the
 // rows_key of its Execute stream's header; 'run' comes once they answered
 // that their rows are stored, and the output goes back over them and the
-// Execute stream at once.
+// Execute stream at once. A large context piece may arrive the same way,
+// beside its StoreContext stream.
 // Cancelling a stream, or its deadline passing, aborts the ring on this rank
 // and frees the request's memory. Bad input gets INVALID_ARGUMENT naming the
 // problem; a worker at its limits answers RESOURCE_EXHAUSTED. Thread-safe.

@@ -5,7 +5,8 @@
 // request together over Gloo return what the float64 reference says, in the
 // wire dtype they were given, and requests that carry one communicator key
 // ring over one kept communicator until a failed run retires it; rows dealt
-// over AttachRows streams compute what one stream's do.
+// over AttachRows streams compute what one stream's do; context pieces over
+// AttachRows streams.
 
 #include "worker/worker_service.h"
 
@@ -1083,6 +1084,116 @@ TEST(WorkerServiceAttachedRows, StreamWithoutKeyOrHeaderEndsWithAStatus) {
   // No Execute stream ever names this key: the stream's deadline ends it.
   AttachedStream orphan(worker.stub(), "never/0", {}, absl::Milliseconds(300));
   EXPECT_EQ(orphan.Join().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+}
+
+// A StoreContext stream for positions `piece` of new context `name` (fp32,
+// 2 heads of 16) whose header names `key`: its rows come on AttachRows
+// streams.
+class KeyedPieceStream {
+ public:
+  KeyedPieceStream(v1::Worker::Stub& stub, const std::string& name,
+                   const Range& piece, const std::string& key) {
+    context_.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    stream_ = stub.StoreContext(&context_, &response_);
+    v1::StoreContextRequest request;
+    v1::StoreContextHeader* h = request.mutable_header();
+    h->set_name(name);
+    h->set_create(true);
+    h->set_batch(1);
+    h->set_kv_heads(2);
+    h->set_head_dim(16);
+    h->set_wire_dtype(v1::FP32);
+    h->set_first_position(piece.begin);
+    h->set_count(piece.size());
+    h->set_rows_key(key);
+    EXPECT_TRUE(stream_->Write(request));
+  }
+
+  // Closes the stream's side; the piece is stored if every row is in.
+  grpc::Status Finish() {
+    stream_->WritesDone();
+    return stream_->Finish();
+  }
+  int64_t bytes() const { return response_.bytes(); }
+
+ private:
+  grpc::ClientContext context_;
+  v1::StoreContextResponse response_;
+  std::unique_ptr<grpc::ClientWriter<v1::StoreContextRequest>> stream_;
+};
+
+constexpr int64_t kPieceRowBytes = 2 * 16 * 4;
+
+// A large context piece arrives over AttachRows streams, one of them opened
+// before its StoreContext header: the worker stores it once the stream
+// closes, and the attached streams end OK with it; queries then read it.
+TEST(WorkerServiceAttachedRows, ContextPieceRowsOverAttachedStreamsAreStored) {
+  gloo::rendezvous::HashStore store;
+  TestWorker worker(store, WorkerServiceOptions());
+  AttachedStream early(worker.stub(), "piece/0",
+                       {ZeroRows(v1::K, 0, 0, 6, kPieceRowBytes),
+                        ZeroRows(v1::V, 0, 6, 4, kPieceRowBytes)});
+  KeyedPieceStream piece(worker.stub(), "c", {0, 10}, "piece/0");
+  AttachedStream late(worker.stub(), "piece/0",
+                      {ZeroRows(v1::V, 0, 0, 6, kPieceRowBytes),
+                       ZeroRows(v1::K, 0, 6, 4, kPieceRowBytes)});
+  EXPECT_EQ(early.WaitStored(), 10);
+  EXPECT_EQ(late.WaitStored(), 10);
+  const grpc::Status stored = piece.Finish();
+  ASSERT_TRUE(stored.ok()) << stored.error_message();
+  EXPECT_EQ(piece.bytes(), 2 * 10 * kPieceRowBytes);
+  EXPECT_TRUE(early.Join().ok()) << early.Join().error_message();
+  EXPECT_TRUE(late.Join().ok()) << late.Join().error_message();
+  EXPECT_TRUE(early.output().empty());
+  const ExecuteResult query =
+      Execute(worker.stub(), QueryOfTenPositions("c", 20));
+  EXPECT_TRUE(query.status.ok()) << query.status.error_message();
+}
+
+// Rows the attached streams never brought fail the piece: nothing is stored,
+// and every stream of the piece ends with the error that names them.
+TEST(WorkerServiceAttachedRows, ContextPieceMissingAttachedRowsStoresNothing) {
+  gloo::rendezvous::HashStore store;
+  TestWorker worker(store, WorkerServiceOptions());
+  KeyedPieceStream piece(worker.stub(), "c", {0, 10}, "short/0");
+  AttachedStream attached(worker.stub(), "short/0",
+                          {ZeroRows(v1::K, 0, 0, 10, kPieceRowBytes),
+                           ZeroRows(v1::V, 0, 0, 9, kPieceRowBytes)});
+  EXPECT_EQ(attached.WaitStored(), 19);
+  const grpc::Status refused = piece.Finish();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(refused.error_message().find("position 9"), std::string::npos)
+      << refused.error_message();
+  const grpc::Status ended = attached.Join();
+  EXPECT_EQ(ended.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(ended.error_message(), refused.error_message());
+  const ExecuteResult query =
+      Execute(worker.stub(), QueryOfTenPositions("c", 0.5));
+  EXPECT_FALSE(query.status.ok());
+}
+
+// A context holds no queries: Q rows on an attached stream of a piece are
+// refused by name, and duplicates across streams are refused too.
+TEST(WorkerServiceAttachedRows, ContextPieceRefusesQueryAndDuplicateRows) {
+  gloo::rendezvous::HashStore store;
+  TestWorker worker(store, WorkerServiceOptions());
+  KeyedPieceStream piece(worker.stub(), "c", {0, 10}, "odd/0");
+  AttachedStream query_rows(worker.stub(), "odd/0",
+                            {ZeroRows(v1::Q, 0, 0, 2, kPieceRowBytes)});
+  const grpc::Status no_q = query_rows.Join();
+  EXPECT_EQ(no_q.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(no_q.error_message().find("takes no Q rows"), std::string::npos)
+      << no_q.error_message();
+  AttachedStream first(worker.stub(), "odd/0",
+                       {ZeroRows(v1::K, 0, 0, 10, kPieceRowBytes)});
+  EXPECT_EQ(first.WaitStored(), 10);
+  AttachedStream again(worker.stub(), "odd/0",
+                       {ZeroRows(v1::K, 0, 3, 1, kPieceRowBytes)});
+  const grpc::Status twice = again.Join();
+  EXPECT_EQ(twice.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(twice.error_message().find("arrived twice"), std::string::npos)
+      << twice.error_message();
+  EXPECT_EQ(piece.Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -1,0 +1,17 @@
+#include "server/row_stream.h"
+
+namespace ringattn {
+
+RowStream::RowStream(v1::Worker::Stub& stub, const std::string& key,
+                     std::chrono::system_clock::time_point deadline,
+                     int64_t max_queued_bytes) {
+  context.set_deadline(deadline);
+  context.set_initial_metadata_corked(true);
+  context.AddMetadata(kRowsKeyMetadata, key);
+  stream = stub.AttachRows(&context);
+  writer = WriterOf(stream.get(), max_queued_bytes);
+}
+
+bool RowStream::EndRows() { return writer->Flush() && stream->WritesDone(); }
+
+}  // namespace ringattn
