@@ -939,31 +939,35 @@ class ExecuteReactor final
 // One StoreContext stream: the header, then the K and V rows of this worker's
 // new piece of a context (ContextPiece), some of them perhaps on AttachRows
 // streams that present the header's rows_key and end as this stream does.
-// Deletes itself in OnDone.
+// The piece is stored on a compute thread: a large one takes seconds to reach
+// the device, and a gRPC thread blocked that long would leave the
+// coordinator's keepalive pings unanswered. Deletes itself in OnDone.
 class StoreContextReactor final
     : public grpc::ServerReadReactor<v1::StoreContextRequest> {
  public:
-  StoreContextReactor(ResidentContexts& contexts,
+  StoreContextReactor(ResidentContexts& contexts, ComputeThreads& threads,
                       AttachedRowStreams& attached_rows,
                       v1::StoreContextResponse* response)
       : contexts_(contexts),
+        threads_(threads),
         attached_rows_(attached_rows),
         response_(response) {
     StartRead(&request_);
   }
 
   void OnReadDone(bool ok) override {
-    // The coordinator closes this stream once its attached streams answered
-    // that their rows are stored; later rows are not part of the piece.
-    if (!ok) CloseRowsKey();
-    const absl::Status status = ok ? Accept(request_) : Commit();
-    if (!ok || !status.ok()) {
-      CloseRowsKey();
-      if (lanes_ != nullptr) lanes_->End(status);
-      Finish(ToGrpcStatus(status));
+    if (ok) {
+      if (const absl::Status status = Accept(request_); !status.ok()) {
+        End(status);
+        return;
+      }
+      StartRead(&request_);
       return;
     }
-    StartRead(&request_);
+    // The coordinator closes this stream once its attached streams answered
+    // that their rows are stored; later rows are not part of the piece.
+    CloseRowsKey();
+    threads_.Run([this] { End(Commit()); });
   }
 
   void OnDone() override { delete this; }
@@ -987,6 +991,13 @@ class StoreContextReactor final
     return absl::OkStatus();
   }
 
+  // Ends the attached streams and then this one with `status`.
+  void End(const absl::Status& status) {
+    CloseRowsKey();
+    if (lanes_ != nullptr) lanes_->End(status);
+    Finish(ToGrpcStatus(status));
+  }
+
   // Refuses attached streams that wait for the key or come later.
   void CloseRowsKey() {
     if (rows_key_.empty()) return;
@@ -996,6 +1007,7 @@ class StoreContextReactor final
 
   absl::Status Accept(const v1::StoreContextRequest& request) {
     if (request.has_header()) {
+      started_ = absl::Now();
       RINGATTN_RETURN_IF_ERROR(piece_.Start(request.header()));
       return OpenRowsKey(request.header().rows_key());
     }
@@ -1007,18 +1019,24 @@ class StoreContextReactor final
   }
 
   absl::Status Commit() {
+    const absl::Time arrived = absl::Now();
     absl::StatusOr<int64_t> bytes = piece_.Commit(contexts_);
     if (!bytes.ok()) return bytes.status();
     response_->set_bytes(*bytes);
-    spdlog::info("context '{}': holds {} bytes after positions [{}, {})",
-                 piece_.name(), *bytes, piece_.positions().begin,
-                 piece_.positions().end);
+    spdlog::info(
+        "context '{}': holds {} bytes after positions [{}, {}); rows arrived "
+        "in {:.3f} s, stored in {:.3f} s",
+        piece_.name(), *bytes, piece_.positions().begin, piece_.positions().end,
+        absl::ToDoubleSeconds(arrived - started_),
+        absl::ToDoubleSeconds(absl::Now() - arrived));
     return absl::OkStatus();
   }
 
   ResidentContexts& contexts_;
+  ComputeThreads& threads_;
   AttachedRowStreams& attached_rows_;
   v1::StoreContextResponse* const response_;
+  absl::Time started_;  // when the header came
   v1::StoreContextRequest request_;
   ContextPiece piece_;
   // The header's rows_key while attached streams may join.
@@ -1223,7 +1241,8 @@ ResidentContexts& WorkerService::contexts() {
 
 grpc::ServerReadReactor<v1::StoreContextRequest>* WorkerService::StoreContext(
     grpc::CallbackServerContext*, v1::StoreContextResponse* response) {
-  return new StoreContextReactor(contexts(), attached_rows_, response);
+  return new StoreContextReactor(contexts(), compute_threads_, attached_rows_,
+                                 response);
 }
 
 grpc::ServerUnaryReactor* WorkerService::DropContext(
