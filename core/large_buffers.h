@@ -10,6 +10,8 @@
 // mapped afresh whatever the threshold: half of a decode step against a 64K
 // context on CPU workers went to faulting in and clearing its K/V copy.
 
+#include <cstddef>
+
 namespace ringattn {
 
 // Serves allocations up to 2 GiB from the heap, from one arena for all
@@ -18,6 +20,16 @@ namespace ringattn {
 // pages cost it 200 ms a query). Call once, early in main, before any thread
 // starts.
 void KeepLargeBuffersInTheHeap();
+
+// Deletes a buffer made by `new char[bytes]`. One too large for the heap
+// (over 2 GiB), which deleting unmaps, is first handed back to the kernel in
+// 64 MiB steps (MADV_DONTNEED): unmapping tens of GB in one call holds the
+// process's memory map for a second or more, and the page faults and
+// mappings of every other thread (gRPC's among them) wait behind it.
+struct DeleteInSteps {
+  size_t bytes = 0;
+  void operator()(char* data) const;
+};
 
 }  // namespace ringattn
 

@@ -3,11 +3,13 @@
 namespace ringattn {
 
 TypedTensor::TypedTensor(DType dtype, Shape shape)
-    : dtype_(dtype),
-      shape_(shape),
-      allocated_(new char[static_cast<size_t>(shape.NumElements() *
-                                              DTypeSize(dtype))]),
-      data_(allocated_.get()) {}
+    : dtype_(dtype), shape_(shape) {
+  const size_t bytes =
+      static_cast<size_t>(shape.NumElements() * DTypeSize(dtype));
+  allocated_ = std::unique_ptr<char[], DeleteInSteps>(new char[bytes],
+                                                      DeleteInSteps{bytes});
+  data_ = allocated_.get();
+}
 
 TypedTensor::TypedTensor(Tensor<float> values)
     : dtype_(DType::kFloat32),

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/large_buffers.h"
 #include "core/tensor.h"
 
 namespace ringattn {
@@ -67,8 +68,8 @@ class TypedTensor {
  private:
   DType dtype_ = DType::kFloat32;
   Shape shape_;
-  std::vector<float> fp32_;            // storage of an adopted fp32 tensor
-  std::unique_ptr<char[]> allocated_;  // storage otherwise
+  std::vector<float> fp32_;  // storage of an adopted fp32 tensor
+  std::unique_ptr<char[], DeleteInSteps> allocated_;  // storage otherwise
   char* data_ = nullptr;
 };
 

@@ -9,8 +9,11 @@
 namespace ringattn {
 namespace {
 
-// Bytes faulted in per step: small enough to stop soon when asked.
-constexpr uintptr_t kStepBytes = 64 << 20;
+// Bytes faulted in per step: small enough to stop soon when asked, and to
+// hold the process's memory map only briefly (every mapping other threads
+// make, gRPC's buffers among them, waits for the step in progress, and page
+// faults queue behind such a mapping).
+constexpr uintptr_t kStepBytes = 4 << 20;
 
 }  // namespace
 
