@@ -21,7 +21,8 @@ TARGETS=(npy_fuzzer output_assembler_fuzzer request_stream_fuzzer
 SOURCES=(
   client/chunking.cc client/npy.cc
   core/attention_spec.cc core/block_mask.cc core/dilated.cc core/dtype.cc
-  core/hilbert.cc core/ring_plan.cc core/shard_layout.cc core/typed_tensor.cc
+  core/hilbert.cc core/large_buffers.cc core/ring_plan.cc core/shard_layout.cc
+  core/typed_tensor.cc
   proto/spec_conversion.cc
   server/chunk_routing.cc server/request_layout.cc server/row_coverage.cc
   worker/shard_rows.cc
