@@ -17,6 +17,7 @@ void KeepLargeBuffersInTheHeap() {
 }
 
 void DeleteInSteps::operator()(char* data) const {
+  release_first.reset();
   // As KeepLargeBuffersInTheHeap's mmap threshold.
   constexpr uintptr_t kLeastBytes = std::numeric_limits<int>::max();
   constexpr uintptr_t kStepBytes = uintptr_t{64} << 20;

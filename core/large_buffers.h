@@ -11,6 +11,7 @@
 // context on CPU workers went to faulting in and clearing its K/V copy.
 
 #include <cstddef>
+#include <memory>
 
 namespace ringattn {
 
@@ -21,13 +22,16 @@ namespace ringattn {
 // starts.
 void KeepLargeBuffersInTheHeap();
 
-// Deletes a buffer made by `new char[bytes]`. One too large for the heap
-// (over 2 GiB), which deleting unmaps, is first handed back to the kernel in
-// 64 MiB steps (MADV_DONTNEED): unmapping tens of GB in one call holds the
-// process's memory map for a second or more, and the page faults and
-// mappings of every other thread (gRPC's among them) wait behind it.
+// Deletes a buffer made by `new char[bytes]`, after dropping
+// `release_first` (what must end while the buffer is still mapped: a page
+// lock on it, say). One too large for the heap (over 2 GiB), which deleting
+// unmaps, is first handed back to the kernel in 64 MiB steps
+// (MADV_DONTNEED): unmapping tens of GB in one call holds the process's
+// memory map for a second or more, and the page faults and mappings of every
+// other thread (gRPC's among them) wait behind it.
 struct DeleteInSteps {
   size_t bytes = 0;
+  mutable std::shared_ptr<void> release_first;
   void operator()(char* data) const;
 };
 

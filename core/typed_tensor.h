@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -64,6 +65,12 @@ class TypedTensor {
   TypedView view() const { return TypedView(dtype_, data_, shape_); }
   // The values as fp32; requires dtype() == kFloat32.
   View<float> floats() const { return view().floats(); }
+
+  // Holds `guard` until the storage is freed and drops it just before (a page
+  // lock on the storage, say). Requires storage allocated by the tensor.
+  void ReleaseBeforeFree(std::shared_ptr<void> guard) {
+    allocated_.get_deleter().release_first = std::move(guard);
+  }
 
  private:
   DType dtype_ = DType::kFloat32;

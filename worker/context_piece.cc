@@ -1,12 +1,15 @@
 #include "worker/context_piece.h"
 
 #include <array>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/attention_spec.h"
 #include "core/status_macros.h"
 #include "proto/spec_conversion.h"
+#include "spdlog/spdlog.h"
+#include "worker/pinned_host_regions.h"
 
 namespace ringattn {
 
@@ -37,10 +40,27 @@ absl::Status ContextPiece::Start(const v1::StoreContextHeader& header) {
           ShardRowsTarget(), ShardRowsTarget("K", k_.view(), &layout_, 0),
           ShardRowsTarget("V", v_.view(), &layout_, 0)},
       dtype_);
-  if (2 * k_.view().bytes() >= kBackgroundPageFaultBytes) {
-    page_faults_.emplace(std::vector<absl::Span<char>>{
-        {k_.view().data(), static_cast<size_t>(k_.view().bytes())},
-        {v_.view().data(), static_cast<size_t>(v_.view().bytes())}});
+  const int64_t bytes = 2 * k_.view().bytes();
+  if (bytes >= kBackgroundPageFaultBytes) {
+    BackgroundPageFaults::Then pin;
+    if (pin_device_ >= 0 && bytes <= most_pinned_bytes_) {
+      // Each tensor unlocks its pages before it frees them.
+      auto k_pins = std::make_shared<PinnedHostRegions>(pin_device_);
+      auto v_pins = std::make_shared<PinnedHostRegions>(pin_device_);
+      k_.ReleaseBeforeFree(k_pins);
+      v_.ReleaseBeforeFree(v_pins);
+      pin = [k = k_.view().data(), k_pins, v_pins](absl::Span<char> region) {
+        PinnedHostRegions& pins = region.data() == k ? *k_pins : *v_pins;
+        if (absl::Status status = pins.Pin(region); !status.ok()) {
+          spdlog::debug("context piece stays pageable: {}", status.ToString());
+        }
+      };
+    }
+    page_faults_.emplace(
+        std::vector<absl::Span<char>>{
+            {k_.view().data(), static_cast<size_t>(k_.view().bytes())},
+            {v_.view().data(), static_cast<size_t>(v_.view().bytes())}},
+        std::move(pin));
   }
   for (const v1::ShardRows& rows : header.rows()) {
     RINGATTN_RETURN_IF_ERROR(Place(rows));

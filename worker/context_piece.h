@@ -31,6 +31,11 @@ namespace ringattn {
 class ContextPiece {
  public:
   ContextPiece() = default;
+  // A piece whose rows are page-locked for CUDA device `device` as its pages
+  // fault in, if K and V take at most `most_pinned_bytes`, so that storing it
+  // on that device runs as DMA (PinnedHostRegions).
+  ContextPiece(int device, int64_t most_pinned_bytes)
+      : pin_device_(device), most_pinned_bytes_(most_pinned_bytes) {}
   ContextPiece(const ContextPiece&) = delete;
   ContextPiece& operator=(const ContextPiece&) = delete;
 
@@ -53,6 +58,8 @@ class ContextPiece {
   const std::shared_ptr<ShardIntake>& intake() const { return intake_; }
 
  private:
+  const int pin_device_ = -1;
+  const int64_t most_pinned_bytes_ = 0;
   bool started_ = false;
   v1::StoreContextHeader header_;  // without its rows
   DType dtype_ = DType::kFloat32;

@@ -7,6 +7,7 @@
 #include "core/dtype.h"
 #include "core/status_macros.h"
 #include "worker/compute_dtype.h"
+#include "worker/pinned_host_regions.h"
 
 namespace ringattn {
 namespace {
@@ -126,13 +127,16 @@ absl::StatusOr<int64_t> DeviceContextStore::Add(const std::string& name,
     const TypedTensor rows[] = {InDType(std::move(k), host),
                                 InDType(std::move(v), host)};
     const DeviceBuffer* targets[] = {&context.buffers->k, &context.buffers->v};
+    // Batch by batch, each within the page locks of a context piece.
+    const size_t batch_bytes = static_cast<size_t>(count * pitch);
     for (int i = 0; i < 2; ++i) {
-      RINGATTN_RETURN_IF_ERROR(CudaStatus(
-          cudaMemcpy2DAsync(targets[i]->as<char>() + at * pitch,
-                            capacity * pitch, rows[i].view().data(),
-                            count * pitch, count * pitch, layout.batch,
-                            cudaMemcpyHostToDevice, stream_.get()),
-          "copying context rows to the device"));
+      for (int64_t b = 0; b < layout.batch; ++b) {
+        RINGATTN_RETURN_IF_ERROR(CopyInPinnedPieces(
+            targets[i]->as<char>() + (b * capacity + at) * pitch,
+            rows[i].view().data() + b * batch_bytes, batch_bytes,
+            b * batch_bytes, cudaMemcpyHostToDevice, stream_.get(),
+            "copying context rows to the device"));
+      }
     }
     RINGATTN_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_.get()),
                                         "copying context rows"));

@@ -1,12 +1,14 @@
 // DeviceContextStore on a CUDA device: rows come back from Find as they were
 // added (converted to the context's dtype, bit-exact for bf16 input), across
-// appends that outgrow the spare capacity, after a partial Drop, and with the
-// errors its contract names. Skips, saying why, without a GPU.
+// appends that outgrow the spare capacity, after a partial Drop, for a large
+// page-locked piece, and with the errors its contract names. Skips, saying why,
+// without a GPU.
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "core/dtype.h"
@@ -15,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "worker/device.h"
 #include "worker/device_context_store.h"
+#include "worker/pinned_host_regions.h"
 
 namespace ringattn {
 namespace {
@@ -109,6 +112,54 @@ TEST(DeviceContextStoreTest, FindReturnsAppendedRowsAcrossGrowthAndDrop) {
   kv = store.Find("c", held);
   ASSERT_TRUE(kv.ok()) << kv.status();
   EXPECT_EQ(Download(*kv, true), Expected(held, -1));
+}
+
+// A page-locked piece over 256 MiB, locked in 256 MiB pieces as a context
+// piece is, crosses in parts that each lie within one lock (rows of 48 bytes
+// straddle their bounds), two batches.
+TEST(DeviceContextStoreTest, LargePinnedPieceComesBackExactly) {
+  if (CudaDeviceCount() == 0) {
+    GTEST_SKIP() << "no CUDA device here; runs on a GPU machine";
+  }
+  const ResidentContexts::Layout layout{2, 3, 8};
+  const int64_t n = 3'000'017;
+  const Shape shape{2, n, 3, 8};
+  TypedTensor k(DType::kBFloat16, shape), v(DType::kBFloat16, shape);
+  std::vector<std::vector<uint16_t>> expected;
+  for (TypedTensor* t : {&k, &v}) {
+    uint16_t* bits = reinterpret_cast<uint16_t*>(t->view().data());
+    const int64_t values = shape.NumElements();
+    for (int64_t i = 0; i < values; ++i) {
+      // Finite bf16 values that differ from row to row.
+      bits[i] = static_cast<uint16_t>(0x3f00 + (i * 2654435761u >> 24) % 128 +
+                                      (t == &v ? 0x4000 : 0));
+    }
+    expected.emplace_back(bits, bits + values);
+    auto pins = std::make_shared<PinnedHostRegions>(0);
+    ASSERT_TRUE(
+        pins->Pin({t->view().data(), static_cast<size_t>(t->view().bytes())})
+            .ok());
+    t->ReleaseBeforeFree(pins);
+  }
+  DeviceContextStore store(0, int64_t{4} << 30);
+  const absl::StatusOr<int64_t> added =
+      store.Add("big", true, layout, {0, n}, std::move(k), std::move(v));
+  ASSERT_TRUE(added.ok()) << added.status();
+  absl::StatusOr<ResidentKv> kv = store.Find("big", {{0, n}});
+  ASSERT_TRUE(kv.ok()) << kv.status();
+  for (int i = 0; i < 2; ++i) {
+    const char* device = static_cast<const char*>(i == 0 ? kv->k : kv->v);
+    std::vector<uint16_t> back(expected[i].size());
+    const size_t batch_bytes = back.size() / 2 * sizeof(uint16_t);
+    for (int64_t b = 0; b < 2; ++b) {
+      ASSERT_EQ(
+          cudaMemcpy(reinterpret_cast<char*>(back.data()) + b * batch_bytes,
+                     device + b * kv->batch_stride * sizeof(uint16_t),
+                     batch_bytes, cudaMemcpyDeviceToHost),
+          cudaSuccess);
+    }
+    EXPECT_TRUE(back == expected[i]) << (i == 0 ? "K" : "V");
+  }
 }
 
 TEST(DeviceContextStoreTest, ReadersKeepTheirRowsThroughGrowthAndDelete) {

@@ -24,22 +24,6 @@
 namespace ringattn {
 namespace {
 
-// Copies `bytes` between the host and the device (`kind` says which way) in
-// pieces of kPinnedPieceBytes from the host end's start, so that each lies in
-// one piece PinnedHostRegions may have locked and runs as DMA.
-absl::Status CopyInPinnedPieces(void* to, const void* from, size_t bytes,
-                                cudaMemcpyKind kind, cudaStream_t stream,
-                                const char* what) {
-  for (size_t at = 0; at < bytes; at += kPinnedPieceBytes) {
-    RINGATTN_RETURN_IF_ERROR(CudaStatus(
-        cudaMemcpyAsync(static_cast<char*>(to) + at,
-                        static_cast<const char*>(from) + at,
-                        std::min(kPinnedPieceBytes, bytes - at), kind, stream),
-        what));
-  }
-  return absl::OkStatus();
-}
-
 // Every slice of the pool starts on this boundary (cuDNN wants 16 bytes).
 constexpr int64_t kAlignment = 256;
 // fp32 values Upload moves per chunk through its device staging buffer.
@@ -1060,8 +1044,8 @@ absl::StatusOr<GpuRingStats> GpuRingExecutor::RunUploaded(
   for (const auto& upload : uploads) {
     RINGATTN_RETURN_IF_ERROR(CopyInPinnedPieces(
         upload.device, upload.host.data(),
-        static_cast<size_t>(upload.host.bytes()), cudaMemcpyHostToDevice,
-        stream_.get(), "uploading the shard"));
+        static_cast<size_t>(upload.host.bytes()), /*host_offset=*/0,
+        cudaMemcpyHostToDevice, stream_.get(), "uploading the shard"));
   }
   // The ring's first send reads the home block on another stream.
   RINGATTN_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_.get()),
@@ -1101,7 +1085,8 @@ absl::StatusOr<RingOutput> GpuRingExecutor::DownloadInto(DType output_dtype,
     }
     RINGATTN_RETURN_IF_ERROR(CopyInPinnedPieces(
         host_o.data(), device_o, static_cast<size_t>(host_o.bytes()),
-        cudaMemcpyDeviceToHost, stream_.get(), "downloading O"));
+        /*host_offset=*/0, cudaMemcpyDeviceToHost, stream_.get(),
+        "downloading O"));
     RINGATTN_RETURN_IF_ERROR(
         CudaStatus(cudaMemcpyAsync(output.lse.data(), lse_,
                                    sizeof(float) * lse_shape.NumElements(),

@@ -49,4 +49,25 @@ int64_t PinnedHostRegions::pinned_bytes() const {
   return bytes_;
 }
 
+absl::Status CopyInPinnedPieces(void* to, const void* from, size_t bytes,
+                                size_t host_offset, cudaMemcpyKind kind,
+                                cudaStream_t stream, const char* what) {
+  for (size_t at = 0; at < bytes;) {
+    const size_t offset = host_offset + at;
+    const size_t part =
+        std::min(bytes - at,
+                 (offset / kPinnedPieceBytes + 1) * kPinnedPieceBytes - offset);
+    if (const cudaError_t error = cudaMemcpyAsync(
+            static_cast<char*>(to) + at, static_cast<const char*>(from) + at,
+            part, kind, stream);
+        error != cudaSuccess) {
+      cudaGetLastError();
+      return absl::InternalError(
+          absl::StrCat(what, ": ", cudaGetErrorString(error)));
+    }
+    at += part;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace ringattn

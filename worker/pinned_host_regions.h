@@ -12,6 +12,9 @@
 // one, say) stays pageable from there on: copies still work, only slower.
 // Thread-safe.
 
+#include <cuda_runtime.h>
+
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -46,6 +49,16 @@ class PinnedHostRegions {
   std::vector<void*> pinned_ ABSL_GUARDED_BY(mutex_);
   int64_t bytes_ ABSL_GUARDED_BY(mutex_) = 0;
 };
+
+// Copies `bytes` between the host and the device (`kind` says which way) in
+// parts that each lie within one kPinnedPieceBytes piece of the host end's
+// region, counted from the region's start (`host_offset`: where the host end
+// begins in it), so that each runs as DMA where PinnedHostRegions locked the
+// region, and none spans two locks (CUDA refuses such a copy). The first
+// error, naming `what`.
+absl::Status CopyInPinnedPieces(void* to, const void* from, size_t bytes,
+                                size_t host_offset, cudaMemcpyKind kind,
+                                cudaStream_t stream, const char* what);
 
 }  // namespace ringattn
 

@@ -941,17 +941,21 @@ class ExecuteReactor final
 // streams that present the header's rows_key and end as this stream does.
 // The piece is stored on a compute thread: a large one takes seconds to reach
 // the device, and a gRPC thread blocked that long would leave the
-// coordinator's keepalive pings unanswered. Deletes itself in OnDone.
+// coordinator's keepalive pings unanswered. On a CUDA worker its pages are
+// locked as they fault in, so that it reaches the device as DMA. Deletes
+// itself in OnDone.
 class StoreContextReactor final
     : public grpc::ServerReadReactor<v1::StoreContextRequest> {
  public:
   StoreContextReactor(ResidentContexts& contexts, ComputeThreads& threads,
                       AttachedRowStreams& attached_rows,
+                      const WorkerServiceOptions& options,
                       v1::StoreContextResponse* response)
       : contexts_(contexts),
         threads_(threads),
         attached_rows_(attached_rows),
-        response_(response) {
+        response_(response),
+        piece_(options.cuda_device, options.most_pinned_staging_bytes) {
     StartRead(&request_);
   }
 
@@ -1242,7 +1246,7 @@ ResidentContexts& WorkerService::contexts() {
 grpc::ServerReadReactor<v1::StoreContextRequest>* WorkerService::StoreContext(
     grpc::CallbackServerContext*, v1::StoreContextResponse* response) {
   return new StoreContextReactor(contexts(), compute_threads_, attached_rows_,
-                                 response);
+                                 options_, response);
 }
 
 grpc::ServerUnaryReactor* WorkerService::DropContext(
