@@ -189,27 +189,52 @@ TEST_F(RowStreams, ContextUploadsAndAppendsGoOverRowStreams) {
   EXPECT_TRUE(client->DeleteContext("piecewise").ok());
 }
 
-TEST(RowStreamFaults, WorkerKilledMidUploadFailsTheRequestInTime) {
-  absl::StatusOr<std::unique_ptr<TestCluster>> cluster =
-      TestCluster::Start({.workers = 2,
-                          .coordinator_flags = {"--worker_row_streams=4",
-                                                "--row_streams_min_bytes=1",
-                                                "--ring_timeout_seconds=10"}});
-  ASSERT_TRUE(cluster.ok()) << cluster.status();
-  const AttentionSpec spec = SelfAttentionSpec(6000, 4, 2, 64, false);
-  const RandomInputs in = MakeRandomInputs(spec, 7);
-  // Kill worker 1 once half of the upload is out: rows are on its way over
-  // every stream.
-  std::atomic<bool> killed{false};
+// Two workers, each reached over four streams for any upload past one
+// message.
+absl::StatusOr<std::unique_ptr<TestCluster>> StartFaultCluster() {
+  return TestCluster::Start(
+      {.workers = 2,
+       .coordinator_flags = {"--worker_row_streams=4",
+                             "--row_streams_min_bytes=1",
+                             "--ring_timeout_seconds=10"}});
+}
+
+// Client options that kill worker 1 of `cluster` once half of an upload is
+// out (rows are then on their way over every stream), setting `killed`.
+ClientOptions KillingAtHalfUpload(TestCluster& cluster,
+                                  std::atomic<bool>& killed) {
   ClientOptions options;
   options.chunk_bytes = 64 << 10;
-  options.progress = [&](const Progress& progress) {
+  options.progress = [&cluster, &killed](const Progress& progress) {
     if (progress.phase == Progress::Phase::kUpload &&
         progress.bytes_done * 2 >= progress.bytes_total &&
         !killed.exchange(true)) {
-      (*cluster)->KillWorker(1);
+      cluster.KillWorker(1);
     }
   };
+  return options;
+}
+
+// Waits for the coordinator to find the killed worker gone, then starts one
+// that takes its rank, and waits until the cluster is ready again.
+absl::Status ReplaceKilledWorker(TestCluster& cluster) {
+  if (absl::Status gone = cluster.WaitReady(false, absl::Seconds(10));
+      !gone.ok()) {
+    return gone;
+  }
+  if (absl::Status started = cluster.StartWorker(); !started.ok()) {
+    return started;
+  }
+  return cluster.WaitReady(true, absl::Seconds(20));
+}
+
+TEST(RowStreamFaults, WorkerKilledMidUploadFailsTheRequestInTime) {
+  absl::StatusOr<std::unique_ptr<TestCluster>> cluster = StartFaultCluster();
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const AttentionSpec spec = SelfAttentionSpec(6000, 4, 2, 64, false);
+  const RandomInputs in = MakeRandomInputs(spec, 7);
+  std::atomic<bool> killed{false};
+  const ClientOptions options = KillingAtHalfUpload(**cluster, killed);
   const absl::Time start = absl::Now();
   absl::StatusOr<AttendResult> result = (*cluster)->NewClient(options)->Attend(
       RequestSpec(spec), in.q.view(), in.k.view(), in.v.view());
@@ -221,9 +246,7 @@ TEST(RowStreamFaults, WorkerKilledMidUploadFailsTheRequestInTime) {
       << "failure must not wait out a hang";
 
   // The coordinator finds the worker gone; a new one takes its rank.
-  ASSERT_TRUE((*cluster)->WaitReady(false, absl::Seconds(10)).ok());
-  ASSERT_TRUE((*cluster)->StartWorker().ok());
-  ASSERT_TRUE((*cluster)->WaitReady(true, absl::Seconds(20)).ok());
+  ASSERT_TRUE(ReplaceKilledWorker(**cluster).ok());
   const AttentionSpec next = SelfAttentionSpec(1031, 4, 2, 64, true);
   const RandomInputs again = MakeRandomInputs(next, 8);
   absl::StatusOr<AttendResult> healed = (*cluster)->NewClient()->Attend(
@@ -233,25 +256,13 @@ TEST(RowStreamFaults, WorkerKilledMidUploadFailsTheRequestInTime) {
 }
 
 TEST(RowStreamFaults, WorkerKilledMidContextUploadFailsItInTime) {
-  absl::StatusOr<std::unique_ptr<TestCluster>> cluster =
-      TestCluster::Start({.workers = 2,
-                          .coordinator_flags = {"--worker_row_streams=4",
-                                                "--row_streams_min_bytes=1",
-                                                "--ring_timeout_seconds=10"}});
+  absl::StatusOr<std::unique_ptr<TestCluster>> cluster = StartFaultCluster();
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   AttentionSpec spec = SelfAttentionSpec(6000, 4, 2, 64, false);
   spec.q_len = 64;
   const RandomInputs in = MakeRandomInputs(spec, 9);
   std::atomic<bool> killed{false};
-  ClientOptions options;
-  options.chunk_bytes = 64 << 10;
-  options.progress = [&](const Progress& progress) {
-    if (progress.phase == Progress::Phase::kUpload &&
-        progress.bytes_done * 2 >= progress.bytes_total &&
-        !killed.exchange(true)) {
-      (*cluster)->KillWorker(1);
-    }
-  };
+  const ClientOptions options = KillingAtHalfUpload(**cluster, killed);
   const absl::Time start = absl::Now();
   absl::StatusOr<v1::ContextInfo> created =
       (*cluster)->NewClient(options)->CreateContext("lost", in.k.view(),
@@ -265,9 +276,7 @@ TEST(RowStreamFaults, WorkerKilledMidContextUploadFailsItInTime) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(20))
       << "failure must not wait out a hang";
 
-  ASSERT_TRUE((*cluster)->WaitReady(false, absl::Seconds(10)).ok());
-  ASSERT_TRUE((*cluster)->StartWorker().ok());
-  ASSERT_TRUE((*cluster)->WaitReady(true, absl::Seconds(20)).ok());
+  ASSERT_TRUE(ReplaceKilledWorker(**cluster).ok());
   std::unique_ptr<Client> client = (*cluster)->NewClient();
   absl::StatusOr<std::vector<v1::ContextInfo>> listed = client->ListContexts();
   ASSERT_TRUE(listed.ok()) << listed.status();
@@ -280,11 +289,7 @@ TEST(RowStreamFaults, WorkerKilledMidContextUploadFailsItInTime) {
 }
 
 TEST(RowStreamFaults, WorkerKilledWhileOutputStreamsEndsTheRequestInTime) {
-  absl::StatusOr<std::unique_ptr<TestCluster>> cluster =
-      TestCluster::Start({.workers = 2,
-                          .coordinator_flags = {"--worker_row_streams=4",
-                                                "--row_streams_min_bytes=1",
-                                                "--ring_timeout_seconds=10"}});
+  absl::StatusOr<std::unique_ptr<TestCluster>> cluster = StartFaultCluster();
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   // 33 MB of fp32 output, 16 per worker, for little compute: worker 1 is
   // killed when the first output reaches the client, most likely while its
@@ -316,9 +321,7 @@ TEST(RowStreamFaults, WorkerKilledWhileOutputStreamsEndsTheRequestInTime) {
   }
 
   // The cluster heals for the next request.
-  ASSERT_TRUE((*cluster)->WaitReady(false, absl::Seconds(10)).ok());
-  ASSERT_TRUE((*cluster)->StartWorker().ok());
-  ASSERT_TRUE((*cluster)->WaitReady(true, absl::Seconds(20)).ok());
+  ASSERT_TRUE(ReplaceKilledWorker(**cluster).ok());
   const AttentionSpec next = SelfAttentionSpec(1031, 4, 2, 64, true);
   const RandomInputs again = MakeRandomInputs(next, 10);
   absl::StatusOr<AttendResult> healed = (*cluster)->NewClient()->Attend(

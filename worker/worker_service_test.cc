@@ -297,6 +297,22 @@ TEST_F(WorkerServiceErrors, BadHeader) {
   ExpectInvalid({bad_spec}, "kv_heads");
 }
 
+// The header of positions `piece` of context `name` (fp32, 2 heads of 16).
+v1::StoreContextRequest PieceHeader(const std::string& name, bool create,
+                                    const Range& piece) {
+  v1::StoreContextRequest request;
+  v1::StoreContextHeader* h = request.mutable_header();
+  h->set_name(name);
+  h->set_create(create);
+  h->set_batch(1);
+  h->set_kv_heads(2);
+  h->set_head_dim(16);
+  h->set_wire_dtype(v1::FP32);
+  h->set_first_position(piece.begin);
+  h->set_count(piece.size());
+  return request;
+}
+
 // Stores positions `piece` of context `name` (fp32 zeros, 2 heads of 16):
 // the header, then K and V rows, or with `whole` the header carrying the
 // rows of `tensors`.
@@ -307,16 +323,8 @@ grpc::Status StoreZeros(v1::Worker::Stub& stub, const std::string& name,
   grpc::ClientContext context;
   v1::StoreContextResponse response;
   auto stream = stub.StoreContext(&context, &response);
-  v1::StoreContextRequest header;
+  v1::StoreContextRequest header = PieceHeader(name, create, piece);
   v1::StoreContextHeader* h = header.mutable_header();
-  h->set_name(name);
-  h->set_create(create);
-  h->set_batch(1);
-  h->set_kv_heads(2);
-  h->set_head_dim(16);
-  h->set_wire_dtype(v1::FP32);
-  h->set_first_position(piece.begin);
-  h->set_count(piece.size());
   std::vector<v1::ShardRows> rows;
   for (v1::TensorName tensor : tensors) {
     rows.push_back(
@@ -1095,17 +1103,8 @@ class KeyedPieceStream {
                    const Range& piece, const std::string& key) {
     context_.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
     stream_ = stub.StoreContext(&context_, &response_);
-    v1::StoreContextRequest request;
-    v1::StoreContextHeader* h = request.mutable_header();
-    h->set_name(name);
-    h->set_create(true);
-    h->set_batch(1);
-    h->set_kv_heads(2);
-    h->set_head_dim(16);
-    h->set_wire_dtype(v1::FP32);
-    h->set_first_position(piece.begin);
-    h->set_count(piece.size());
-    h->set_rows_key(key);
+    v1::StoreContextRequest request = PieceHeader(name, true, piece);
+    request.mutable_header()->set_rows_key(key);
     EXPECT_TRUE(stream_->Write(request));
   }
 
