@@ -45,11 +45,12 @@ ABSL_FLAG(double, ring_timeout_seconds, 60,
           "how long workers wait on each other before failing a request");
 ABSL_FLAG(int, worker_row_streams, 4,
           "streams, each on a connection of its own, that carry a large "
-          "request's rows to each worker and its output back (1: its Execute "
-          "stream alone); one gRPC stream moves about 1.4 GB/s");
+          "request's rows to each worker and its output back, or a large "
+          "context upload's rows (1: its Execute or StoreContext stream "
+          "alone); one gRPC stream moves about 1.4 GB/s");
 ABSL_FLAG(int64_t, row_streams_min_bytes, int64_t{8} << 20,
-          "a request uploading fewer bytes per worker than this uses one "
-          "stream per worker");
+          "a request or context upload sending fewer bytes to a worker than "
+          "this uses one stream to it");
 ABSL_FLAG(double, heartbeat_timeout_seconds, 3,
           "a worker silent this long is considered dead");
 ABSL_FLAG(bool, warm_up_ring, true,
