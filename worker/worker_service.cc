@@ -969,10 +969,18 @@ class StoreContextReactor final
       return;
     }
     // The coordinator closes this stream once its attached streams answered
-    // that their rows are stored; later rows are not part of the piece.
+    // that their rows are stored; later rows are not part of the piece. It
+    // cancels the stream when the upload failed elsewhere: a piece not yet
+    // stored by then is not stored (it drops those that were).
     CloseRowsKey();
+    if (cancelled_) {
+      End(absl::CancelledError("the upload was cancelled; nothing stored"));
+      return;
+    }
     threads_.Run([this] { End(Commit()); });
   }
+
+  void OnCancel() override { cancelled_ = true; }
 
   void OnDone() override { delete this; }
 
@@ -1041,6 +1049,7 @@ class StoreContextReactor final
   AttachedRowStreams& attached_rows_;
   v1::StoreContextResponse* const response_;
   absl::Time started_;  // when the header came
+  std::atomic<bool> cancelled_{false};
   v1::StoreContextRequest request_;
   ContextPiece piece_;
   // The header's rows_key while attached streams may join.
