@@ -423,6 +423,10 @@ absl::Status Call::OpenWorkers() {
                                  : AppendDelivery::kOwnStreams);
     if (!append.ok()) return append.status();
     append_ = std::move(*append);
+    if (const int streams = append_->row_streams(); streams > 0) {
+      state_.metrics->Add("ringattn_worker_row_streams_total", {},
+                          static_cast<double>(streams));
+    }
   }
   layout_.emplace(spec_, p);
   done_.assign(static_cast<size_t>(p), v1::ExecuteDone());
