@@ -67,6 +67,21 @@ class UploadStreams : public testing::Test {
     context->set_deadline(std::chrono::system_clock::now() + kCallLimit);
   }
 
+  // The header of context `name`: 8 tokens, one head, D=4, fp32, over
+  // `streams` streams.
+  static v1::ContextUpload ContextHeader(const std::string& name, int streams) {
+    v1::ContextUpload header;
+    v1::ContextHeader* h = header.mutable_header();
+    h->set_name(name);
+    h->set_batch(1);
+    h->set_kv_heads(1);
+    h->set_head_dim(4);
+    h->set_length(8);
+    h->set_wire_dtype(v1::FP32);
+    h->set_upload_streams(streams);
+    return header;
+  }
+
   // N=8, one head, D=4, fp32 (16 bytes a row), over `streams` streams.
   static v1::AttendRequest Header(int streams) {
     v1::AttendRequest request;
@@ -672,15 +687,7 @@ TEST_F(UploadStreams, ContextUploadWhoseStreamsNeverAttachLeavesNoContext) {
   v1::ContextInfo info;
   std::unique_ptr<grpc::ClientWriter<v1::ContextUpload>> writer =
       stub->CreateContext(&context, &info);
-  v1::ContextUpload header;
-  v1::ContextHeader* h = header.mutable_header();
-  h->set_name("never-attached");
-  h->set_batch(1);
-  h->set_kv_heads(1);
-  h->set_head_dim(4);
-  h->set_length(8);
-  h->set_wire_dtype(v1::FP32);
-  h->set_upload_streams(2);
+  const v1::ContextUpload header = ContextHeader("never-attached", 2);
   ASSERT_TRUE(writer->Write(header));
   // Every row comes on this stream; the second one announced never does.
   for (v1::TensorName tensor : {v1::K, v1::V}) {
@@ -710,15 +717,7 @@ TEST_F(UploadStreams, ContextUploadAskingTooManyStreamsIsInvalidArgument) {
   v1::ContextInfo info;
   std::unique_ptr<grpc::ClientWriter<v1::ContextUpload>> writer =
       stub->CreateContext(&context, &info);
-  v1::ContextUpload header;
-  v1::ContextHeader* h = header.mutable_header();
-  h->set_name("too-many-streams");
-  h->set_batch(1);
-  h->set_kv_heads(1);
-  h->set_head_dim(4);
-  h->set_length(8);
-  h->set_wire_dtype(v1::FP32);
-  h->set_upload_streams(65);
+  const v1::ContextUpload header = ContextHeader("too-many-streams", 65);
   writer->Write(header);
   writer->WritesDone();
   const grpc::Status status = writer->Finish();

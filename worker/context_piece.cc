@@ -73,11 +73,7 @@ absl::Status ContextPiece::Place(const v1::ShardRows& rows) {
     return absl::InvalidArgumentError(
         "rows before the header: send the header first");
   }
-  const v1::TensorName tensor = rows.tensor();
-  if (tensor != v1::K && tensor != v1::V) {
-    return absl::InvalidArgumentError(
-        "a context holds K and V only; got rows of another tensor");
-  }
+  // The intake refuses rows of any tensor but K and V.
   return intake_->Place(rows).status();
 }
 
