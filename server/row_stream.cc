@@ -6,7 +6,9 @@ RowStream::RowStream(v1::Worker::Stub& stub, const std::string& key,
                      std::chrono::system_clock::time_point deadline,
                      int64_t max_queued_bytes) {
   context.set_deadline(deadline);
-  context.set_initial_metadata_corked(true);
+  // Not corked: a stream that gets no rows (fewer chunks than streams) must
+  // still reach the worker, and the synchronous WritesDone does not send
+  // metadata that is still corked; it would wait for it until the deadline.
   context.AddMetadata(kRowsKeyMetadata, key);
   stream = stub.AttachRows(&context);
   writer = WriterOf(stream.get(), max_queued_bytes);

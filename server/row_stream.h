@@ -24,8 +24,8 @@ namespace ringattn {
 inline constexpr char kRowsKeyMetadata[] = "ringattn-rows-key";
 
 struct RowStream {
-  // Opens the stream to `stub` for the stream whose header names `key`; its
-  // metadata goes out with the first row.
+  // Opens the stream to `stub` for the stream whose header names `key`; the
+  // worker holds it until that header arrives.
   RowStream(v1::Worker::Stub& stub, const std::string& key,
             std::chrono::system_clock::time_point deadline,
             int64_t max_queued_bytes);

@@ -5,8 +5,8 @@
 // download streams), the streams counted on /metrics, a worker killed
 // mid-upload or while its output streams failing the request with UNAVAILABLE
 // in time (a context upload too, leaving no context), queries of a resident
-// context, context uploads and appends over the same streams, and
-// out-of-range flags stopping the coordinator at start.
+// context, context uploads and appends over the same streams, streams that
+// carry no rows, and out-of-range flags stopping the coordinator at start.
 
 #include <atomic>
 #include <cstdlib>
@@ -226,6 +226,35 @@ absl::Status ReplaceKilledWorker(TestCluster& cluster) {
     return started;
   }
   return cluster.WaitReady(true, absl::Seconds(20));
+}
+
+// More streams than a worker gets chunks: the row streams that carry no rows
+// still reach their worker and end, for a request, a context upload and a
+// query of it alike, instead of waiting out their deadline.
+TEST(RowStreamCounts, StreamsThatCarryNoRowsStillEnd) {
+  absl::StatusOr<std::unique_ptr<TestCluster>> cluster =
+      TestCluster::Start({.workers = 2,
+                          .coordinator_flags = {"--worker_row_streams=16",
+                                                "--row_streams_min_bytes=1",
+                                                "--ring_timeout_seconds=10"}});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  // 1.5 MB per tensor: six chunks each, fewer than the 15 row streams of a
+  // worker.
+  const AttentionSpec spec = SelfAttentionSpec(1499, 4, 2, 64, true);
+  const RandomInputs in = MakeRandomInputs(spec, 10);
+  std::unique_ptr<Client> client = (*cluster)->NewClient();
+  const absl::Time start = absl::Now();
+  absl::StatusOr<AttendResult> result =
+      client->Attend(RequestSpec(spec), in.q.view(), in.k.view(), in.v.view());
+  ASSERT_TRUE(result.ok()) << result.status();
+  ExpectMatchesReference(spec, in, *result);
+  ASSERT_TRUE(
+      client->CreateContext("few-chunks", in.k.view(), in.v.view()).ok());
+  result = client->Query("few-chunks", RequestSpec(spec), in.q.view());
+  ASSERT_TRUE(result.ok()) << result.status();
+  ExpectMatchesReference(spec, in, *result);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(8))
+      << "a stream without rows must not wait out its deadline";
 }
 
 TEST(RowStreamFaults, WorkerKilledMidUploadFailsTheRequestInTime) {
