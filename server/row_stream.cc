@@ -8,7 +8,8 @@ RowStream::RowStream(v1::Worker::Stub& stub, const std::string& key,
   context.set_deadline(deadline);
   // Not corked: a stream that gets no rows (fewer chunks than streams) must
   // still reach the worker, and the synchronous WritesDone does not send
-  // metadata that is still corked; it would wait for it until the deadline.
+  // metadata that is still corked: it would wait for them as long as the
+  // call may last, without end for a call that has no deadline.
   context.AddMetadata(kRowsKeyMetadata, key);
   stream = stub.AttachRows(&context);
   writer = WriterOf(stream.get(), max_queued_bytes);

@@ -743,8 +743,7 @@ int Run() {
     }
     const std::vector<double> want = Reference(pool, s, rows, threads);
     const RowCheck check = CheckRows(want, got.data(), row_values, v1::BF16);
-    const bool ok = check.ok;
-    if (!ok) ++failures;
+    if (!check.ok) ++failures;
     double compute = 0;
     int64_t peak = 0;
     for (const v1::WorkerUsage& w : summary->workers()) {
@@ -764,7 +763,8 @@ int Run() {
         summary->bytes_out() / 1e9,
         download > 0 ? summary->bytes_out() / 1e9 / download : 0.0,
         total - compute, 100 * (total - compute) / total,
-        peak / double(int64_t{1} << 30), check.error, ok ? "ok" : "FAILED");
+        peak / double(int64_t{1} << 30), check.error,
+        check.ok ? "ok" : "FAILED");
     std::fflush(stdout);
     std::fprintf(stderr,
                  "N=%lld: coordinator upload phase %.2f s, compute phase %.2f "
