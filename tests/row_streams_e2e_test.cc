@@ -5,19 +5,26 @@
 // download streams), the streams counted on /metrics, a worker killed
 // mid-upload or while its output streams failing the request with UNAVAILABLE
 // in time (a context upload too, leaving no context), queries of a resident
-// context, context uploads and appends over the same streams, streams that
-// carry no rows, and out-of-range flags stopping the coordinator at start.
+// context, context uploads and appends over the same streams (one cancelled
+// by its client midway), streams that carry no rows, and out-of-range flags
+// stopping the coordinator at start.
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "client/child_process.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "ringattn/v1/attention.grpc.pb.h"
 #include "tests/attention_checks.h"
 #include "tests/test_cluster.h"
 
@@ -187,6 +194,64 @@ TEST_F(RowStreams, ContextUploadsAndAppendsGoOverRowStreams) {
   ASSERT_TRUE(result.ok()) << result.status();
   ExpectMatchesReference(spec, in, *result);
   EXPECT_TRUE(client->DeleteContext("piecewise").ok());
+}
+
+// A client that cancels its context upload once the coordinator opened the
+// row streams, with part of the rows sent: the upload ends CANCELLED, no
+// context of that name is left, and the same upload then succeeds.
+TEST_F(RowStreams, ClientThatCancelsAContextUploadLeavesNoContext) {
+  // 4096 tokens of two heads of 64 fp32 values: 2 MiB each of K and V.
+  const int64_t n = 4096, row_bytes = 2 * 64 * 4;
+  const double before = StreamsOpened();
+  {
+    auto stub = v1::Attention::NewStub(grpc::CreateChannel(
+        cluster_->target(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(30));
+    v1::ContextInfo info;
+    std::unique_ptr<grpc::ClientWriter<v1::ContextUpload>> writer =
+        stub->CreateContext(&context, &info);
+    v1::ContextUpload header;
+    v1::ContextHeader* h = header.mutable_header();
+    h->set_name("cancelled");
+    h->set_batch(1);
+    h->set_kv_heads(2);
+    h->set_head_dim(64);
+    h->set_length(n);
+    h->set_wire_dtype(v1::FP32);
+    ASSERT_TRUE(writer->Write(header));
+    v1::ContextUpload chunk;
+    v1::TensorChunk* rows = chunk.mutable_chunk();
+    rows->set_tensor(v1::K);
+    rows->set_token_count(n / 2);
+    rows->set_data(std::string(static_cast<size_t>(n / 2 * row_bytes), '\1'));
+    ASSERT_TRUE(writer->Write(chunk));
+    // Two more streams to each worker once the coordinator read the header.
+    const absl::Time give_up = absl::Now() + absl::Seconds(20);
+    while (StreamsOpened() - before < 4 && absl::Now() < give_up) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    ASSERT_EQ(StreamsOpened() - before, 4);
+    context.TryCancel();
+    EXPECT_EQ(writer->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  std::unique_ptr<Client> client = cluster_->NewClient();
+  absl::StatusOr<std::vector<v1::ContextInfo>> listed = client->ListContexts();
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  for (const v1::ContextInfo& info : *listed) {
+    EXPECT_NE(info.name(), "cancelled");
+  }
+  AttentionSpec spec = SelfAttentionSpec(n, 4, 2, 64, true);
+  spec.q_len = 97;
+  const RandomInputs in = MakeRandomInputs(spec, 11);
+  ASSERT_TRUE(
+      client->CreateContext("cancelled", in.k.view(), in.v.view()).ok());
+  absl::StatusOr<AttendResult> result =
+      client->Query("cancelled", RequestSpec(spec), in.q.view());
+  ASSERT_TRUE(result.ok()) << result.status();
+  ExpectMatchesReference(spec, in, *result);
+  EXPECT_TRUE(client->DeleteContext("cancelled").ok());
 }
 
 // Two workers, each reached over four streams for any upload past one
