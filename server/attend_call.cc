@@ -68,9 +68,6 @@ struct WorkerLink {
   std::optional<v1::ExecuteRequest> whole;
 };
 
-// Rows waiting to be written to one worker, at most (shared among its
-// streams).
-constexpr int64_t kMaxQueuedBytesPerWorker = int64_t{64} << 20;
 // Requests that upload at most this much reach each worker as one message
 // (header, rows and 'run'; worker.proto), written once the client's upload
 // is read: every message on a stream costs a write and a wake-up on both
@@ -146,10 +143,6 @@ class Call {
   absl::Status RouteChunk(v1::TensorChunk& chunk, int64_t index);
   // Queues `request` for worker `worker`; the error of a failed worker.
   absl::Status SendToWorker(int64_t worker, v1::ExecuteRequest request);
-  // Opens worker `link`'s AttachRows streams under `key`, each with a writer
-  // queueing at most `max_queued_bytes`.
-  void OpenRowStreams(WorkerLink& link, const std::string& key,
-                      int64_t max_queued_bytes);
   // Ends worker `worker`'s AttachRows streams once their rows are written.
   absl::Status FinishRowStreams(int64_t worker);
   // The error of worker `worker` whose AttachRows stream ended with
@@ -508,7 +501,8 @@ absl::Status Call::OpenWorkers() {
     if (streams > 1) {
       const std::string key = absl::StrCat(request_id_, "/", member.rank);
       h->set_rows_key(key);
-      OpenRowStreams(*link, key, queued_bytes);
+      link->row_streams = OpenRowStreams(link->member.row_stubs, key,
+                                         context_->deadline(), queued_bytes);
     }
     workers_.push_back(std::move(link));
     RINGATTN_RETURN_IF_ERROR(SendToWorker(member.rank, header));
@@ -521,14 +515,6 @@ absl::Status Call::OpenWorkers() {
                         static_cast<double>(streams * workers_.size()));
   }
   return absl::OkStatus();
-}
-
-void Call::OpenRowStreams(WorkerLink& link, const std::string& key,
-                          int64_t max_queued_bytes) {
-  for (const std::shared_ptr<v1::Worker::Stub>& stub : link.member.row_stubs) {
-    link.row_streams.push_back(std::make_unique<RowStream>(
-        *stub, key, context_->deadline(), max_queued_bytes));
-  }
 }
 
 absl::Status Call::SendToWorker(int64_t worker, v1::ExecuteRequest request) {

@@ -17,9 +17,6 @@ namespace {
 // message (the header carrying the rows), written by EndWrites: a decode
 // step's new row then costs its worker one write instead of four.
 constexpr int64_t kMostWholeAppendBytes = int64_t{1} << 20;
-// Rows waiting to be written to one worker's row streams, at most (shared
-// among them).
-constexpr int64_t kMaxQueuedBytesPerWorker = int64_t{64} << 20;
 
 }  // namespace
 
@@ -166,13 +163,10 @@ absl::StatusOr<std::unique_ptr<ContextAppend>> ContextAppend::Start(
       const std::string key =
           absl::StrCat("context/", NewUploadToken(), "/", member.rank);
       h->set_rows_key(key);
-      const int64_t queued_bytes =
-          kMaxQueuedBytesPerWorker /
-          static_cast<int64_t>(member.row_stubs.size());
-      for (const auto& stub : member.row_stubs) {
-        link->row_streams.push_back(
-            std::make_unique<RowStream>(*stub, key, deadline, queued_bytes));
-      }
+      link->row_streams =
+          OpenRowStreams(member.row_stubs, key, deadline,
+                         kMaxQueuedBytesPerWorker /
+                             static_cast<int64_t>(member.row_stubs.size()));
     }
     if (whole) {
       link->whole = std::move(request);

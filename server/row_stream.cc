@@ -17,4 +17,16 @@ RowStream::RowStream(v1::Worker::Stub& stub, const std::string& key,
 
 bool RowStream::EndRows() { return writer->Flush() && stream->WritesDone(); }
 
+std::vector<std::unique_ptr<RowStream>> OpenRowStreams(
+    const std::vector<std::shared_ptr<v1::Worker::Stub>>& stubs,
+    const std::string& key, std::chrono::system_clock::time_point deadline,
+    int64_t max_queued_bytes) {
+  std::vector<std::unique_ptr<RowStream>> streams;
+  for (const std::shared_ptr<v1::Worker::Stub>& stub : stubs) {
+    streams.push_back(
+        std::make_unique<RowStream>(*stub, key, deadline, max_queued_bytes));
+  }
+  return streams;
+}
+
 }  // namespace ringattn

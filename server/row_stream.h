@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "grpcpp/grpcpp.h"
 #include "ringattn/v1/worker.grpc.pb.h"
@@ -22,6 +23,10 @@ namespace ringattn {
 // The initial metadata that names an AttachRows stream's Execute or
 // StoreContext stream by its header's rows_key.
 inline constexpr char kRowsKeyMetadata[] = "ringattn-rows-key";
+
+// Rows waiting to be written to one worker, at most, shared among the streams
+// that carry them.
+inline constexpr int64_t kMaxQueuedBytesPerWorker = int64_t{64} << 20;
 
 struct RowStream {
   // Opens the stream to `stub` for the stream whose header names `key`; the
@@ -40,6 +45,13 @@ struct RowStream {
       stream;
   std::unique_ptr<WorkerWriter> writer;  // destroyed before the stream
 };
+
+// A RowStream to each of `stubs` (one worker's row channels) for the stream
+// whose header names `key`, each queueing at most `max_queued_bytes`.
+std::vector<std::unique_ptr<RowStream>> OpenRowStreams(
+    const std::vector<std::shared_ptr<v1::Worker::Stub>>& stubs,
+    const std::string& key, std::chrono::system_clock::time_point deadline,
+    int64_t max_queued_bytes);
 
 }  // namespace ringattn
 

@@ -5,6 +5,8 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "kernels/cuda/device_buffer.h"
 #include "spdlog/spdlog.h"
 
 namespace ringattn {
@@ -57,14 +59,11 @@ absl::Status CopyInPinnedPieces(void* to, const void* from, size_t bytes,
     const size_t part =
         std::min(bytes - at,
                  (offset / kPinnedPieceBytes + 1) * kPinnedPieceBytes - offset);
-    if (const cudaError_t error = cudaMemcpyAsync(
-            static_cast<char*>(to) + at, static_cast<const char*>(from) + at,
-            part, kind, stream);
-        error != cudaSuccess) {
-      cudaGetLastError();
-      return absl::InternalError(
-          absl::StrCat(what, ": ", cudaGetErrorString(error)));
-    }
+    RINGATTN_RETURN_IF_ERROR(
+        CudaStatus(cudaMemcpyAsync(static_cast<char*>(to) + at,
+                                   static_cast<const char*>(from) + at, part,
+                                   kind, stream),
+                   what));
     at += part;
   }
   return absl::OkStatus();
