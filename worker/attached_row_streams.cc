@@ -100,4 +100,16 @@ void AttachedRowStreams::RememberClosed(const std::string& key) {
   }
 }
 
+absl::Status RowsKeyClaim::Open(AttachedShard shard) {
+  const absl::Status opened = streams_.Open(key_, std::move(shard));
+  if (!opened.ok()) key_.clear();
+  return opened;
+}
+
+void RowsKeyClaim::Close() {
+  if (key_.empty()) return;
+  streams_.Close(key_);
+  key_.clear();
+}
+
 }  // namespace ringattn

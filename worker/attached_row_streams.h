@@ -14,6 +14,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -80,6 +81,32 @@ class AttachedRowStreams {
   std::map<std::string, Entry> entries_ ABSL_GUARDED_BY(mutex_);
   std::set<std::string> closed_ ABSL_GUARDED_BY(mutex_);
   std::deque<std::string> closed_order_ ABSL_GUARDED_BY(mutex_);
+};
+
+// A stream's claim on the rows_key its header names, for Execute and
+// StoreContext streams alike: Open hands attached streams the stream's shard,
+// and Close refuses those that wait or come later, also for a key that never
+// opened (its header was refused), so that they hear it at once instead of at
+// their deadline. Closes on destruction. Not thread-safe.
+class RowsKeyClaim {
+ public:
+  explicit RowsKeyClaim(AttachedRowStreams& streams) : streams_(streams) {}
+  ~RowsKeyClaim() { Close(); }
+  RowsKeyClaim(const RowsKeyClaim&) = delete;
+  RowsKeyClaim& operator=(const RowsKeyClaim&) = delete;
+
+  // Takes `key` (none if empty) for this stream to open and close.
+  void Take(std::string key) { key_ = std::move(key); }
+  bool taken() const { return !key_.empty(); }
+  // Opens the key taken with `shard`. The registry's error if the key is
+  // open or closed already; it is then not this stream's to close.
+  absl::Status Open(AttachedShard shard);
+  // Refuses waiting and later attached streams. Idempotent.
+  void Close();
+
+ private:
+  AttachedRowStreams& streams_;
+  std::string key_;
 };
 
 }  // namespace ringattn

@@ -84,9 +84,9 @@ class ExecuteReactor final
         compute_threads_(compute_threads),
         host_contexts_(host_contexts),
         device_contexts_(device_contexts),
-        attached_rows_(attached_rows),
         options_(options),
-        deadline_(absl::FromChrono(context->deadline())) {
+        deadline_(absl::FromChrono(context->deadline())),
+        rows_key_(attached_rows) {
     if (!ticket.ok()) {
       FinishWith(ticket.status());
       return;
@@ -228,20 +228,15 @@ class ExecuteReactor final
   // Lets AttachRows streams that present the header's rows_key place rows
   // into this stream's shard and then wait to carry part of its output.
   absl::Status OpenRowStreams() {
-    if (rows_key_.empty()) return absl::OkStatus();
+    if (!rows_key_.taken()) return absl::OkStatus();
     lanes_ = std::make_shared<OutputLanes>();
-    absl::Status opened = attached_rows_.Open(rows_key_, {intake_, lanes_});
-    if (!opened.ok()) rows_key_.clear();  // not ours to close
-    return opened;
+    return rows_key_.Open({intake_, lanes_});
   }
 
   // Ends attached rows: refuses streams that wait or come later, and waits
   // for rows being stored. Idempotent; after it the shard is stable.
   void CloseRowStreams() {
-    if (!rows_key_.empty()) {
-      attached_rows_.Close(rows_key_);
-      rows_key_.clear();
-    }
+    rows_key_.Close();
     if (intake_ != nullptr) intake_->Close();
   }
 
@@ -251,7 +246,7 @@ class ExecuteReactor final
           "a second header arrived; a stream has exactly one, first");
     }
     request_id_ = header.request_id().empty() ? "-" : header.request_id();
-    rows_key_ = header.rows_key();
+    rows_key_.Take(header.rows_key());
     absl::StatusOr<AttentionSpec> spec = SpecFromProto(header.spec());
     if (!spec.ok()) return spec.status();
     absl::StatusOr<DType> dtype = DTypeFromProto(header.spec().wire_dtype());
@@ -876,7 +871,6 @@ class ExecuteReactor final
   ComputeThreads& compute_threads_;
   ContextStore* const host_contexts_;          // on a CPU worker
   DeviceContextStore* const device_contexts_;  // on a CUDA worker
-  AttachedRowStreams& attached_rows_;
   const WorkerServiceOptions& options_;
   const absl::Time deadline_;
   ExecutionBudget::Ticket ticket_;
@@ -909,7 +903,7 @@ class ExecuteReactor final
   // Where the shard's rows land, from this stream and attached ones.
   std::shared_ptr<ShardIntake> intake_;
   // The header's rows_key while attached streams may place rows.
-  std::string rows_key_;
+  RowsKeyClaim rows_key_;
   // A large shard's staging on a CUDA worker, page-locked; and what faults
   // its pages in ahead of its rows (and then locks them).
   std::unique_ptr<PinnedHostRegions> pinned_;
@@ -953,9 +947,9 @@ class StoreContextReactor final
                       v1::StoreContextResponse* response)
       : contexts_(contexts),
         threads_(threads),
-        attached_rows_(attached_rows),
         response_(response),
-        piece_(options.cuda_device, options.most_pinned_staging_bytes) {
+        piece_(options.cuda_device, options.most_pinned_staging_bytes),
+        rows_key_(attached_rows) {
     StartRead(&request_);
   }
 
@@ -972,7 +966,7 @@ class StoreContextReactor final
     // that their rows are stored; later rows are not part of the piece. It
     // cancels the stream when the upload failed elsewhere: a piece not yet
     // stored by then is not stored (it drops those that were).
-    CloseRowsKey();
+    rows_key_.Close();
     if (cancelled_) {
       End(absl::CancelledError("the upload was cancelled; nothing stored"));
       return;
@@ -986,42 +980,29 @@ class StoreContextReactor final
 
  private:
   ~StoreContextReactor() override {
-    CloseRowsKey();
+    rows_key_.Close();
     if (lanes_ != nullptr) {
       lanes_->End(absl::CancelledError("its StoreContext stream ended"));
     }
   }
 
-  // Lets AttachRows streams that present `key` place rows into the piece
-  // and then wait for its outcome.
-  absl::Status OpenRowsKey(const std::string& key) {
-    if (key.empty()) return absl::OkStatus();
-    lanes_ = std::make_shared<OutputLanes>();
-    RINGATTN_RETURN_IF_ERROR(
-        attached_rows_.Open(key, {piece_.intake(), lanes_}));
-    rows_key_ = key;
-    return absl::OkStatus();
-  }
-
   // Ends the attached streams and then this one with `status`.
   void End(const absl::Status& status) {
-    CloseRowsKey();
+    rows_key_.Close();
     if (lanes_ != nullptr) lanes_->End(status);
     Finish(ToGrpcStatus(status));
-  }
-
-  // Refuses attached streams that wait for the key or come later.
-  void CloseRowsKey() {
-    if (rows_key_.empty()) return;
-    attached_rows_.Close(rows_key_);
-    rows_key_.clear();
   }
 
   absl::Status Accept(const v1::StoreContextRequest& request) {
     if (request.has_header()) {
       started_ = absl::Now();
+      // Taken first: attached streams waiting for a refused header hear so.
+      rows_key_.Take(request.header().rows_key());
       RINGATTN_RETURN_IF_ERROR(piece_.Start(request.header()));
-      return OpenRowsKey(request.header().rows_key());
+      if (!rows_key_.taken()) return absl::OkStatus();
+      // Attached streams place rows into the piece and wait for its outcome.
+      lanes_ = std::make_shared<OutputLanes>();
+      return rows_key_.Open({piece_.intake(), lanes_});
     }
     if (!request.has_rows()) {
       return absl::InvalidArgumentError(
@@ -1046,14 +1027,13 @@ class StoreContextReactor final
 
   ResidentContexts& contexts_;
   ComputeThreads& threads_;
-  AttachedRowStreams& attached_rows_;
   v1::StoreContextResponse* const response_;
   absl::Time started_;  // when the header came
   std::atomic<bool> cancelled_{false};
   v1::StoreContextRequest request_;
   ContextPiece piece_;
   // The header's rows_key while attached streams may join.
-  std::string rows_key_;
+  RowsKeyClaim rows_key_;
   // The attached streams waiting for the piece's outcome.
   std::shared_ptr<OutputLanes> lanes_;
 };

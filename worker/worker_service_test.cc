@@ -1171,6 +1171,21 @@ TEST(WorkerServiceAttachedRows, ContextPieceMissingAttachedRowsStoresNothing) {
   EXPECT_FALSE(query.status.ok());
 }
 
+// A piece whose header is refused: the attached streams waiting for its key
+// are refused at once too, not left to wait out their deadline.
+TEST(WorkerServiceAttachedRows, AttachedStreamsOfARefusedPieceAreRefused) {
+  gloo::rendezvous::HashStore store;
+  TestWorker worker(store, WorkerServiceOptions());
+  AttachedStream waiting(worker.stub(), "refused/0",
+                         {ZeroRows(v1::K, 0, 0, 10, kPieceRowBytes)});
+  // A piece without a name.
+  KeyedPieceStream piece(worker.stub(), "", {0, 10}, "refused/0");
+  EXPECT_EQ(piece.Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  const grpc::Status refused = waiting.Join();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << refused.error_message();
+}
+
 // A context holds no queries: Q rows on an attached stream of a piece are
 // refused by name, and duplicates across streams are refused too.
 TEST(WorkerServiceAttachedRows, ContextPieceRefusesQueryAndDuplicateRows) {
