@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <list>
 #include <map>
 #include <memory>
 #include <string>
@@ -202,7 +203,8 @@ using HandlePtr =
 
 class CudnnAttention::Impl {
  public:
-  explicit Impl(HandlePtr handle) : handle_(std::move(handle)) {}
+  Impl(HandlePtr handle, int max_plans)
+      : handle_(std::move(handle)), max_plans_(max_plans) {}
 
   absl::Status Forward(const DeviceAttentionArgs& args, cudaStream_t stream) {
     if (const char* problem = FindAttentionArgsProblem(args)) {
@@ -240,9 +242,9 @@ class CudnnAttention::Impl {
           "cuDNN attention needs 16-byte aligned Q, K, V and O rows");
     }
 
-    auto [entry, inserted] = plans_.try_emplace(KeyOf(block));
-    if (inserted) entry->second = BuildPlan(handle_.get(), block);
-    const Plan& plan = entry->second;
+    absl::StatusOr<const Plan*> found = FindPlan(block, stream);
+    if (!found.ok()) return found.status();
+    const Plan& plan = **found;
     if (!plan.status.ok()) return plan.status;
 
     if (empty_rows > 0) {
@@ -288,14 +290,55 @@ class CudnnAttention::Impl {
   }
 
   int64_t cached_plans() const { return static_cast<int64_t>(plans_.size()); }
+  int64_t built_plans() const { return built_plans_; }
 
  private:
+  struct Entry {
+    Plan plan;
+    std::list<PlanKey>::iterator use;  // its place in recent_
+  };
+
+  // The plan of `block`, built now if the cache lacks it; the least recently
+  // used plan is dropped once the cache is full, after the work already on
+  // `stream` (which may still run its kernel) is done.
+  absl::StatusOr<const Plan*> FindPlan(const Block& block,
+                                       cudaStream_t stream) {
+    const PlanKey key = KeyOf(block);
+    if (auto found = plans_.find(key); found != plans_.end()) {
+      recent_.splice(recent_.begin(), recent_, found->second.use);
+      return &found->second.plan;
+    }
+    if (static_cast<int>(plans_.size()) >= max_plans_) {
+      if (absl::Status s = CudaStatus(cudaStreamSynchronize(stream),
+                                      "finishing work before dropping a plan");
+          !s.ok()) {
+        return s;
+      }
+      plans_.erase(recent_.back());
+      recent_.pop_back();
+    }
+    recent_.push_front(key);
+    Entry& entry = plans_[key];
+    entry.plan = BuildPlan(handle_.get(), block);
+    entry.use = recent_.begin();
+    ++built_plans_;
+    return &entry.plan;
+  }
+
   HandlePtr handle_;
-  std::map<PlanKey, Plan> plans_;
+  const int max_plans_;
+  std::map<PlanKey, Entry> plans_;
+  std::list<PlanKey> recent_;  // the cached keys, most recently used first
+  int64_t built_plans_ = 0;
   DeviceBuffer workspace_;
 };
 
-absl::StatusOr<std::unique_ptr<CudnnAttention>> CudnnAttention::Create() {
+absl::StatusOr<std::unique_ptr<CudnnAttention>> CudnnAttention::Create(
+    int max_plans) {
+  if (max_plans < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CudnnAttention needs room for at least one plan, got ", max_plans));
+  }
   cudnnHandle_t handle = nullptr;
   if (cudnnStatus_t s = cudnnCreate(&handle); s != CUDNN_STATUS_SUCCESS) {
     char detail[256] = {};
@@ -304,7 +347,7 @@ absl::StatusOr<std::unique_ptr<CudnnAttention>> CudnnAttention::Create() {
         "cudnnCreate: ", cudnnGetErrorString(s), " (", detail, ")"));
   }
   return std::unique_ptr<CudnnAttention>(
-      new CudnnAttention(std::make_unique<Impl>(HandlePtr(handle))));
+      new CudnnAttention(std::make_unique<Impl>(HandlePtr(handle), max_plans)));
 }
 
 CudnnAttention::CudnnAttention(std::unique_ptr<Impl> impl)
@@ -318,6 +361,8 @@ absl::Status CudnnAttention::Forward(const DeviceAttentionArgs& args,
 }
 
 int64_t CudnnAttention::cached_plans() const { return impl_->cached_plans(); }
+
+int64_t CudnnAttention::built_plans() const { return impl_->built_plans(); }
 
 int64_t CudnnAttention::LibraryVersion() {
   return static_cast<int64_t>(cudnnGetVersion());

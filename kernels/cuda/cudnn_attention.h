@@ -5,9 +5,9 @@
 // (its graph API, via the cuDNN frontend, which only cudnn_attention.cc sees).
 // It owns a cuDNN handle bound to the device that was current at Create(), a
 // cache of built execution plans (one per shape, stride, scale and mask key;
-// no rebuild when only the pointers change) and a workspace that grows when a
-// plan needs more. Thread-compatible: one thread at a time, with that device
-// current.
+// no rebuild when only the pointers change) that keeps the most recently used
+// ones, and a workspace that grows when a plan needs more. Thread-compatible:
+// one thread at a time, with that device current.
 
 #include <cuda_runtime.h>
 
@@ -20,11 +20,18 @@
 
 namespace ringattn {
 
+// How many plans a CudnnAttention keeps by default. A plan holds cuDNN's
+// compiled kernel: a load run of random shapes on one H200 grew a worker by
+// about 40 MB of host memory a second while every shape's plan was kept.
+inline constexpr int kDefaultCudnnPlans = 32;
+
 class CudnnAttention {
  public:
   // A handle on the current device, or UNAVAILABLE with cuDNN's reason (no
-  // device, no library).
-  static absl::StatusOr<std::unique_ptr<CudnnAttention>> Create();
+  // device, no library). It keeps at most `max_plans` (>= 1) plans, dropping
+  // the least recently used one to make room.
+  static absl::StatusOr<std::unique_ptr<CudnnAttention>> Create(
+      int max_plans = kDefaultCudnnPlans);
 
   ~CudnnAttention();
   CudnnAttention(const CudnnAttention&) = delete;
@@ -43,6 +50,9 @@ class CudnnAttention {
 
   // How many plans (built or refused) the cache holds.
   int64_t cached_plans() const;
+  // How many plans were built (or refused) so far, counting those built again
+  // after they were dropped.
+  int64_t built_plans() const;
 
   // The cuDNN library version running, e.g. 91900 for 9.19.0.
   static int64_t LibraryVersion();

@@ -80,6 +80,35 @@ TEST_F(CudnnAttentionPlanTest, ReusesThePlanWhenOnlyPointersChange) {
   EXPECT_EQ(cudnn_->cached_plans(), 2);
 }
 
+// A cache of three plans fed five shapes keeps the three last used, and a
+// dropped shape is built again and still matches the reference.
+TEST_F(CudnnAttentionPlanTest, KeepsOnlyTheMostRecentlyUsedPlans) {
+  absl::StatusOr<std::unique_ptr<CudnnAttention>> small =
+      CudnnAttention::Create(/*max_plans=*/3);
+  ASSERT_TRUE(small.ok()) << small.status();
+  CudnnAttention& cudnn = **small;
+  auto run = [&](int64_t kv_len, uint32_t seed) {
+    absl::StatusOr<AttentionProblem> problem = AttentionProblem::Create(
+        MakeAttentionCase("lru", 1, 37, kv_len, 4, 2, 64, /*causal=*/true),
+        seed);
+    ASSERT_TRUE(problem.ok()) << problem.status();
+    ASSERT_TRUE(problem->PoisonOutputs().ok());
+    ASSERT_TRUE(cudnn.Forward(problem->args(), nullptr).ok());
+    EXPECT_TRUE(problem->OutputsMatchReference()) << "kv_len " << kv_len;
+  };
+  for (int64_t kv_len : {101, 211, 307, 401, 503}) run(kv_len, 10);
+  EXPECT_EQ(cudnn.cached_plans(), 3);
+  EXPECT_EQ(cudnn.built_plans(), 5);
+  run(503, 11);  // still cached: no build
+  EXPECT_EQ(cudnn.built_plans(), 5);
+  run(101, 12);  // dropped: built again, and 307 (least recently used) goes
+  EXPECT_EQ(cudnn.built_plans(), 6);
+  run(401, 13);
+  EXPECT_EQ(cudnn.built_plans(), 6);
+  EXPECT_EQ(cudnn.cached_plans(), 3);
+  EXPECT_TRUE(absl::IsInvalidArgument(CudnnAttention::Create(0).status()));
+}
+
 TEST_F(CudnnAttentionPlanTest, RejectsMalformedArgsAsInvalidArgument) {
   absl::StatusOr<AttentionProblem> problem =
       AttentionProblem::Create(StandardAttentionCases()[0], 5);
