@@ -1,10 +1,11 @@
 // load_run: the bounded load run and the fault run (load_runner.h) as a
-// command. It starts its own coordinator and CPU workers on loopback from
-// --bin_dir, prints the report, and exits 1 if any result was wrong or any
-// call hung, 2 if the run could not be made.
+// command. It starts its own coordinator and workers (CPU, or one per GPU
+// with --cuda) on loopback from --bin_dir, prints the report, and exits 1 if
+// any result was wrong or any call hung, 2 if the run could not be made.
 //
 //   bin/load_run                          2 minutes, 16 clients, 3 workers
 //   bin/load_run --faults                 the same while workers are killed
+//   bin/load_run --cuda --workers=1       one worker on cuda:0
 
 #include <unistd.h>
 
@@ -19,7 +20,10 @@
 
 ABSL_FLAG(double, duration_s, 120, "how long clients keep sending requests");
 ABSL_FLAG(int, clients, 16, "concurrent client threads");
-ABSL_FLAG(int, workers, 3, "CPU workers");
+ABSL_FLAG(int, workers, 3, "workers");
+ABSL_FLAG(bool, cuda, false,
+          "worker i on CUDA device i (results checked within the GPU "
+          "tolerance) instead of the CPU");
 ABSL_FLAG(uint32_t, seed, 1, "seeds the requests and the fault schedule");
 ABSL_FLAG(bool, faults, false,
           "kill a random worker (SIGKILL) every 2-8 s and start a "
@@ -48,6 +52,7 @@ int Main() {
   options.coordinator_binary = bin_dir + "/ringattn-coordinator";
   options.worker_binary = bin_dir + "/ringattn-worker";
   options.workers = absl::GetFlag(FLAGS_workers);
+  options.cuda = absl::GetFlag(FLAGS_cuda);
   options.clients = absl::GetFlag(FLAGS_clients);
   options.duration = absl::Seconds(absl::GetFlag(FLAGS_duration_s));
   options.seed = absl::GetFlag(FLAGS_seed);
@@ -66,8 +71,8 @@ int Main() {
                  "--max_request_mib >= 0.0625\n");
     return 2;
   }
-  std::printf("load_run: %d clients, %d workers, %.0f s, seed %u%s\n",
-              options.clients, options.workers,
+  std::printf("load_run: %d clients, %d %s workers, %.0f s, seed %u%s\n",
+              options.clients, options.workers, options.cuda ? "CUDA" : "CPU",
               absl::ToDoubleSeconds(options.duration), options.seed,
               options.faults ? ", workers killed at random" : "");
   std::fflush(stdout);

@@ -105,11 +105,13 @@ class Cluster {
   pid_t worker_pid(int slot) const { return workers_[slot]->pid(); }
 
   absl::Status StartWorker(int slot) {
-    absl::StatusOr<ChildProcess> worker =
-        ChildProcess::Spawn(options_.worker_binary,
-                            {absl::StrCat("--coordinator=", target_),
-                             "--device=cpu", "--host=127.0.0.1", "--port=0"},
-                            ChildProcess::Output::kToStderr);
+    absl::StatusOr<ChildProcess> worker = ChildProcess::Spawn(
+        options_.worker_binary,
+        {absl::StrCat("--coordinator=", target_),
+         options_.cuda ? absl::StrCat("--device=cuda:", slot)
+                       : std::string("--device=cpu"),
+         "--host=127.0.0.1", "--port=0"},
+        ChildProcess::Output::kToStderr);
     if (!worker.ok()) return worker.status();
     workers_[slot].emplace(std::move(*worker));
     return absl::OkStatus();
@@ -171,6 +173,10 @@ struct Shared {
   const std::string target;
   std::vector<Slot> slots;
   absl::Notification stop;
+
+  Tolerance tolerance() const {
+    return options.cuda ? kGpuTolerance : kCpuTolerance;
+  }
 
   absl::Mutex mutex;
   LoadReport report ABSL_GUARDED_BY(mutex);
@@ -256,9 +262,10 @@ void AttendLoop(std::shared_ptr<Shared> shared, int index) {
       shared->Backoff();
       continue;
     }
-    shared->RecordCheck(
-        CheckResult(r.spec, r.q.view(), r.k.view(), r.v.view(), *result, rng),
-        absl::StrCat(r.kind, " ", r.proto.ShortDebugString()), r.bytes);
+    shared->RecordCheck(CheckResult(r.spec, r.q.view(), r.k.view(), r.v.view(),
+                                    *result, shared->tolerance(), rng),
+                        absl::StrCat(r.kind, " ", r.proto.ShortDebugString()),
+                        r.bytes);
   }
 }
 
@@ -349,7 +356,8 @@ void ContextLoop(std::shared_ptr<Shared> shared, int index) {
         length = spec.kv_len;
         shared->RecordCheck(
             CheckResult(spec, q.view(), k.view().Slice(0, length),
-                        v.view().Slice(0, length), *result, rng),
+                        v.view().Slice(0, length), *result, shared->tolerance(),
+                        rng),
             absl::StrCat(decode ? "decode" : "query", " of context ", name, " ",
                          proto.ShortDebugString()),
             4 * (q.values().size() + 2 * length * base.kv_heads * 64));

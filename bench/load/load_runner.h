@@ -2,7 +2,8 @@
 #define RINGATTN_BENCH_LOAD_LOAD_RUNNER_H_
 
 // The bounded load run (and, with faults, the fault run): a coordinator and
-// CPU workers started as processes on loopback, many client threads sending
+// workers (CPU, or one per GPU) started as processes on loopback, many client
+// threads sending
 // mixed requests (request_mix.h) and resident-context queries for a set time,
 // every result checked against the float64 reference; with faults, workers
 // are killed with SIGKILL at random and replacements started. A request that
@@ -23,6 +24,9 @@ struct LoadOptions {
   std::string coordinator_binary;  // path of ringattn-coordinator
   std::string worker_binary;       // path of ringattn-worker
   int workers = 3;
+  // Worker slot i runs on CUDA device i instead of the CPU; results are then
+  // checked within kGpuTolerance (request_mix.h) instead of kCpuTolerance.
+  bool cuda = false;
   int clients = 16;
   absl::Duration duration = absl::Minutes(2);
   uint32_t seed = 1;

@@ -13,7 +13,6 @@
 namespace ringattn {
 namespace {
 
-constexpr double kTolerance = 2e-5;
 // Requests with at most this many multiply-adds are checked in full.
 constexpr double kFullCheckMacs = 2e7;
 constexpr int kSampledRows = 12;
@@ -123,7 +122,8 @@ LoadRequest RandomRequest(std::mt19937& rng, int64_t max_bytes) {
 
 absl::Status CheckResult(const AttentionSpec& spec, View<const float> q,
                          View<const float> k, View<const float> v,
-                         const AttendResult& result, std::mt19937& rng) {
+                         const AttendResult& result, Tolerance tolerance,
+                         std::mt19937& rng) {
   const Shape shape = q.shape();
   if (result.output.shape() != shape) {
     return absl::InternalError("output has the wrong shape");
@@ -158,7 +158,7 @@ absl::Status CheckResult(const AttentionSpec& spec, View<const float> q,
         const bool lse_ok = std::isinf(want_lse)
                                 ? got_lse == -INFINITY
                                 : std::fabs(got_lse - want_lse) <=
-                                      kTolerance * (1 + std::fabs(want_lse));
+                                      tolerance.lse * (1 + std::fabs(want_lse));
         if (!lse_ok) {
           return absl::InternalError(absl::StrCat(
               "LSE at ", where, ": got ", got_lse, ", want ", want_lse));
@@ -166,7 +166,7 @@ absl::Status CheckResult(const AttentionSpec& spec, View<const float> q,
         for (int64_t d = 0; d < spec.head_dim; ++d) {
           const double want = o_ref.view().At(b, n, h, d);
           const float got = result.output.view().At(b, n, h, d);
-          if (!(std::fabs(got - want) <= kTolerance * (1 + std::fabs(want)))) {
+          if (!(std::fabs(got - want) <= tolerance.o * (1 + std::fabs(want)))) {
             return absl::InternalError(absl::StrCat(
                 "O at ", where, " d=", d, ": got ", got, ", want ", want));
           }
