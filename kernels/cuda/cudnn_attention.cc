@@ -15,6 +15,7 @@
 #include <list>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <type_traits>
 #include <unordered_map>
@@ -193,6 +194,32 @@ DeviceTensor<T> SkipRows(DeviceTensor<T> tensor, int64_t rows) {
   return tensor;
 }
 
+// Leading rows of `args` that see no key: all of them without keys, and
+// under causal masking those before the last kv_len.
+int64_t EmptyRows(const DeviceAttentionArgs& args) {
+  return args.causal || args.kv_len == 0
+             ? std::max<int64_t>(0, args.q_len - args.kv_len)
+             : 0;
+}
+
+// What cuDNN computes of `args`: the block less its `empty_rows` leading rows.
+Block TrimmedBlock(const DeviceAttentionArgs& args, int64_t empty_rows) {
+  Block block;
+  block.args = args;
+  block.args.q_len = args.q_len - empty_rows;
+  block.args.q = SkipRows(args.q, empty_rows);
+  block.args.o = SkipRows(args.o, empty_rows);
+  if (args.lse != nullptr) {
+    block.args.lse = args.lse + empty_rows * args.q_heads;
+  }
+  block.lse_batch_stride = args.q_len * args.q_heads;
+  return block;
+}
+
+// Keys seen once without a plan that a CudnnAttention remembers; it forgets
+// them all when there are more.
+constexpr size_t kMostSightings = 1024;
+
 struct HandleDeleter {
   void operator()(cudnnHandle_t handle) const { cudnnDestroy(handle); }
 };
@@ -215,25 +242,12 @@ class CudnnAttention::Impl {
           "cuDNN attention takes whole blocks, not work lists");
     }
     if (args.batch == 0 || args.q_len == 0) return absl::OkStatus();
-    // Leading rows that see no key: all of them without keys, and under
-    // causal masking those before the last kv_len.
-    const int64_t empty_rows =
-        args.causal || args.kv_len == 0
-            ? std::max<int64_t>(0, args.q_len - args.kv_len)
-            : 0;
+    const int64_t empty_rows = EmptyRows(args);
     if (empty_rows == args.q_len) {
       return CudaStatus(LaunchMarkRowsEmpty(args, empty_rows, stream),
                         "marking rows that see no key");
     }
-    Block block;
-    block.args = args;
-    block.args.q_len = args.q_len - empty_rows;
-    block.args.q = SkipRows(args.q, empty_rows);
-    block.args.o = SkipRows(args.o, empty_rows);
-    if (args.lse != nullptr) {
-      block.args.lse = args.lse + empty_rows * args.q_heads;
-    }
-    block.lse_batch_stride = args.q_len * args.q_heads;
+    const Block block = TrimmedBlock(args, empty_rows);
     // The backend reads rows with 16-byte vector loads and does not check
     // the pointers itself.
     if (!Aligned16(block.args.q.data) || !Aligned16(block.args.k.data) ||
@@ -289,6 +303,20 @@ class CudnnAttention::Impl {
     return absl::OkStatus();
   }
 
+  bool Recurring(const DeviceAttentionArgs& args) {
+    if (FindAttentionArgsProblem(args) != nullptr || args.work.tile_count > 0 ||
+        args.batch == 0 || args.q_len == 0) {
+      return true;
+    }
+    const int64_t empty_rows = EmptyRows(args);
+    if (empty_rows == args.q_len) return true;
+    const PlanKey key = KeyOf(TrimmedBlock(args, empty_rows));
+    if (plans_.count(key) > 0 || sightings_.erase(key) > 0) return true;
+    if (sightings_.size() >= kMostSightings) sightings_.clear();
+    sightings_.insert(key);
+    return false;
+  }
+
   int64_t cached_plans() const { return static_cast<int64_t>(plans_.size()); }
   int64_t built_plans() const { return built_plans_; }
 
@@ -328,7 +356,8 @@ class CudnnAttention::Impl {
   HandlePtr handle_;
   const int max_plans_;
   std::map<PlanKey, Entry> plans_;
-  std::list<PlanKey> recent_;  // the cached keys, most recently used first
+  std::list<PlanKey> recent_;    // the cached keys, most recently used first
+  std::set<PlanKey> sightings_;  // keys seen once, without a plan
   int64_t built_plans_ = 0;
   DeviceBuffer workspace_;
 };
@@ -358,6 +387,10 @@ CudnnAttention::~CudnnAttention() = default;
 absl::Status CudnnAttention::Forward(const DeviceAttentionArgs& args,
                                      cudaStream_t stream) {
   return impl_->Forward(args, stream);
+}
+
+bool CudnnAttention::Recurring(const DeviceAttentionArgs& args) {
+  return impl_->Recurring(args);
 }
 
 int64_t CudnnAttention::cached_plans() const { return impl_->cached_plans(); }

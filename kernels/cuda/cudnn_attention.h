@@ -48,6 +48,13 @@ class CudnnAttention {
   // once next time.
   absl::Status Forward(const DeviceAttentionArgs& args, cudaStream_t stream);
 
+  // Whether `args` should go to Forward: its plan (or refusal) is cached, or
+  // its shape was seen before (each call for a shape without a plan counts one
+  // sighting), or Forward needs no plan for it. Building a plan takes 50-90 ms
+  // on an H200, far longer than a block of a one-off shape takes on our own
+  // kernels, so a shape is built the second time it comes.
+  bool Recurring(const DeviceAttentionArgs& args);
+
   // How many plans (built or refused) the cache holds.
   int64_t cached_plans() const;
   // How many plans were built (or refused) so far, counting those built again

@@ -109,6 +109,21 @@ TEST_F(CudnnAttentionPlanTest, KeepsOnlyTheMostRecentlyUsedPlans) {
   EXPECT_TRUE(absl::IsInvalidArgument(CudnnAttention::Create(0).status()));
 }
 
+TEST_F(CudnnAttentionPlanTest, ShapesRecurOnTheirSecondSighting) {
+  absl::StatusOr<AttentionProblem> problem =
+      AttentionProblem::Create(StandardAttentionCases()[1], 6);
+  ASSERT_TRUE(problem.ok());
+  EXPECT_FALSE(cudnn_->Recurring(problem->args()));
+  EXPECT_TRUE(cudnn_->Recurring(problem->args()));
+  ASSERT_TRUE(cudnn_->Forward(problem->args(), nullptr).ok());
+  EXPECT_TRUE(problem->OutputsMatchReference());
+  EXPECT_EQ(cudnn_->built_plans(), 1);
+  EXPECT_TRUE(cudnn_->Recurring(problem->args()));  // its plan is cached
+  DeviceAttentionArgs other = problem->args();
+  other.q_len -= 1;
+  EXPECT_FALSE(cudnn_->Recurring(other));
+}
+
 TEST_F(CudnnAttentionPlanTest, RejectsMalformedArgsAsInvalidArgument) {
   absl::StatusOr<AttentionProblem> problem =
       AttentionProblem::Create(StandardAttentionCases()[0], 5);
