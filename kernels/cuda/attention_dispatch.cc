@@ -230,7 +230,7 @@ absl::StatusOr<AttentionPath> AttentionDispatcher::Forward(
   if (PrefersHopperWhole(args) || (prefer_own_kernel_ && HopperTakes(args))) {
     return RunOwnAttention(args, stream);
   }
-  if (cudnn_ != nullptr && cudnn_->Recurring(args)) {
+  if (cudnn_ != nullptr && cudnn_->WorthRunning(args)) {
     const absl::Status status = cudnn_->Forward(args, stream);
     if (status.ok()) return AttentionPath::kCudnn;
     if (!absl::IsUnimplemented(status)) return status;

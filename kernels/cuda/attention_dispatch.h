@@ -7,8 +7,8 @@
 // GPUs, shorter blocks), our Hopper kernel whole for long blocks at head dims
 // above 64, cuDNN's fused kernel for the other blocks of shapes it takes and
 // has seen before, and our own kernels for the rest (a work list, an odd head
-// dim, a shape met the first time, whose cuDNN plan would take longer to
-// build than our kernel takes to compute it): the Hopper one
+// dim, a shape met the first time or a small block, whose cuDNN plan would
+// take longer to build than our kernel takes to compute it): the Hopper one
 // (hopper_attention.h) where it takes the block, else the mma.sync one
 // (flash_attention.h). It says which one ran.
 // AttentionDispatcher is thread-compatible (it owns a CudnnAttention);
@@ -127,10 +127,10 @@ class AttentionDispatcher {
   // Enqueues attention of `args` on `stream` and returns the path that took
   // it: the split Hopper kernel where PrefersHopperSplit, else the decode
   // kernel where PrefersDecode, else the whole Hopper kernel where
-  // PrefersHopperWhole, else cuDNN for a shape it has seen before
-  // (CudnnAttention::Recurring), or our own kernel (RunOwnAttention) for a
-  // shape seen the first time or where cuDNN answered UNIMPLEMENTED for the
-  // shape (always for args with a work list).
+  // PrefersHopperWhole, else cuDNN where CudnnAttention::WorthRunning (a
+  // recurring shape, not too small), or our own kernel (RunOwnAttention) for
+  // the rest and where cuDNN answered UNIMPLEMENTED for the shape (always for
+  // args with a work list).
   // Malformed args (INVALID_ARGUMENT) and failures of a path that accepted the
   // block come back as errors, never masked by a second attempt.
   absl::StatusOr<AttentionPath> Forward(const DeviceAttentionArgs& args,

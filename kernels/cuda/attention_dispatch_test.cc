@@ -50,29 +50,39 @@ Ran RunAndCheck(AttentionDispatcher& dispatcher, const AttentionCase& c) {
 
 class AttentionDispatchTest : public ::testing::TestWithParam<AttentionCase> {};
 
-// Each shape twice, on fresh inputs: a shape for cuDNN runs on our kernel the
-// first time (no plan is built for a shape met once) and on cuDNN the second;
-// a block without keys needs no plan and goes to cuDNN at once.
+// Each shape twice, on fresh inputs: a block for cuDNN runs on our kernel the
+// first time (no plan is built for a shape met once) and on cuDNN the second
+// if it has kMinPlanFlops of work (on our kernel again if not); a block
+// without keys needs no plan and goes to cuDNN at once.
 TEST_P(AttentionDispatchTest, MatchesFloat64ReferenceOnWhicheverPathRuns) {
   SkipWithoutGpu();
   if (IsSkipped()) return;
   AttentionDispatcher dispatcher;
-  const Ran first = RunAndCheck(dispatcher, GetParam());
-  const Ran ran = RunAndCheck(dispatcher, GetParam());
+  const AttentionCase& c = GetParam();
+  const Ran first = RunAndCheck(dispatcher, c);
+  const Ran ran = RunAndCheck(dispatcher, c);
   RecordProperty("path", AttentionPathName(ran.path));
+  const bool worth_a_plan =
+      4.0 * c.batch * c.q_len * c.kv_len * c.q_heads * c.head_dim >=
+      kMinPlanFlops;
   if (ran.split_expected) {
     EXPECT_EQ(ran.path, AttentionPath::kHopper);
   } else if (ran.decode_expected) {
     EXPECT_EQ(ran.path, AttentionPath::kDecode);
   } else if (ran.whole_expected) {
     EXPECT_EQ(ran.path, AttentionPath::kHopper);
+  } else if (dispatcher.cudnn_status().ok() && c.kv_len == 0) {
+    EXPECT_EQ(ran.path, AttentionPath::kCudnn);
   } else if (dispatcher.cudnn_status().ok()) {
-    if (GetParam().kv_len > 0) {
-      EXPECT_NE(first.path, AttentionPath::kCudnn)
-          << "cuDNN built a plan for a shape met once";
+    EXPECT_NE(first.path, AttentionPath::kCudnn)
+        << "cuDNN built a plan for a shape met once";
+    if (worth_a_plan) {
+      EXPECT_EQ(ran.path, AttentionPath::kCudnn)
+          << "cuDNN refused a shape it takes on Hopper with cuDNN 9.19";
+    } else {
+      EXPECT_NE(ran.path, AttentionPath::kCudnn)
+          << "cuDNN built a plan for a block too small to repay it";
     }
-    EXPECT_EQ(ran.path, AttentionPath::kCudnn)
-        << "cuDNN refused a shape it takes on Hopper with cuDNN 9.19";
   }
 }
 
@@ -97,6 +107,15 @@ TEST_P(AttentionDispatchTest, PreferringOwnKernelRunsTheHopperKernel) {
 INSTANTIATE_TEST_SUITE_P(Standard, AttentionDispatchTest,
                          ::testing::ValuesIn(StandardAttentionCases()),
                          AttentionCaseName);
+
+// Blocks with enough work for a cuDNN plan (kMinPlanFlops) that no other path
+// prefers: D=64, under 16K keys, too many rows for the decode kernel.
+INSTANTIATE_TEST_SUITE_P(
+    WorthAPlan, AttentionDispatchTest,
+    ::testing::ValuesIn(InBothDTypes(
+        {MakeAttentionCase("CausalGqa", 2, 1021, 1021, 4, 2, 64, true),
+         MakeAttentionCase("Dense", 1, 1500, 1201, 8, 8, 64, false)})),
+    AttentionCaseName);
 
 // One to a few hundred rows against many keys: too few query tiles to fill
 // the GPU, so the Hopper kernel runs with its keys split (where the GPU is a

@@ -303,7 +303,7 @@ class CudnnAttention::Impl {
     return absl::OkStatus();
   }
 
-  bool Recurring(const DeviceAttentionArgs& args) {
+  bool WorthRunning(const DeviceAttentionArgs& args) {
     if (FindAttentionArgsProblem(args) != nullptr || args.work.tile_count > 0 ||
         args.batch == 0 || args.q_len == 0) {
       return true;
@@ -311,7 +311,13 @@ class CudnnAttention::Impl {
     const int64_t empty_rows = EmptyRows(args);
     if (empty_rows == args.q_len) return true;
     const PlanKey key = KeyOf(TrimmedBlock(args, empty_rows));
-    if (plans_.count(key) > 0 || sightings_.erase(key) > 0) return true;
+    if (plans_.count(key) > 0) return true;
+    const double flops = 4.0 * static_cast<double>(args.batch) *
+                         static_cast<double>(args.q_len) *
+                         static_cast<double>(args.kv_len) *
+                         static_cast<double>(args.q_heads * args.head_dim);
+    if (flops < kMinPlanFlops) return false;
+    if (sightings_.erase(key) > 0) return true;
     if (sightings_.size() >= kMostSightings) sightings_.clear();
     sightings_.insert(key);
     return false;
@@ -389,8 +395,8 @@ absl::Status CudnnAttention::Forward(const DeviceAttentionArgs& args,
   return impl_->Forward(args, stream);
 }
 
-bool CudnnAttention::Recurring(const DeviceAttentionArgs& args) {
-  return impl_->Recurring(args);
+bool CudnnAttention::WorthRunning(const DeviceAttentionArgs& args) {
+  return impl_->WorthRunning(args);
 }
 
 int64_t CudnnAttention::cached_plans() const { return impl_->cached_plans(); }

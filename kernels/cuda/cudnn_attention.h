@@ -25,6 +25,12 @@ namespace ringattn {
 // about 40 MB of host memory a second while every shape's plan was kept.
 inline constexpr int kDefaultCudnnPlans = 32;
 
+// The least work (4 * batch * q_len * kv_len * q_heads * head_dim FLOPs) of a
+// block CudnnAttention::WorthRunning builds a plan for: a smaller block takes a
+// few microseconds on our kernels, so cuDNN's lead of a few percent would need
+// tens of thousands of them to repay the plan.
+inline constexpr double kMinPlanFlops = 1e9;
+
 class CudnnAttention {
  public:
   // A handle on the current device, or UNAVAILABLE with cuDNN's reason (no
@@ -48,12 +54,13 @@ class CudnnAttention {
   // once next time.
   absl::Status Forward(const DeviceAttentionArgs& args, cudaStream_t stream);
 
-  // Whether `args` should go to Forward: its plan (or refusal) is cached, or
-  // its shape was seen before (each call for a shape without a plan counts one
-  // sighting), or Forward needs no plan for it. Building a plan takes 50-90 ms
-  // on an H200, far longer than a block of a one-off shape takes on our own
-  // kernels, so a shape is built the second time it comes.
-  bool Recurring(const DeviceAttentionArgs& args);
+  // Whether `args` should go to Forward: Forward needs no plan for it, or its
+  // plan (or refusal) is cached, or its block has at least kMinPlanFlops of
+  // work and its shape was seen before (each call for such a shape without a
+  // plan counts one sighting). Building a plan takes 50-90 ms on an H200, far
+  // longer than a block of a one-off shape takes on our own kernels, so a
+  // shape is built the second time it comes.
+  bool WorthRunning(const DeviceAttentionArgs& args);
 
   // How many plans (built or refused) the cache holds.
   int64_t cached_plans() const;

@@ -109,19 +109,31 @@ TEST_F(CudnnAttentionPlanTest, KeepsOnlyTheMostRecentlyUsedPlans) {
   EXPECT_TRUE(absl::IsInvalidArgument(CudnnAttention::Create(0).status()));
 }
 
-TEST_F(CudnnAttentionPlanTest, ShapesRecurOnTheirSecondSighting) {
-  absl::StatusOr<AttentionProblem> problem =
-      AttentionProblem::Create(StandardAttentionCases()[1], 6);
+// A block of 2 x 1021 x 1021 x 4 heads x 64 (2.1 GFLOP) is worth a plan from
+// its second sighting; one under kMinPlanFlops (as every standard case is)
+// never; a block without keys needs none.
+TEST_F(CudnnAttentionPlanTest, LargeShapesAreWorthAPlanOnTheirSecondSighting) {
+  absl::StatusOr<AttentionProblem> problem = AttentionProblem::Create(
+      MakeAttentionCase("worth", 2, 1021, 1021, 4, 2, 64, /*causal=*/true), 6);
   ASSERT_TRUE(problem.ok());
-  EXPECT_FALSE(cudnn_->Recurring(problem->args()));
-  EXPECT_TRUE(cudnn_->Recurring(problem->args()));
+  EXPECT_FALSE(cudnn_->WorthRunning(problem->args()));
+  EXPECT_TRUE(cudnn_->WorthRunning(problem->args()));
+  ASSERT_TRUE(problem->PoisonOutputs().ok());
   ASSERT_TRUE(cudnn_->Forward(problem->args(), nullptr).ok());
   EXPECT_TRUE(problem->OutputsMatchReference());
   EXPECT_EQ(cudnn_->built_plans(), 1);
-  EXPECT_TRUE(cudnn_->Recurring(problem->args()));  // its plan is cached
+  EXPECT_TRUE(cudnn_->WorthRunning(problem->args()));  // its plan is cached
   DeviceAttentionArgs other = problem->args();
   other.q_len -= 1;
-  EXPECT_FALSE(cudnn_->Recurring(other));
+  EXPECT_FALSE(cudnn_->WorthRunning(other));
+  other.batch = 1;
+  other.q_len = 400;  // 0.42 GFLOP
+  EXPECT_FALSE(cudnn_->WorthRunning(other));
+  EXPECT_FALSE(cudnn_->WorthRunning(other));
+  absl::StatusOr<AttentionProblem> no_keys = AttentionProblem::Create(
+      MakeAttentionCase("no_keys", 2, 7, 0, 2, 2, 64, /*causal=*/false), 7);
+  ASSERT_TRUE(no_keys.ok());
+  EXPECT_TRUE(cudnn_->WorthRunning(no_keys->args()));
 }
 
 TEST_F(CudnnAttentionPlanTest, RejectsMalformedArgsAsInvalidArgument) {
