@@ -448,6 +448,7 @@ absl::Status Call::OpenWorkers() {
   if (p > 1 && (!broadcast || tree)) {
     communicator_ = state_.communicator_keys->Acquire(membership->epoch);
     h->set_communicator_key(communicator_.key());
+    h->set_communicator_slot(communicator_.slot());
     state_.metrics->Add(
         "ringattn_ring_communicators_total",
         {{"communicator", communicator_.key().empty() ? "own"

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
@@ -10,6 +12,7 @@ namespace ringattn {
 CommunicatorKeys::Lease::Lease(Lease&& other) noexcept
     : keys_(other.keys_),
       key_(std::move(other.key_)),
+      slot_(other.slot_),
       first_use_(other.first_use_),
       succeeded_(other.succeeded_) {
   other.keys_ = nullptr;
@@ -22,6 +25,7 @@ CommunicatorKeys::Lease& CommunicatorKeys::Lease::operator=(
     Release();
     keys_ = other.keys_;
     key_ = std::move(other.key_);
+    slot_ = other.slot_;
     first_use_ = other.first_use_;
     succeeded_ = other.succeeded_;
     other.keys_ = nullptr;
@@ -33,13 +37,16 @@ CommunicatorKeys::Lease& CommunicatorKeys::Lease::operator=(
 CommunicatorKeys::Lease::~Lease() { Release(); }
 
 void CommunicatorKeys::Lease::Release() {
-  if (keys_ != nullptr) keys_->Release(key_, succeeded_);
+  if (keys_ != nullptr) keys_->Release(slot_, key_, succeeded_);
   keys_ = nullptr;
   key_.clear();
 }
 
-CommunicatorKeys::CommunicatorKeys(RendezvousStore& store, std::string instance)
-    : store_(store), instance_(std::move(instance)) {}
+CommunicatorKeys::CommunicatorKeys(RendezvousStore& store, std::string instance,
+                                   int slots)
+    : store_(store),
+      instance_(std::move(instance)),
+      slots_(static_cast<size_t>(std::max(slots, 1))) {}
 
 std::string CommunicatorKeys::NewInstance() {
   return absl::StrCat(absl::Hex(getpid()), "-",
@@ -48,35 +55,50 @@ std::string CommunicatorKeys::NewInstance() {
 
 CommunicatorKeys::Lease CommunicatorKeys::Acquire(int64_t epoch) {
   absl::MutexLock lock(&mutex_);
-  if (held_) return Lease();
-  if (key_.empty() || epoch != epoch_) {
-    epoch_ = epoch;
-    Retire();
+  auto free_of = [&](bool made) -> Slot* {
+    for (Slot& slot : slots_) {
+      if (!slot.held && (!made || (slot.used && slot.epoch == epoch))) {
+        return &slot;
+      }
+    }
+    return nullptr;
+  };
+  Slot* slot = free_of(/*made=*/true);
+  if (slot == nullptr) slot = free_of(/*made=*/false);
+  if (slot == nullptr) return Lease();
+  if (slot->key.empty() || slot->epoch != epoch) {
+    slot->epoch = epoch;
+    Retire(*slot);
   }
-  const bool first_use = !used_;
-  used_ = true;
-  held_ = true;
-  return Lease(this, key_, first_use);
+  const bool first_use = !slot->used;
+  slot->used = true;
+  slot->held = true;
+  return Lease(this, slot->key, static_cast<int>(slot - slots_.data()),
+               first_use);
 }
 
 bool CommunicatorKeys::Reusable(int64_t epoch) {
   absl::MutexLock lock(&mutex_);
-  return !held_ && !key_.empty() && epoch == epoch_ && used_;
+  return std::any_of(slots_.begin(), slots_.end(), [&](const Slot& slot) {
+    return !slot.held && slot.used && slot.epoch == epoch;
+  });
 }
 
-void CommunicatorKeys::Release(const std::string& key, bool succeeded) {
+void CommunicatorKeys::Release(int slot, const std::string& key,
+                               bool succeeded) {
   absl::MutexLock lock(&mutex_);
-  if (key != key_) return;
-  held_ = false;
-  if (!succeeded) Retire();
+  Slot& released = slots_[static_cast<size_t>(slot)];
+  if (key != released.key) return;
+  released.held = false;
+  if (!succeeded) Retire(released);
 }
 
-void CommunicatorKeys::Retire() {
-  if (!key_.empty()) store_.EraseWithPrefix(absl::StrCat(key_, "/"));
+void CommunicatorKeys::Retire(Slot& slot) {
+  if (!slot.key.empty()) store_.EraseWithPrefix(absl::StrCat(slot.key, "/"));
   ++generation_;
-  key_ = absl::StrCat("communicator/", instance_, "/epoch-", epoch_,
-                      "/generation-", generation_);
-  used_ = false;
+  slot.key = absl::StrCat("communicator/", instance_, "/epoch-", slot.epoch,
+                          "/generation-", generation_);
+  slot.used = false;
 }
 
 }  // namespace ringattn

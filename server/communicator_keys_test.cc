@@ -1,7 +1,7 @@
-// CommunicatorKeys: the workers' kept communicator goes to one request at a
-// time, a failed request retires its key, a new membership epoch gets a new
-// key, and a retired key's rendezvous leaves the store. Cluster: its epoch
-// moves whenever the ready members may have changed.
+// CommunicatorKeys: each of the workers' kept communicators goes to one request
+// at a time, a failed request retires its slot's key, a new membership epoch
+// gets new keys, and a retired key's rendezvous leaves the store. Cluster: its
+// epoch moves whenever the ready members may have changed.
 
 #include "server/communicator_keys.h"
 
@@ -33,6 +33,40 @@ TEST(CommunicatorKeys, KeyGoesToOneRequestAtATime) {
   const CommunicatorKeys::Lease next = keys.Acquire(1);
   EXPECT_EQ(next.key(), key) << "a success keeps the key";
   EXPECT_FALSE(next.first_use());
+}
+
+TEST(CommunicatorKeys, ConcurrentRequestsGetASlotEach) {
+  RendezvousStore store;
+  CommunicatorKeys keys(store, "c", /*slots=*/2);
+  std::string first_key, second_key;
+  {
+    CommunicatorKeys::Lease first = keys.Acquire(1);
+    CommunicatorKeys::Lease second = keys.Acquire(1);
+    ASSERT_FALSE(first.key().empty());
+    ASSERT_FALSE(second.key().empty());
+    EXPECT_NE(first.key(), second.key());
+    EXPECT_NE(first.slot(), second.slot());
+    EXPECT_TRUE(keys.Acquire(1).key().empty()) << "both slots are lent";
+    first_key = first.key();
+    second_key = second.key();
+    first.Succeeded();
+    second.Succeeded();
+  }
+  {
+    CommunicatorKeys::Lease first = keys.Acquire(1);
+    CommunicatorKeys::Lease second = keys.Acquire(1);
+    EXPECT_FALSE(first.first_use());
+    EXPECT_FALSE(second.first_use());
+    EXPECT_EQ(first.key(), first_key);
+    EXPECT_EQ(second.key(), second_key);
+    second.Succeeded();  // the first fails: only its slot gets a new key
+  }
+  CommunicatorKeys::Lease reused = keys.Acquire(1);
+  EXPECT_EQ(reused.key(), second_key) << "a made communicator is lent first";
+  EXPECT_FALSE(reused.first_use());
+  CommunicatorKeys::Lease fresh = keys.Acquire(1);
+  EXPECT_NE(fresh.key(), first_key);
+  EXPECT_TRUE(fresh.first_use());
 }
 
 TEST(CommunicatorKeys, ReusableOnlyWhenAMadeCommunicatorIsFree) {

@@ -185,7 +185,10 @@ int Main() {
   AdmissionControl admission(options.max_inflight_bytes,
                              absl::GetFlag(FLAGS_max_concurrent_requests));
   ContextRegistry contexts;
-  CommunicatorKeys communicator_keys(store, CommunicatorKeys::NewInstance());
+  // A kept ring communicator for each request computed at once.
+  CommunicatorKeys communicator_keys(
+      store, CommunicatorKeys::NewInstance(),
+      absl::GetFlag(FLAGS_max_concurrent_requests));
   RequestRegistry<SharedUpload> uploads;
   RequestRegistry<SharedDownload> downloads;
   const CoordinatorState state{

@@ -1,10 +1,13 @@
 // The coordinator's ring warm-up (server/ring_warm_up.h) on CPU workers: a
 // newly formed cluster makes its kept ring communicator before the first
 // request, so that request reuses it; a cluster that re-forms is warmed up
-// again; with --warm_up_ring=false the first request makes it.
+// again; with --warm_up_ring=false the first request makes it. Requests
+// computed at once ring over kept communicators of their own slots.
 
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -84,6 +87,30 @@ TEST(RingWarmUp, ReformedClusterIsWarmedUpAgain) {
   const std::string metrics = (*cluster)->Metrics().value_or("");
   EXPECT_EQ(SeriesValue(metrics, Communicators("reused")), 1) << metrics;
   EXPECT_EQ(SeriesValue(metrics, Communicators("new")), 0) << metrics;
+}
+
+// Two clients sending rings at once, as many as the coordinator computes at
+// once (--max_concurrent_requests, 2 by default): each admitted request holds
+// a slot, so none connects a communicator of its own, and at most one is made
+// per slot.
+TEST(RingWarmUp, ConcurrentRequestsRingOverKeptCommunicators) {
+  absl::StatusOr<std::unique_ptr<TestCluster>> cluster =
+      TestCluster::Start({.workers = 3});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  AwaitWarmUps(**cluster, 1);
+  std::vector<std::thread> clients;
+  for (uint32_t c = 0; c < 2; ++c) {
+    clients.emplace_back([&cluster, c] {
+      for (uint32_t i = 0; i < 6; ++i) {
+        RingMatchesReference(**cluster, 301 + 2 * i, 10 * c + i);
+      }
+    });
+  }
+  for (std::thread& client : clients) client.join();
+  const std::string metrics = (*cluster)->Metrics().value_or("");
+  EXPECT_EQ(SeriesValue(metrics, Communicators("own")), 0) << metrics;
+  EXPECT_LE(SeriesValue(metrics, Communicators("new")), 1) << metrics;
+  EXPECT_GE(SeriesValue(metrics, Communicators("reused")), 11) << metrics;
 }
 
 TEST(RingWarmUp, WithoutWarmUpTheFirstRequestMakesTheCommunicator) {

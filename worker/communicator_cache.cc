@@ -13,9 +13,10 @@ namespace ringattn {
 // communicator it wraps.
 class CommunicatorCache::Loan final : public RingCommunicator {
  public:
-  Loan(CommunicatorCache& cache, std::string key,
+  Loan(CommunicatorCache& cache, int slot, std::string key,
        std::unique_ptr<RingCommunicator> communicator)
       : cache_(cache),
+        slot_(slot),
         key_(std::move(key)),
         communicator_(std::move(communicator)) {}
 
@@ -23,7 +24,7 @@ class CommunicatorCache::Loan final : public RingCommunicator {
   Loan& operator=(const Loan&) = delete;
   ~Loan() override {
     const bool healthy = !failed_ && !started_ && !aborted_;
-    cache_.GiveBack(key_, std::move(communicator_), healthy);
+    cache_.GiveBack(slot_, key_, std::move(communicator_), healthy);
   }
 
   int rank() const override { return communicator_->rank(); }
@@ -53,6 +54,7 @@ class CommunicatorCache::Loan final : public RingCommunicator {
   }
 
   CommunicatorCache& cache_;
+  const int slot_;
   const std::string key_;
   std::unique_ptr<RingCommunicator> communicator_;
   bool failed_ = false;   // some call returned an error
@@ -64,38 +66,47 @@ CommunicatorCache::CommunicatorCache(RingConnector& connector)
     : connector_(connector) {}
 
 CommunicatorCache::~CommunicatorCache() {
-  if (idle_ != nullptr) idle_->Abort();
+  for (auto& [index, slot] : slots_) {
+    if (slot.idle != nullptr) slot.idle->Abort();
+  }
 }
 
 absl::StatusOr<std::unique_ptr<RingCommunicator>> CommunicatorCache::Lend(
-    const std::string& key, int rank, int world_size, absl::Duration timeout,
-    bool* reused) {
+    const std::string& key, int slot, int rank, int world_size,
+    absl::Duration timeout, bool* reused) {
   *reused = false;
+  if (slot < 0 || slot >= kMostCommunicatorSlots) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("communicator_slot ", slot, " is outside [0, ",
+                     kMostCommunicatorSlots, ")"));
+  }
   std::unique_ptr<RingCommunicator> retired;
   std::unique_ptr<RingCommunicator> kept;
   {
     absl::MutexLock lock(&mutex_);
-    if (key != key_) {
-      retired = std::move(idle_);
-      key_ = key;
-      lent_ = false;
-      broken_ = false;
+    Slot& state = slots_[slot];
+    if (key != state.key) {
+      retired = std::move(state.idle);
+      state.key = key;
+      state.lent = false;
+      state.broken = false;
     }
-    if (lent_ || broken_) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the cached ring communicator '", key, "' is ",
-          lent_ ? "lent to another request" : "broken by an earlier request",
-          "; the coordinator must name a new communicator key"));
+    if (state.lent || state.broken) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the cached ring communicator '", key, "' is ",
+                       state.lent ? "lent to another request"
+                                  : "broken by an earlier request",
+                       "; the coordinator must name a new communicator key"));
     }
-    if (idle_ != nullptr &&
-        (idle_->rank() != rank || idle_->world_size() != world_size)) {
+    if (state.idle != nullptr && (state.idle->rank() != rank ||
+                                  state.idle->world_size() != world_size)) {
       return absl::FailedPreconditionError(
           absl::StrCat("the cached ring communicator '", key, "' is rank ",
-                       idle_->rank(), " of ", idle_->world_size(),
+                       state.idle->rank(), " of ", state.idle->world_size(),
                        ", not rank ", rank, " of ", world_size));
     }
-    kept = std::move(idle_);
-    lent_ = true;
+    kept = std::move(state.idle);
+    state.lent = true;
   }
   // The older key's peers may be gone: abort rather than drain.
   if (retired != nullptr) {
@@ -105,22 +116,22 @@ absl::StatusOr<std::unique_ptr<RingCommunicator>> CommunicatorCache::Lend(
   if (kept != nullptr) {
     *reused = true;
     return std::unique_ptr<RingCommunicator>(
-        new Loan(*this, key, std::move(kept)));
+        new Loan(*this, slot, key, std::move(kept)));
   }
   absl::StatusOr<std::unique_ptr<RingCommunicator>> made =
       connector_.Connect(key, rank, world_size, timeout);
   absl::MutexLock lock(&mutex_);
   if (!made.ok()) {
     // The key's rendezvous is spent; only a new key can make another.
-    if (key == key_) {
-      lent_ = false;
-      broken_ = true;
+    if (Slot& state = slots_[slot]; key == state.key) {
+      state.lent = false;
+      state.broken = true;
     }
     return made.status();
   }
   ++creations_;
   return std::unique_ptr<RingCommunicator>(
-      new Loan(*this, key, *std::move(made)));
+      new Loan(*this, slot, key, *std::move(made)));
 }
 
 int64_t CommunicatorCache::creations() const {
@@ -128,18 +139,18 @@ int64_t CommunicatorCache::creations() const {
   return creations_;
 }
 
-void CommunicatorCache::GiveBack(const std::string& key,
+void CommunicatorCache::GiveBack(int slot, const std::string& key,
                                  std::unique_ptr<RingCommunicator> communicator,
                                  bool healthy) {
   {
     absl::MutexLock lock(&mutex_);
-    if (key == key_) {
-      lent_ = false;
+    if (Slot& state = slots_[slot]; key == state.key) {
+      state.lent = false;
       if (healthy) {
-        idle_ = std::move(communicator);
+        state.idle = std::move(communicator);
         return;
       }
-      broken_ = true;
+      state.broken = true;
     }
   }
   // Retired or unhealthy: never drained, as a peer may be gone.

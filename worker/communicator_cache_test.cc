@@ -1,7 +1,8 @@
 // CommunicatorCache over a fake connector: a healthy loan is kept for the
 // key's next request and only that; a loan that failed, was aborted or left a
 // transfer started is destroyed aborted and its key refused; a new key aborts
-// the older key's communicator, at once if kept, on return if lent out.
+// the older key's communicator of its slot, at once if kept, on return if lent
+// out, and leaves the other slots' alone.
 
 #include "worker/communicator_cache.h"
 
@@ -85,8 +86,9 @@ absl::Status Exchange(RingCommunicator& communicator) {
 class CommunicatorCacheTest : public ::testing::Test {
  protected:
   absl::StatusOr<std::unique_ptr<RingCommunicator>> Lend(const std::string& key,
-                                                         bool* reused) {
-    return cache_.Lend(key, 0, 2, kTimeout, reused);
+                                                         bool* reused,
+                                                         int slot = 0) {
+    return cache_.Lend(key, slot, 0, 2, kTimeout, reused);
   }
 
   FakeConnector connector_;
@@ -188,6 +190,40 @@ TEST_F(CommunicatorCacheTest, NewKeyAbortsTheKeptCommunicatorOfTheOldOne) {
   EXPECT_FALSE(connector_.made[1]->destroyed);
 }
 
+// Two requests at once, each holding a slot's key, then each slot's next
+// request: both reuse their own, and a slot's new key retires its old one
+// only.
+TEST_F(CommunicatorCacheTest, EachSlotKeepsACommunicatorOfItsOwn) {
+  bool reused = true;
+  {
+    absl::StatusOr<std::unique_ptr<RingCommunicator>> a = Lend("a", &reused, 0);
+    absl::StatusOr<std::unique_ptr<RingCommunicator>> b = Lend("b", &reused, 1);
+    ASSERT_TRUE(a.ok() && b.ok());
+    ASSERT_TRUE(Exchange(**a).ok());
+    ASSERT_TRUE(Exchange(**b).ok());
+  }
+  ASSERT_TRUE(Lend("a", &reused, 0).ok());
+  EXPECT_TRUE(reused);
+  ASSERT_TRUE(Lend("b", &reused, 1).ok());
+  EXPECT_TRUE(reused);
+  EXPECT_EQ(cache_.creations(), 2);
+  ASSERT_TRUE(Lend("c", &reused, 1).ok());
+  EXPECT_FALSE(reused);
+  EXPECT_TRUE(connector_.made[1]->aborted) << "slot 1's older key retired";
+  EXPECT_FALSE(connector_.made[0]->aborted) << "slot 0 is left alone";
+  ASSERT_TRUE(Lend("a", &reused, 0).ok());
+  EXPECT_TRUE(reused);
+}
+
+TEST_F(CommunicatorCacheTest, SlotOutsideTheRangeIsInvalidArgument) {
+  bool reused = false;
+  EXPECT_EQ(Lend("k", &reused, -1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Lend("k", &reused, kMostCommunicatorSlots).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(connector_.groups.empty());
+}
+
 TEST_F(CommunicatorCacheTest, LoanOfARetiredKeyIsAbortedWhenGivenBack) {
   bool reused = false;
   absl::StatusOr<std::unique_ptr<RingCommunicator>> old_loan =
@@ -220,23 +256,26 @@ TEST_F(CommunicatorCacheTest, FailedConnectBreaksTheKeyWithoutRetrying) {
 TEST_F(CommunicatorCacheTest, OtherRankOrWorldSizeIsRefused) {
   bool reused = false;
   ASSERT_TRUE(Lend("k", &reused).ok());
-  EXPECT_EQ(cache_.Lend("k", 1, 2, kTimeout, &reused).status().code(),
+  EXPECT_EQ(cache_.Lend("k", 0, 1, 2, kTimeout, &reused).status().code(),
             absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(cache_.Lend("k", 0, 3, kTimeout, &reused).status().code(),
+  EXPECT_EQ(cache_.Lend("k", 0, 0, 3, kTimeout, &reused).status().code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(Lend("k", &reused).ok()) << "the kept one is still there";
   EXPECT_TRUE(reused);
 }
 
-TEST(CommunicatorCache, DestroyingTheCacheAbortsTheKeptCommunicator) {
+TEST(CommunicatorCache, DestroyingTheCacheAbortsTheKeptCommunicators) {
   FakeConnector connector;
   {
     CommunicatorCache cache(connector);
     bool reused = false;
-    ASSERT_TRUE(cache.Lend("k", 0, 2, kTimeout, &reused).ok());
+    ASSERT_TRUE(cache.Lend("k", 0, 0, 2, kTimeout, &reused).ok());
+    ASSERT_TRUE(cache.Lend("j", 3, 0, 2, kTimeout, &reused).ok());
   }
-  EXPECT_TRUE(connector.made[0]->aborted);
-  EXPECT_TRUE(connector.made[0]->destroyed);
+  for (const std::shared_ptr<Events>& made : connector.made) {
+    EXPECT_TRUE(made->aborted);
+    EXPECT_TRUE(made->destroyed);
+  }
 }
 
 }  // namespace

@@ -292,7 +292,7 @@ TEST(NcclConnectorTest, MissingRankZeroMeansDeadlineExceeded) {
 absl::Status SwapOverCache(CommunicatorCache& cache, const std::string& key,
                            int rank, absl::Duration wait, bool* reused) {
   absl::StatusOr<std::unique_ptr<RingCommunicator>> communicator =
-      cache.Lend(key, rank, 2, absl::Seconds(60), reused);
+      cache.Lend(key, 0, rank, 2, absl::Seconds(60), reused);
   if (!communicator.ok()) return communicator.status();
   constexpr int64_t kBytes = 65536;
   absl::StatusOr<DeviceBuffer> out = Pattern(kBytes, rank);

@@ -281,6 +281,7 @@ class ExecuteReactor final
     world_size_ = header.world_size();
     prefix_ = header.rendezvous_prefix();
     communicator_key_ = header.communicator_key();
+    communicator_slot_ = header.communicator_slot();
     ring_timeout_ =
         timeout == 0 ? options_.default_ring_timeout : absl::Seconds(timeout);
     if (merge_on_workers_) {
@@ -729,8 +730,8 @@ class ExecuteReactor final
     absl::StatusOr<std::unique_ptr<RingCommunicator>> communicator =
         communicator_key_.empty()
             ? connector_.Connect(prefix_, rank_, world_size_, connect_timeout)
-            : communicators_.Lend(communicator_key_, rank_, world_size_,
-                                  connect_timeout, &reused);
+            : communicators_.Lend(communicator_key_, communicator_slot_, rank_,
+                                  world_size_, connect_timeout, &reused);
     if (communicator.ok()) {
       Log(spdlog::level::info,
           absl::StrCat("joined the ring in ",
@@ -890,6 +891,7 @@ class ExecuteReactor final
   int world_size_ = 0;
   std::string prefix_;
   std::string communicator_key_;  // empty: a communicator of its own
+  int communicator_slot_ = 0;     // the key's slot
   absl::Duration ring_timeout_;
 
   // The shard as it arrives.
