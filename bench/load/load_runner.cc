@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -419,6 +420,27 @@ std::string LoadReport::ToString() const {
                        : "");
   }
   return out;
+}
+
+absl::Status CheckFaultRun(const LoadReport& report, int64_t min_kills) {
+  std::vector<std::string> problems;
+  if (report.wrong > 0)
+    problems.push_back(absl::StrCat(report.wrong, " wrong"));
+  if (report.hangs > 0) problems.push_back(absl::StrCat(report.hangs, " hung"));
+  if (report.kills < min_kills) {
+    problems.push_back(absl::StrCat("only ", report.kills, " of ", min_kills,
+                                    " workers killed"));
+  }
+  if (report.checked == 0) problems.push_back("no result checked");
+  for (const auto& [code, count] : report.failed) {
+    if (code != "UNAVAILABLE" && code != "NOT_FOUND" && code != "ABORTED" &&
+        code != "RESOURCE_EXHAUSTED") {
+      problems.push_back(absl::StrCat(count, " failed with ", code));
+    }
+  }
+  if (problems.empty()) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("the fault run went wrong: ",
+                                          absl::StrJoin(problems, ", ")));
 }
 
 absl::StatusOr<LoadReport> RunLoad(const LoadOptions& options) {

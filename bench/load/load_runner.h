@@ -78,6 +78,14 @@ struct LoadReport {
   std::string ToString() const;
 };
 
+// OK if a fault run went as it should: no wrong result, no hang, at least
+// `min_kills` workers killed, some results checked, and every failure one a
+// dying worker may cause (UNAVAILABLE; NOT_FOUND, a context lost with its
+// worker; ABORTED; RESOURCE_EXHAUSTED, a live worker's execution slots still
+// held by streams of failed requests). Otherwise INTERNAL, saying what was
+// wrong.
+absl::Status CheckFaultRun(const LoadReport& report, int64_t min_kills);
+
 // Runs the load (see the file comment) and returns what happened; an error
 // only if the cluster could not be started or a replacement worker could not
 // be spawned. Hung calls are left behind on detached threads.
