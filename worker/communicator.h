@@ -8,6 +8,7 @@
 // connected communicator for one request. Implementations: Gloo over TCP
 // (gloo_communicator.h); NCCL is to come behind the same interfaces.
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -84,13 +85,14 @@ class RingConnector {
   virtual ~RingConnector() = default;
 
   // Joins the group named `group` as rank `rank` of `world_size` and blocks
-  // until every rank has joined, at most `timeout`. DEADLINE_EXCEEDED if some
-  // rank did not show up in time (the message names it where known),
-  // UNAVAILABLE if the rendezvous or a connection failed, INVALID_ARGUMENT for
-  // a bad rank or world size.
+  // until every rank has joined, at most `timeout`, or until `*cancelled`
+  // (null: never) has been true for a moment (kCancelCheckInterval).
+  // DEADLINE_EXCEEDED if some rank did not show up in time (the message names
+  // it where known), CANCELLED once cancelled, UNAVAILABLE if the rendezvous
+  // or a connection failed, INVALID_ARGUMENT for a bad rank or world size.
   virtual absl::StatusOr<std::unique_ptr<RingCommunicator>> Connect(
       const std::string& group, int rank, int world_size,
-      absl::Duration timeout) = 0;
+      absl::Duration timeout, const std::atomic<bool>* cancelled) = 0;
 };
 
 }  // namespace ringattn

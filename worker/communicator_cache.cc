@@ -73,7 +73,7 @@ CommunicatorCache::~CommunicatorCache() {
 
 absl::StatusOr<std::unique_ptr<RingCommunicator>> CommunicatorCache::Lend(
     const std::string& key, int slot, int rank, int world_size,
-    absl::Duration timeout, bool* reused) {
+    absl::Duration timeout, bool* reused, const std::atomic<bool>* cancelled) {
   *reused = false;
   if (slot < 0 || slot >= kMostCommunicatorSlots) {
     return absl::InvalidArgumentError(
@@ -119,7 +119,7 @@ absl::StatusOr<std::unique_ptr<RingCommunicator>> CommunicatorCache::Lend(
         new Loan(*this, slot, key, std::move(kept)));
   }
   absl::StatusOr<std::unique_ptr<RingCommunicator>> made =
-      connector_.Connect(key, rank, world_size, timeout);
+      connector_.Connect(key, rank, world_size, timeout, cancelled);
   absl::MutexLock lock(&mutex_);
   if (!made.ok()) {
     // The key's rendezvous is spent; only a new key can make another.

@@ -12,6 +12,7 @@
 // ranks that all ended the previous run healthily. Works over any
 // RingConnector: GPU workers keep NCCL communicators, CPU workers Gloo ones.
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -54,6 +55,9 @@ class CommunicatorCache {
   // key: its kept communicator is aborted now, one still lent out when it
   // comes back.
   //
+  // A new communicator's connect gives up once `*cancelled` (null: never)
+  // turns true, as RingConnector::Connect says.
+  //
   // Errors: those of the connector; INVALID_ARGUMENT for a slot outside [0,
   // kMostCommunicatorSlots); FAILED_PRECONDITION if the key's communicator is
   // lent to another request, was broken by an earlier one (or failed to come
@@ -61,11 +65,10 @@ class CommunicatorCache {
   // coordinator lends each key to one request at a time and retires it after
   // a failure; they fail at once rather than hang on a rendezvous that is
   // already spent.
-  absl::StatusOr<std::unique_ptr<RingCommunicator>> Lend(const std::string& key,
-                                                         int slot, int rank,
-                                                         int world_size,
-                                                         absl::Duration timeout,
-                                                         bool* reused);
+  absl::StatusOr<std::unique_ptr<RingCommunicator>> Lend(
+      const std::string& key, int slot, int rank, int world_size,
+      absl::Duration timeout, bool* reused,
+      const std::atomic<bool>* cancelled = nullptr);
 
   // Communicators the connector made for the cache so far.
   int64_t creations() const;

@@ -58,8 +58,8 @@ class FakeCommunicator final : public RingCommunicator {
 class FakeConnector final : public RingConnector {
  public:
   absl::StatusOr<std::unique_ptr<RingCommunicator>> Connect(
-      const std::string& group, int rank, int world_size,
-      absl::Duration) override {
+      const std::string& group, int rank, int world_size, absl::Duration,
+      const std::atomic<bool>*) override {
     groups.push_back(group);
     if (!fail.ok()) return fail;
     made.push_back(std::make_shared<Events>());

@@ -14,6 +14,7 @@
 #include "gloo/rendezvous/prefix_store.h"
 #include "gloo/transport/tcp/attr.h"
 #include "gloo/transport/tcp/device.h"
+#include "worker/cancellable_store.h"
 
 namespace ringattn {
 namespace {
@@ -112,7 +113,7 @@ absl::StatusOr<std::shared_ptr<gloo::transport::Device>> CreateGlooTcpDevice(
 absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Connect(
     gloo::rendezvous::Store& store, const std::string& prefix, int rank,
     int world_size, std::shared_ptr<gloo::transport::Device> device,
-    absl::Duration timeout) {
+    absl::Duration timeout, const std::atomic<bool>* cancelled) {
   if (world_size < 1 || rank < 0 || rank >= world_size) {
     return absl::InvalidArgumentError(absl::StrCat(
         "rank ", rank, " of world size ", world_size,
@@ -129,7 +130,8 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Connect(
   auto context = std::make_shared<gloo::rendezvous::Context>(rank, world_size);
   context->setTimeout(absl::ToChronoMilliseconds(timeout));
   gloo::rendezvous::PrefixStore prefixed(prefix, store);
-  WaitRecordingStore recording(prefixed);
+  CancellableStore cancellable(prefixed, cancelled);
+  WaitRecordingStore recording(cancellable);
   const absl::Time start = absl::Now();
   try {
     context->connectFullMesh(recording, device);
@@ -142,6 +144,10 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Connect(
   } catch (const std::exception& e) {
     const std::string where = absl::StrCat("rank ", rank, " of ", world_size,
                                            " in group '", prefix, "'");
+    if (cancelled != nullptr && *cancelled) {
+      return absl::CancelledError(
+          absl::StrCat(where, ": cancelled while connecting (", e.what(), ")"));
+    }
     if (!recording.failed_keys().empty()) {
       return absl::DeadlineExceededError(
           absl::StrCat(where, ": ", DescribeMissing(recording.failed_keys()),
@@ -336,11 +342,11 @@ GlooConnector::GlooConnector(gloo::rendezvous::Store& store,
     : store_(store), device_(std::move(device)) {}
 
 absl::StatusOr<std::unique_ptr<RingCommunicator>> GlooConnector::Connect(
-    const std::string& group, int rank, int world_size,
-    absl::Duration timeout) {
+    const std::string& group, int rank, int world_size, absl::Duration timeout,
+    const std::atomic<bool>* cancelled) {
   absl::StatusOr<std::unique_ptr<GlooCommunicator>> communicator =
       GlooCommunicator::Connect(store_, group, rank, world_size, device_,
-                                timeout);
+                                timeout, cancelled);
   if (!communicator.ok()) return communicator.status();
   return std::unique_ptr<RingCommunicator>(std::move(*communicator));
 }

@@ -42,12 +42,13 @@ class GlooCommunicator final : public RingCommunicator {
   // Joins the group of `world_size` ranks whose rendezvous keys live under
   // `prefix` in `store`, as rank `rank`, and connects to every other rank over
   // `device`. Blocks until all ranks are connected or `timeout` has passed
-  // (DEADLINE_EXCEEDED naming the ranks that did not show up). `store` is only
-  // used during the call.
+  // (DEADLINE_EXCEEDED naming the ranks that did not show up), or until
+  // `*cancelled` (null: never) turns true while it waits for a rank to show
+  // up (CANCELLED). `store` is only used during the call.
   static absl::StatusOr<std::unique_ptr<GlooCommunicator>> Connect(
       gloo::rendezvous::Store& store, const std::string& prefix, int rank,
       int world_size, std::shared_ptr<gloo::transport::Device> device,
-      absl::Duration timeout);
+      absl::Duration timeout, const std::atomic<bool>* cancelled = nullptr);
 
   GlooCommunicator(const GlooCommunicator&) = delete;
   GlooCommunicator& operator=(const GlooCommunicator&) = delete;
@@ -102,7 +103,7 @@ class GlooConnector final : public RingConnector {
 
   absl::StatusOr<std::unique_ptr<RingCommunicator>> Connect(
       const std::string& group, int rank, int world_size,
-      absl::Duration timeout) override;
+      absl::Duration timeout, const std::atomic<bool>* cancelled) override;
 
  private:
   gloo::rendezvous::Store& store_;

@@ -87,6 +87,18 @@ TEST(GlooCommunicator, SingleRankConnects) {
   EXPECT_TRUE((*communicator)->Wait(absl::Now()).ok());
 }
 
+// A rank whose request is cancelled while it waits for a peer that never
+// comes stops waiting (CANCELLED) instead of waiting out its timeout.
+TEST(GlooCommunicator, CancelWhileWaitingForAPeerEndsTheConnect) {
+  gloo::rendezvous::HashStore store;
+  std::atomic<bool> cancelled{true};
+  absl::StatusOr<std::unique_ptr<GlooCommunicator>> communicator =
+      GlooCommunicator::Connect(store, "alone", 1, 2, Device(), absl::Hours(1),
+                                &cancelled);
+  EXPECT_EQ(communicator.status().code(), absl::StatusCode::kCancelled)
+      << communicator.status();
+}
+
 TEST(GlooCommunicator, RejectsBadArguments) {
   gloo::rendezvous::HashStore store;
   EXPECT_EQ(GlooCommunicator::Connect(store, "bad", 3, 2, Device(), kTimeout)

@@ -254,7 +254,7 @@ TEST(NcclConnectorTest, RanksShareTheIdThroughTheStore) {
     results[rank] = [&]() -> absl::Status {
       NcclConnector connector(store, rank);
       absl::StatusOr<std::unique_ptr<RingCommunicator>> communicator =
-          connector.Connect("request-1", rank, 2, absl::Seconds(60));
+          connector.Connect("request-1", rank, 2, absl::Seconds(60), nullptr);
       if (!communicator.ok()) return communicator.status();
       constexpr int64_t kBytes = 65536;
       absl::StatusOr<DeviceBuffer> out = Pattern(kBytes, rank);
@@ -280,7 +280,7 @@ TEST(NcclConnectorTest, MissingRankZeroMeansDeadlineExceeded) {
   NcclConnector connector(store, 0);
   const absl::Time start = absl::Now();
   const absl::StatusOr<std::unique_ptr<RingCommunicator>> communicator =
-      connector.Connect("request-2", 1, 2, absl::Seconds(2));
+      connector.Connect("request-2", 1, 2, absl::Seconds(2), nullptr);
   EXPECT_EQ(communicator.status().code(), absl::StatusCode::kDeadlineExceeded)
       << communicator.status();
   EXPECT_LT(absl::Now() - start, absl::Seconds(2) + kSlack);

@@ -89,7 +89,7 @@ TEST_F(GrpcStoreTest, GlooRanksMeetThroughIt) {
       }
       GlooConnector connector(store, *device);
       absl::StatusOr<std::unique_ptr<RingCommunicator>> communicator =
-          connector.Connect("request-1", r, kRanks, absl::Seconds(10));
+          connector.Connect("request-1", r, kRanks, absl::Seconds(10), nullptr);
       if (!communicator.ok()) {
         results[r] = communicator.status();
         return;
@@ -119,7 +119,7 @@ TEST_F(GrpcStoreTest, MissingRankIsNamedInTheTimeout) {
   ASSERT_TRUE(device.ok());
   GlooConnector connector(store, *device);
   const absl::StatusOr<std::unique_ptr<RingCommunicator>> communicator =
-      connector.Connect("request-2", 0, 2, absl::Milliseconds(300));
+      connector.Connect("request-2", 0, 2, absl::Milliseconds(300), nullptr);
   EXPECT_EQ(communicator.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_NE(communicator.status().message().find("rank 1 did not join"),
             std::string::npos)

@@ -15,6 +15,7 @@
 #include "core/ring_plan.h"
 #include "core/status_macros.h"
 #include "kernels/cuda/device_buffer.h"
+#include "worker/cancellable_store.h"
 
 namespace ringattn {
 namespace {
@@ -53,15 +54,20 @@ std::string NcclWords(ncclResult_t result, ncclComm_t comm) {
 }
 
 // Polls the communicator's asynchronous state until it is no longer
-// ncclInProgress or `deadline` passes; returns the last state seen
-// (ncclInProgress on timeout) or the failure of the query itself.
-ncclResult_t PollAsyncState(ncclComm_t comm, absl::Time deadline) {
+// ncclInProgress, `deadline` passes or `*cancelled` (null: never) turns true;
+// returns the last state seen (ncclInProgress on timeout or cancel) or the
+// failure of the query itself.
+ncclResult_t PollAsyncState(ncclComm_t comm, absl::Time deadline,
+                            const std::atomic<bool>* cancelled = nullptr) {
   Poller poller;
   while (true) {
     ncclResult_t state = ncclSuccess;
     const ncclResult_t queried = ncclCommGetAsyncError(comm, &state);
     if (queried != ncclSuccess) return queried;
-    if (state != ncclInProgress || absl::Now() >= deadline) return state;
+    if (state != ncclInProgress || absl::Now() >= deadline ||
+        (cancelled != nullptr && *cancelled)) {
+      return state;
+    }
     poller.Pause();
   }
 }
@@ -82,7 +88,7 @@ absl::StatusOr<ncclUniqueId> NewNcclUniqueId() {
 
 absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
     const ncclUniqueId& id, int rank, int world_size, int device,
-    absl::Duration timeout) {
+    absl::Duration timeout, const std::atomic<bool>* cancelled) {
   RINGATTN_RETURN_IF_ERROR(CheckRank(rank, world_size));
   RINGATTN_RETURN_IF_ERROR(UseCudaDevice(device));
   absl::StatusOr<CudaStream> stream =
@@ -106,7 +112,12 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
     return absl::UnavailableError(
         absl::StrCat(who, ": cannot start the NCCL communicator: ", words));
   }
-  const ncclResult_t state = PollAsyncState(comm, deadline);
+  const ncclResult_t state = PollAsyncState(comm, deadline, cancelled);
+  if (state == ncclInProgress && cancelled != nullptr && *cancelled) {
+    ncclCommAbort(comm);
+    return absl::CancelledError(
+        absl::StrCat(who, ": cancelled while the NCCL communicator came up"));
+  }
   if (state == ncclInProgress) {
     ncclCommAbort(comm);
     return absl::UnavailableError(absl::StrCat(
@@ -340,8 +351,8 @@ NcclConnector::NcclConnector(gloo::rendezvous::Store& store, int device)
     : store_(store), device_(device) {}
 
 absl::StatusOr<std::unique_ptr<RingCommunicator>> NcclConnector::Connect(
-    const std::string& group, int rank, int world_size,
-    absl::Duration timeout) {
+    const std::string& group, int rank, int world_size, absl::Duration timeout,
+    const std::atomic<bool>* cancelled) {
   RINGATTN_RETURN_IF_ERROR(CheckRank(rank, world_size));
   const absl::Time deadline = absl::Now() + timeout;
   const std::string key = absl::StrCat(group, "/nccl-unique-id");
@@ -361,9 +372,17 @@ absl::StatusOr<std::unique_ptr<RingCommunicator>> NcclConnector::Connect(
   } else {
     std::vector<char> bytes;
     try {
-      store_.wait({key}, absl::ToChronoMilliseconds(timeout));
+      CancellableStore store(store_, cancelled);
+      store.wait({key}, absl::ToChronoMilliseconds(timeout));
       bytes = store_.get(key);
     } catch (const std::exception& e) {
+      if (cancelled != nullptr && *cancelled) {
+        return absl::CancelledError(
+            absl::StrCat("rank ", rank, " of ", world_size,
+                         " was cancelled while waiting for the NCCL unique id "
+                         "under ",
+                         key));
+      }
       return absl::DeadlineExceededError(absl::StrCat(
           "rank ", rank, " of ", world_size,
           " got no NCCL unique id from rank "
@@ -380,7 +399,7 @@ absl::StatusOr<std::unique_ptr<RingCommunicator>> NcclConnector::Connect(
   absl::StatusOr<std::unique_ptr<NcclCommunicator>> communicator =
       NcclCommunicator::Create(
           id, rank, world_size, device_,
-          std::max(deadline - absl::Now(), absl::ZeroDuration()));
+          std::max(deadline - absl::Now(), absl::ZeroDuration()), cancelled);
   if (!communicator.ok()) return communicator.status();
   return std::unique_ptr<RingCommunicator>(*std::move(communicator));
 }

@@ -56,12 +56,13 @@ class NcclCommunicator final : public RingCommunicator {
   // Joins the group named by `id` as rank `rank` of `world_size` on CUDA
   // device `device` (made current on the calling thread), and waits until
   // every rank has joined, at most `timeout`. UNAVAILABLE naming this rank
-  // if that does not happen in time or NCCL fails (the communicator is then
-  // aborted); INVALID_ARGUMENT for a bad rank or world size; INTERNAL for a
-  // failing CUDA call.
+  // if that does not happen in time or NCCL fails, CANCELLED if `*cancelled`
+  // (null: never) turns true first (the communicator is then aborted);
+  // INVALID_ARGUMENT for a bad rank or world size; INTERNAL for a failing
+  // CUDA call.
   static absl::StatusOr<std::unique_ptr<NcclCommunicator>> Create(
       const ncclUniqueId& id, int rank, int world_size, int device,
-      absl::Duration timeout);
+      absl::Duration timeout, const std::atomic<bool>* cancelled = nullptr);
 
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
@@ -138,7 +139,7 @@ class NcclConnector final : public RingConnector {
   // cannot connect.
   absl::StatusOr<std::unique_ptr<RingCommunicator>> Connect(
       const std::string& group, int rank, int world_size,
-      absl::Duration timeout) override;
+      absl::Duration timeout, const std::atomic<bool>* cancelled) override;
 
  private:
   gloo::rendezvous::Store& store_;

@@ -729,9 +729,11 @@ class ExecuteReactor final
     bool reused = false;
     absl::StatusOr<std::unique_ptr<RingCommunicator>> communicator =
         communicator_key_.empty()
-            ? connector_.Connect(prefix_, rank_, world_size_, connect_timeout)
+            ? connector_.Connect(prefix_, rank_, world_size_, connect_timeout,
+                                 &cancelled_)
             : communicators_.Lend(communicator_key_, communicator_slot_, rank_,
-                                  world_size_, connect_timeout, &reused);
+                                  world_size_, connect_timeout, &reused,
+                                  &cancelled_);
     if (communicator.ok()) {
       Log(spdlog::level::info,
           absl::StrCat("joined the ring in ",

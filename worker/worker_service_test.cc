@@ -594,7 +594,8 @@ class HangingCommunicator final : public RingCommunicator {
 class HangingConnector final : public RingConnector {
  public:
   absl::StatusOr<std::unique_ptr<RingCommunicator>> Connect(
-      const std::string&, int, int, absl::Duration) override {
+      const std::string&, int, int, absl::Duration,
+      const std::atomic<bool>*) override {
     return std::make_unique<HangingCommunicator>(events);
   }
   HangingCommunicator::Events events;

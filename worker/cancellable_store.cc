@@ -1,0 +1,52 @@
+#include "worker/cancellable_store.h"
+
+#include <algorithm>
+#include <exception>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "gloo/common/error.h"
+
+namespace ringattn {
+
+void CancellableStore::set(const std::string& key,
+                           const std::vector<char>& data) {
+  inner_.set(key, data);
+}
+
+std::vector<char> CancellableStore::get(const std::string& key) {
+  wait({key});
+  return inner_.get(key);
+}
+
+void CancellableStore::wait(const std::vector<std::string>& keys) {
+  wait(keys, kDefaultTimeout);
+}
+
+void CancellableStore::wait(const std::vector<std::string>& keys,
+                            const std::chrono::milliseconds& timeout) {
+  const absl::Time deadline = absl::Now() + absl::FromChrono(timeout);
+  for (;;) {
+    if (cancelled()) {
+      throw gloo::IoException(absl::StrCat("cancelled while waiting for '",
+                                           absl::StrJoin(keys, "', '"), "'"));
+    }
+    const absl::Time start = absl::Now();
+    const absl::Duration left = deadline - start;
+    const absl::Duration slice =
+        std::clamp(left, absl::Milliseconds(1), kCancelCheckInterval);
+    try {
+      inner_.wait(keys, absl::ToChronoMilliseconds(slice));
+      return;
+    } catch (const std::exception&) {
+      // The whole wait's time is up, or the store failed well before the
+      // slice's time did: the caller's to handle. Otherwise the slice ran out.
+      if (left <= kCancelCheckInterval || absl::Now() - start < slice / 2) {
+        throw;
+      }
+    }
+  }
+}
+
+}  // namespace ringattn
