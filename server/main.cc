@@ -38,9 +38,9 @@ ABSL_FLAG(int64_t, max_request_bytes, int64_t{8} << 30,
           "largest Q + K + V upload of one request, in wire bytes");
 ABSL_FLAG(int64_t, max_inflight_bytes, int64_t{16} << 30,
           "wire bytes all admitted requests may hold together; more wait");
-ABSL_FLAG(
-    int, max_concurrent_requests, 2,
-    "requests computed at once (each uses every worker); more wait in line");
+ABSL_FLAG(int, max_concurrent_requests, 2,
+          "requests computed at once (each uses every worker, and the workers "
+          "keep a ring communicator for each); more wait in line");
 ABSL_FLAG(double, ring_timeout_seconds, 60,
           "how long workers wait on each other before failing a request");
 ABSL_FLAG(int, worker_row_streams, 4,
