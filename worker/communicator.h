@@ -6,7 +6,7 @@
 // receive in flight, started without blocking and completed together by Wait,
 // so a block travels while the next one is computed on. RingConnector makes a
 // connected communicator for one request. Implementations: Gloo over TCP
-// (gloo_communicator.h); NCCL is to come behind the same interfaces.
+// (gloo_communicator.h) and NCCL (nccl_communicator.h).
 
 #include <atomic>
 #include <cstdint>
