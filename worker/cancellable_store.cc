@@ -28,7 +28,7 @@ void CancellableStore::wait(const std::vector<std::string>& keys,
                             const std::chrono::milliseconds& timeout) {
   const absl::Time deadline = absl::Now() + absl::FromChrono(timeout);
   for (;;) {
-    if (cancelled()) {
+    if (Raised(cancelled_)) {
       throw gloo::IoException(absl::StrCat("cancelled while waiting for '",
                                            absl::StrJoin(keys, "', '"), "'"));
     }

@@ -18,6 +18,11 @@
 
 namespace ringattn {
 
+// Whether the cancel flag `flag` (null: none, never raised) is raised.
+inline bool Raised(const std::atomic<bool>* flag) {
+  return flag != nullptr && *flag;
+}
+
 // How often a CancellableStore wait looks at its flag.
 inline constexpr absl::Duration kCancelCheckInterval = absl::Milliseconds(100);
 
@@ -38,8 +43,6 @@ class CancellableStore final : public gloo::rendezvous::Store {
             const std::chrono::milliseconds& timeout) override;
 
  private:
-  bool cancelled() const { return cancelled_ != nullptr && *cancelled_; }
-
   gloo::rendezvous::Store& inner_;
   const std::atomic<bool>* const cancelled_;
 };

@@ -144,7 +144,7 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Connect(
   } catch (const std::exception& e) {
     const std::string where = absl::StrCat("rank ", rank, " of ", world_size,
                                            " in group '", prefix, "'");
-    if (cancelled != nullptr && *cancelled) {
+    if (Raised(cancelled)) {
       return absl::CancelledError(
           absl::StrCat(where, ": cancelled while connecting (", e.what(), ")"));
     }

@@ -65,7 +65,7 @@ ncclResult_t PollAsyncState(ncclComm_t comm, absl::Time deadline,
     const ncclResult_t queried = ncclCommGetAsyncError(comm, &state);
     if (queried != ncclSuccess) return queried;
     if (state != ncclInProgress || absl::Now() >= deadline ||
-        (cancelled != nullptr && *cancelled)) {
+        Raised(cancelled)) {
       return state;
     }
     poller.Pause();
@@ -113,7 +113,7 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
         absl::StrCat(who, ": cannot start the NCCL communicator: ", words));
   }
   const ncclResult_t state = PollAsyncState(comm, deadline, cancelled);
-  if (state == ncclInProgress && cancelled != nullptr && *cancelled) {
+  if (state == ncclInProgress && Raised(cancelled)) {
     ncclCommAbort(comm);
     return absl::CancelledError(
         absl::StrCat(who, ": cancelled while the NCCL communicator came up"));
@@ -376,7 +376,7 @@ absl::StatusOr<std::unique_ptr<RingCommunicator>> NcclConnector::Connect(
       store.wait({key}, absl::ToChronoMilliseconds(timeout));
       bytes = store_.get(key);
     } catch (const std::exception& e) {
-      if (cancelled != nullptr && *cancelled) {
+      if (Raised(cancelled)) {
         return absl::CancelledError(
             absl::StrCat("rank ", rank, " of ", world_size,
                          " was cancelled while waiting for the NCCL unique id "
