@@ -9,9 +9,15 @@
 #include "server/attach_download.h"
 #include "server/attach_upload.h"
 #include "server/context_upload.h"
+#include "spdlog/spdlog.h"
 
 namespace ringattn {
 namespace {
+
+// How long a worker whose channel is down after a failed call has to connect
+// before it is evicted: a live worker connects in milliseconds, a dead one is
+// refused at once, and a host that stopped answering uses all of it.
+constexpr std::chrono::milliseconds kReconnectPatience{1000};
 
 const char* CodeName(grpc::StatusCode code) {
   static const char* const kNames[] = {"OK",
@@ -82,6 +88,11 @@ void DeclareCoordinatorMetrics(Metrics& metrics) {
                   Metrics::Kind::kGauge);
   metrics.Declare("ringattn_world_size", "Workers the cluster needs.",
                   Metrics::Kind::kGauge);
+  metrics.Declare("ringattn_workers_evicted_total",
+                  "Workers evicted because they did not connect after a "
+                  "call failed with UNAVAILABLE (before their heartbeats ran "
+                  "out).",
+                  Metrics::Kind::kCounter);
   metrics.Declare("ringattn_inflight_bytes",
                   "Request bytes admitted and in flight.",
                   Metrics::Kind::kGauge);
@@ -97,6 +108,20 @@ grpc::Status AttentionService::Count(const char* method,
       {{"method", method}, {"code", CodeName(status.error_code())}}, 1);
   state_.metrics->Observe("ringattn_request_seconds", {{"method", method}},
                           seconds);
+  return status;
+}
+
+grpc::Status AttentionService::EvictDeadWorkersAfter(
+    const grpc::Status& status) {
+  if (status.error_code() != grpc::StatusCode::UNAVAILABLE) return status;
+  for (const Cluster::Member& dead :
+       state_.cluster->EvictUnreachable(kReconnectPatience)) {
+    spdlog::warn(
+        "worker {} ({}) evicted: it does not connect after a call failed "
+        "with UNAVAILABLE; the cluster is not ready until it registers again",
+        dead.rank, dead.address);
+    state_.metrics->Add("ringattn_workers_evicted_total", {}, 1);
+  }
   return status;
 }
 
@@ -210,8 +235,8 @@ grpc::Status AttentionService::Serve(const char* method,
                                      grpc::ServerContext* context,
                                      RequestStream* stream) {
   const auto start = std::chrono::steady_clock::now();
-  const grpc::Status status =
-      RunAttendCall(state_, context, stream, NewRequestId());
+  const grpc::Status status = EvictDeadWorkersAfter(
+      RunAttendCall(state_, context, stream, NewRequestId()));
   return Count(method, status, SecondsSince(start));
 }
 
@@ -266,10 +291,10 @@ grpc::Status AttentionService::CreateContext(
     grpc::ServerContext* context, grpc::ServerReader<v1::ContextUpload>* reader,
     v1::ContextInfo* response) {
   const auto start = std::chrono::steady_clock::now();
-  return Count(
-      "CreateContext",
-      RunContextUpload(state_, context, reader, true, NewRequestId(), response),
-      SecondsSince(start));
+  return Count("CreateContext",
+               EvictDeadWorkersAfter(RunContextUpload(
+                   state_, context, reader, true, NewRequestId(), response)),
+               SecondsSince(start));
 }
 
 grpc::Status AttentionService::AppendContext(
@@ -277,8 +302,8 @@ grpc::Status AttentionService::AppendContext(
     v1::ContextInfo* response) {
   const auto start = std::chrono::steady_clock::now();
   return Count("AppendContext",
-               RunContextUpload(state_, context, reader, false, NewRequestId(),
-                                response),
+               EvictDeadWorkersAfter(RunContextUpload(
+                   state_, context, reader, false, NewRequestId(), response)),
                SecondsSince(start));
 }
 

@@ -56,6 +56,11 @@ class AttentionService final : public v1::Attention::Service {
   // Counts a finished call and passes its status on.
   grpc::Status Count(const char* method, const grpc::Status& status,
                      double seconds);
+  // Passes `status` on; first, if it is UNAVAILABLE, evicts the workers that
+  // no longer connect (a worker that died during the call), so that the next
+  // calls are told the cluster is not ready instead of failing one after
+  // another on the dead worker until its heartbeats run out.
+  grpc::Status EvictDeadWorkersAfter(const grpc::Status& status);
   // Runs an Attend, Query or QueryOnce call and counts it.
   grpc::Status Serve(const char* method, grpc::ServerContext* context,
                      RequestStream* stream);

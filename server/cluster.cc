@@ -26,6 +26,27 @@ grpc::ChannelArguments KeepaliveArguments(
   return arguments;
 }
 
+// Whether `channel` is connected, or connects within `patience`. A refused
+// connect ends the wait at once (TRANSIENT_FAILURE); a host that does not
+// answer at all uses up the patience.
+bool Connects(grpc::Channel& channel, Cluster::Clock::duration patience) {
+  const auto deadline =
+      std::chrono::system_clock::now() +
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(patience);
+  for (grpc_connectivity_state state = channel.GetState(true);;
+       state = channel.GetState(true)) {
+    switch (state) {
+      case GRPC_CHANNEL_READY:
+        return true;
+      case GRPC_CHANNEL_TRANSIENT_FAILURE:
+      case GRPC_CHANNEL_SHUTDOWN:
+        return false;
+      default:
+        if (!channel.WaitForStateChange(state, deadline)) return false;
+    }
+  }
+}
+
 }  // namespace
 
 std::shared_ptr<grpc::Channel> Cluster::PlaintextChannel(
@@ -68,14 +89,16 @@ absl::StatusOr<v1::RegisterResponse> Cluster::Register(
   Slot& slot = slots_[rank];
   slot.held = true;
   slot.last_seen = now;
-  slot.member =
-      Member{rank,
-             request.address(),
-             request.device(),
-             request.memory_bytes(),
-             v1::Worker::NewStub(make_channel_(
-                 request.address(), KeepaliveArguments(heartbeat_timeout_))),
-             {}};
+  std::shared_ptr<grpc::Channel> channel =
+      make_channel_(request.address(), KeepaliveArguments(heartbeat_timeout_));
+  std::shared_ptr<v1::Worker::Stub> stub = v1::Worker::NewStub(channel);
+  slot.member = Member{rank,
+                       request.address(),
+                       request.device(),
+                       request.memory_bytes(),
+                       std::move(channel),
+                       std::move(stub),
+                       {}};
   for (int i = 1; i <= row_channels_; ++i) {
     // Channels whose arguments differ never share a connection.
     grpc::ChannelArguments arguments = KeepaliveArguments(heartbeat_timeout_);
@@ -108,6 +131,28 @@ void Cluster::MarkDead(int rank, const std::string& address) {
   if (!slot.held || slot.member.address != address) return;
   slot.held = false;
   ++epoch_;
+}
+
+std::vector<Cluster::Member> Cluster::EvictUnreachable(
+    Clock::duration patience) {
+  std::vector<Member> held;
+  {
+    absl::MutexLock lock(&mutex_);
+    for (const Slot& slot : slots_) {
+      if (slot.held) held.push_back(slot.member);
+    }
+  }
+  std::vector<Member> evicted;
+  for (Member& member : held) {
+    if (Connects(*member.channel, patience)) continue;
+    absl::MutexLock lock(&mutex_);
+    Slot& slot = slots_[member.rank];
+    if (!slot.held || slot.member.channel != member.channel) continue;
+    slot.held = false;
+    ++epoch_;
+    evicted.push_back(std::move(member));
+  }
+  return evicted;
 }
 
 absl::StatusOr<std::vector<Cluster::Member>> Cluster::ReadyMembers() {

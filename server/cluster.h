@@ -52,8 +52,7 @@ class Cluster {
   // register).
   bool Heartbeat(int rank, const std::string& address);
   // Evicts the worker at `rank` now, so the cluster is not ready until a worker
-  // registers for that rank again. Requests do not call it: a live worker
-  // reports lost peers with UNAVAILABLE too, and heartbeats tell the dead.
+  // registers for that rank again.
   void MarkDead(int rank, const std::string& address);
 
   // One live worker as a request sees it.
@@ -62,6 +61,7 @@ class Cluster {
     std::string address;
     std::string device;
     int64_t memory_bytes;
+    std::shared_ptr<grpc::Channel> channel;  // the stub's
     std::shared_ptr<v1::Worker::Stub> stub;
     // One per row channel, each on a connection of its own.
     std::vector<std::shared_ptr<v1::Worker::Stub>> row_stubs;
@@ -77,6 +77,14 @@ class Cluster {
   };
   absl::StatusOr<Membership> ReadyMembership();
   bool Ready();
+  // Evicts every worker whose channel does not connect within `patience` and
+  // returns them. Called when a request failed with UNAVAILABLE, so that the
+  // cluster stops admitting requests that would fail on a dead worker before
+  // its heartbeats run out: a live worker that only lost a peer is connected
+  // (it just answered), and one evicted by mistake registers again on its
+  // next heartbeat. A worker that registered again since the probe began is
+  // kept.
+  std::vector<Member> EvictUnreachable(Clock::duration patience);
   int LiveWorkers();
   int world_size() const { return world_size_; }
   v1::ClusterInfo Info();

@@ -70,6 +70,48 @@ TEST(Faults, KilledWorkerFailsTheRequestAndTheClusterHeals) {
   ExpectMatchesReference(small, again, *healed);
 }
 
+// Heartbeats would take a minute here: the cluster must learn of the dead
+// worker from the first request that fails on it, so that the next requests
+// are told the cluster is not ready rather than each failing on the dead
+// worker in turn (and cancelling work on the live ones).
+TEST(Faults, WorkerKilledBetweenRequestsIsEvictedByTheFirstRequestToFail) {
+  absl::StatusOr<std::unique_ptr<TestCluster>> cluster = TestCluster::Start(
+      {.workers = 3,
+       .coordinator_flags = {"--heartbeat_timeout_seconds=60",
+                             "--ring_timeout_seconds=10"}});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const AttentionSpec spec = Spec(700, true);
+  const RandomInputs in = MakeRandomInputs(spec, 13);
+  absl::StatusOr<AttendResult> before = (*cluster)->NewClient()->Attend(
+      RequestSpec(spec), in.q.view(), in.k.view(), in.v.view());
+  ASSERT_TRUE(before.ok()) << before.status();
+
+  (*cluster)->KillWorker(2);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<AttendResult> failed = (*cluster)->NewClient()->Attend(
+      RequestSpec(spec), in.q.view(), in.k.view(), in.v.view());
+  ASSERT_EQ(failed.status().code(), absl::StatusCode::kUnavailable)
+      << failed.status();
+  absl::StatusOr<AttendResult> refused = (*cluster)->NewClient()->Attend(
+      RequestSpec(spec), in.q.view(), in.k.view(), in.v.view());
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kUnavailable)
+      << refused.status();
+  EXPECT_NE(refused.status().message().find("not ready"), std::string::npos)
+      << refused.status();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30))
+      << "the eviction must not wait for the heartbeats";
+  absl::StatusOr<std::string> metrics = (*cluster)->Metrics();
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  EXPECT_EQ(SeriesValue(*metrics, "ringattn_workers_evicted_total"), 1);
+
+  ASSERT_TRUE((*cluster)->StartWorker().ok());
+  ASSERT_TRUE((*cluster)->WaitReady(true, absl::Seconds(20)).ok());
+  absl::StatusOr<AttendResult> healed = (*cluster)->NewClient()->Attend(
+      RequestSpec(spec), in.q.view(), in.k.view(), in.v.view());
+  ASSERT_TRUE(healed.ok()) << healed.status();
+  ExpectMatchesReference(spec, in, *healed);
+}
+
 TEST(Faults, StalledWorkerFailsTheRequestWithUnavailableAndRejoins) {
   absl::StatusOr<std::unique_ptr<TestCluster>> cluster = TestCluster::Start(
       {.workers = 3, .coordinator_flags = {"--ring_timeout_seconds=3"}});
