@@ -446,7 +446,9 @@ absl::Status Call::OpenWorkers() {
   h->set_rendezvous_prefix(prefix_);
   // Every ring needs a communicator, and so does broadcast-Q's tree.
   if (p > 1 && (!broadcast || tree)) {
-    communicator_ = state_.communicator_keys->Acquire(membership->epoch);
+    communicator_ = state_.communicator_keys->Acquire(
+        membership->epoch, state_.warm_up ? CommunicatorKeys::Prefer::kUnmade
+                                          : CommunicatorKeys::Prefer::kMade);
     h->set_communicator_key(communicator_.key());
     h->set_communicator_slot(communicator_.slot());
     state_.metrics->Add(

@@ -41,6 +41,9 @@ struct CoordinatorState {
   RequestRegistry<SharedUpload>* uploads;
   // Attend requests sending output over attached streams (AttachDownload).
   RequestRegistry<SharedDownload>* downloads;
+  // The calls are the ring warm-up's: each takes a communicator slot whose
+  // communicator the workers have yet to make, if one is free.
+  bool warm_up = false;
 };
 
 // The client's side of an attention call: Attend's stream, or Query's, whose

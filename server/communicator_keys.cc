@@ -46,25 +46,28 @@ CommunicatorKeys::CommunicatorKeys(RendezvousStore& store, std::string instance,
                                    int slots)
     : store_(store),
       instance_(std::move(instance)),
-      slots_(static_cast<size_t>(std::max(slots, 1))) {}
+      slot_count_(std::max(slots, 1)),
+      slots_(static_cast<size_t>(slot_count_)) {}
 
 std::string CommunicatorKeys::NewInstance() {
   return absl::StrCat(absl::Hex(getpid()), "-",
                       absl::Hex(absl::ToUnixNanos(absl::Now())));
 }
 
-CommunicatorKeys::Lease CommunicatorKeys::Acquire(int64_t epoch) {
+CommunicatorKeys::Lease CommunicatorKeys::Acquire(int64_t epoch,
+                                                  Prefer prefer) {
   absl::MutexLock lock(&mutex_);
   auto free_of = [&](bool made) -> Slot* {
     for (Slot& slot : slots_) {
-      if (!slot.held && (!made || (slot.used && slot.epoch == epoch))) {
+      if (!slot.held && (slot.used && slot.epoch == epoch) == made) {
         return &slot;
       }
     }
     return nullptr;
   };
-  Slot* slot = free_of(/*made=*/true);
-  if (slot == nullptr) slot = free_of(/*made=*/false);
+  const bool made = prefer == Prefer::kMade;
+  Slot* slot = free_of(made);
+  if (slot == nullptr) slot = free_of(!made);
   if (slot == nullptr) return Lease();
   if (slot->key.empty() || slot->epoch != epoch) {
     slot->epoch = epoch;

@@ -73,16 +73,24 @@ class CommunicatorKeys {
   CommunicatorKeys(const CommunicatorKeys&) = delete;
   CommunicatorKeys& operator=(const CommunicatorKeys&) = delete;
 
+  // Which free slot Acquire prefers: one whose communicator the workers made
+  // in the epoch (a request's choice), or one whose communicator they have
+  // yet to make (the ring warm-up's, which makes them all).
+  enum class Prefer { kMade, kUnmade };
+
   // A key for a request on the cluster of membership epoch `epoch`: that of
-  // a free slot whose communicator the workers made in this epoch if there is
-  // one, else a free slot's (a new key if the epoch changed since it was
-  // named); an empty lease while other requests hold every slot.
-  Lease Acquire(int64_t epoch);
+  // a free slot of the kind `prefer` names if there is one, else of another
+  // free slot (a new key if the epoch changed since it was named); an empty
+  // lease while other requests hold every slot.
+  Lease Acquire(int64_t epoch, Prefer prefer = Prefer::kMade);
 
   // Whether Acquire(epoch) would now lend the key of a communicator the
   // workers already made (a request held it and succeeded, in this epoch).
   // A hint for cost models: another request may take the key first.
   bool Reusable(int64_t epoch);
+
+  // How many communicators the workers keep.
+  int slots() const { return slot_count_; }
 
   // A fresh instance name for a coordinator process.
   static std::string NewInstance();
@@ -102,6 +110,7 @@ class CommunicatorKeys {
 
   RendezvousStore& store_;
   const std::string instance_;
+  const int slot_count_;
   absl::Mutex mutex_;
   int64_t generation_ ABSL_GUARDED_BY(mutex_) = 0;  // of the newest key
   std::vector<Slot> slots_ ABSL_GUARDED_BY(mutex_);

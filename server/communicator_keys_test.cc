@@ -69,6 +69,33 @@ TEST(CommunicatorKeys, ConcurrentRequestsGetASlotEach) {
   EXPECT_TRUE(fresh.first_use());
 }
 
+// A request takes a made communicator while one is free; the warm-up takes
+// one not made yet, so that it makes every slot's in turn.
+TEST(CommunicatorKeys, WarmUpTakesASlotWhoseCommunicatorIsNotMadeYet) {
+  RendezvousStore store;
+  CommunicatorKeys keys(store, "c", /*slots=*/3);
+  EXPECT_EQ(keys.slots(), 3);
+  {
+    CommunicatorKeys::Lease made = keys.Acquire(1);
+    ASSERT_EQ(made.slot(), 0);
+    made.Succeeded();
+  }
+  for (int slot : {1, 2}) {
+    CommunicatorKeys::Lease warm_up =
+        keys.Acquire(1, CommunicatorKeys::Prefer::kUnmade);
+    EXPECT_EQ(warm_up.slot(), slot);
+    EXPECT_TRUE(warm_up.first_use());
+    warm_up.Succeeded();
+  }
+  const CommunicatorKeys::Lease all_made =
+      keys.Acquire(1, CommunicatorKeys::Prefer::kUnmade);
+  EXPECT_EQ(all_made.slot(), 0) << "with every slot made, any free one";
+  EXPECT_FALSE(all_made.first_use());
+  const CommunicatorKeys::Lease request = keys.Acquire(1);
+  EXPECT_EQ(request.slot(), 1);
+  EXPECT_FALSE(request.first_use());
+}
+
 TEST(CommunicatorKeys, ReusableOnlyWhenAMadeCommunicatorIsFree) {
   RendezvousStore store;
   CommunicatorKeys keys(store, "c");

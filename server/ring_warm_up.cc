@@ -87,6 +87,7 @@ RingWarmUp::RingWarmUp(const CoordinatorState& state)
     : state_(state), metrics_(state.metrics) {
   DeclareCoordinatorMetrics(own_metrics_);
   state_.metrics = &own_metrics_;
+  state_.warm_up = true;
   metrics_->Declare("ringattn_ring_warm_ups_total",
                     "Internal requests that had a newly formed cluster make "
                     "its ring communicator, by result: ok or failed.",
@@ -116,24 +117,27 @@ void RingWarmUp::Poll() {
 }
 
 void RingWarmUp::Run(int64_t epoch) {
-  const int64_t workers = state_.cluster->world_size();
-  spdlog::info("warming up the ring of epoch {} ({} workers)", epoch, workers);
+  spdlog::info(
+      "warming up the ring of epoch {} ({} workers, {} kept "
+      "communicators)",
+      epoch, state_.cluster->world_size(), state_.communicator_keys->slots());
   const auto start = std::chrono::steady_clock::now();
-  grpc::Status status;
-  for (const v1::Strategy strategy : {v1::PASS_KV, v1::BROADCAST_Q}) {
-    const v1::AttentionSpec spec = WarmUpSpec(workers, strategy);
-    WarmUpStream stream(spec);
-    grpc::ServerContext context;
-    status = RunAttendCall(
-        state_, &context, &stream,
-        absl::StrCat("warm-up-", epoch, "-", v1::Strategy_Name(strategy)));
-    if (status.ok() && stream.rows() != spec.q_len()) {
-      status = grpc::Status(grpc::StatusCode::INTERNAL,
-                            absl::StrCat("the workers returned ", stream.rows(),
-                                         " of ", spec.q_len(), " output rows"));
-    }
-    if (!status.ok()) break;
+  // The rings run at once, so that the NCCL set-ups overlap; each takes a
+  // slot not made yet (CoordinatorState::warm_up).
+  std::vector<grpc::Status> rings(
+      static_cast<size_t>(state_.communicator_keys->slots()));
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < rings.size(); ++i) {
+    threads.emplace_back([this, epoch, i, &rings] {
+      rings[i] = RunOne(epoch, v1::PASS_KV, static_cast<int>(i));
+    });
   }
+  for (std::thread& thread : threads) thread.join();
+  grpc::Status status;
+  for (const grpc::Status& ring : rings) {
+    if (status.ok()) status = ring;
+  }
+  if (status.ok()) status = RunOne(epoch, v1::BROADCAST_Q, 0);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
@@ -149,6 +153,24 @@ void RingWarmUp::Run(int64_t epoch) {
                 {{"result", status.ok() ? "ok" : "failed"}}, 1);
   absl::MutexLock lock(&mutex_);
   running_ = false;
+}
+
+grpc::Status RingWarmUp::RunOne(int64_t epoch, v1::Strategy strategy,
+                                int index) {
+  const v1::AttentionSpec spec =
+      WarmUpSpec(state_.cluster->world_size(), strategy);
+  WarmUpStream stream(spec);
+  grpc::ServerContext context;
+  const grpc::Status status =
+      RunAttendCall(state_, &context, &stream,
+                    absl::StrCat("warm-up-", epoch, "-",
+                                 v1::Strategy_Name(strategy), "-", index));
+  if (status.ok() && stream.rows() != spec.q_len()) {
+    return grpc::Status(grpc::StatusCode::INTERNAL,
+                        absl::StrCat("the workers returned ", stream.rows(),
+                                     " of ", spec.q_len(), " output rows"));
+  }
+  return status;
 }
 
 }  // namespace ringattn

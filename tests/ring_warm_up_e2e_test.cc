@@ -2,7 +2,8 @@
 // newly formed cluster makes its kept ring communicator before the first
 // request, so that request reuses it; a cluster that re-forms is warmed up
 // again; with --warm_up_ring=false the first request makes it. Requests
-// computed at once ring over kept communicators of their own slots.
+// computed at once ring over kept communicators of their own slots, each made
+// by the warm-up.
 
 #include <memory>
 #include <string>
@@ -91,8 +92,7 @@ TEST(RingWarmUp, ReformedClusterIsWarmedUpAgain) {
 
 // Two clients sending rings at once, as many as the coordinator computes at
 // once (--max_concurrent_requests, 2 by default): each admitted request holds
-// a slot, so none connects a communicator of its own, and at most one is made
-// per slot.
+// a slot whose communicator the warm-up made, so none makes one.
 TEST(RingWarmUp, ConcurrentRequestsRingOverKeptCommunicators) {
   absl::StatusOr<std::unique_ptr<TestCluster>> cluster =
       TestCluster::Start({.workers = 3});
@@ -109,8 +109,44 @@ TEST(RingWarmUp, ConcurrentRequestsRingOverKeptCommunicators) {
   for (std::thread& client : clients) client.join();
   const std::string metrics = (*cluster)->Metrics().value_or("");
   EXPECT_EQ(SeriesValue(metrics, Communicators("own")), 0) << metrics;
-  EXPECT_LE(SeriesValue(metrics, Communicators("new")), 1) << metrics;
-  EXPECT_GE(SeriesValue(metrics, Communicators("reused")), 11) << metrics;
+  EXPECT_EQ(SeriesValue(metrics, Communicators("new")), 0) << metrics;
+  EXPECT_EQ(SeriesValue(metrics, Communicators("reused")), 12) << metrics;
+}
+
+// A ring admitted while another holds the first slot rings over the second
+// slot's communicator, which the warm-up made too.
+TEST(RingWarmUp, EverySlotsCommunicatorIsMadeBeforeTheFirstRequest) {
+  absl::StatusOr<std::unique_ptr<TestCluster>> cluster = TestCluster::Start(
+      {.workers = 3, .coordinator_flags = {"--max_concurrent_requests=2"}});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  AwaitWarmUps(**cluster, 1);
+  const AttentionSpec long_spec =
+      SelfAttentionSpec(1201, 4, 2, 64, /*causal=*/true);
+  const RandomInputs long_in = MakeRandomInputs(long_spec, 21);
+  v1::AttentionSpec long_request = RequestSpec(long_spec);
+  long_request.set_strategy(v1::PASS_KV);
+  // The second ring starts once half of the first one's upload is out: the
+  // first holds its slot from before its upload until its end.
+  std::thread second;
+  ClientOptions options;
+  options.chunk_bytes = 64 << 10;
+  options.progress = [&](const Progress& progress) {
+    if (progress.phase == Progress::Phase::kUpload &&
+        progress.bytes_done * 2 >= progress.bytes_total && !second.joinable()) {
+      second =
+          std::thread([&cluster] { RingMatchesReference(**cluster, 211, 22); });
+    }
+  };
+  absl::StatusOr<AttendResult> first = (*cluster)->NewClient(options)->Attend(
+      long_request, long_in.q.view(), long_in.k.view(), long_in.v.view());
+  ASSERT_TRUE(second.joinable());
+  second.join();
+  ASSERT_TRUE(first.ok()) << first.status();
+  ExpectMatchesReference(long_spec, long_in, *first);
+  const std::string metrics = (*cluster)->Metrics().value_or("");
+  EXPECT_EQ(SeriesValue(metrics, Communicators("reused")), 2) << metrics;
+  EXPECT_EQ(SeriesValue(metrics, Communicators("new")), 0) << metrics;
+  EXPECT_EQ(SeriesValue(metrics, Communicators("own")), 0) << metrics;
 }
 
 TEST(RingWarmUp, WithoutWarmUpTheFirstRequestMakesTheCommunicator) {
