@@ -7,7 +7,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -50,9 +52,13 @@ class SilentListener {
     address.sin_family = AF_INET;
     address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     socklen_t length = sizeof(address);
-    bind(fd_, reinterpret_cast<sockaddr*>(&address), length);
-    listen(fd_, 16);
-    getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length);
+    if (fd_ < 0 ||
+        bind(fd_, reinterpret_cast<sockaddr*>(&address), length) != 0 ||
+        listen(fd_, 16) != 0 ||
+        getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+      ADD_FAILURE() << "no listening loopback socket: " << strerror(errno);
+      return;
+    }
     port_ = ntohs(address.sin_port);
   }
   ~SilentListener() { close(fd_); }
