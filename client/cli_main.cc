@@ -60,6 +60,10 @@ constexpr char kUsage[] = R"(usage:
 Every command that talks to a server also takes:
   --timeout SECONDS   deadline of each call (default: none)
   --chunk_bytes N     largest tensor chunk sent (default 4194304)
+  --max_attempts N    attempts of an attend or query that the coordinator
+                      refuses with UNAVAILABLE (its cluster not ready, a
+                      worker lost), 1 to 5, after waits of up to 0.5, 1, 2
+                      and 4 s (default 1: no retry)
   --token_file FILE   file holding a bearer token, sent as
                       "authorization: Bearer TOKEN" on every call
   --tls_ca FILE       connect over TLS, verifying the server against this PEM
@@ -101,7 +105,8 @@ int Failure(const absl::Status& status) {
 
 // The flags every command that talks to a server takes.
 std::set<std::string> ConnectionFlagNames() {
-  std::set<std::string> names = {"target", "timeout", "chunk_bytes"};
+  std::set<std::string> names = {"target", "timeout", "chunk_bytes",
+                                 "max_attempts"};
   names.insert(SecurityFlagNames().begin(), SecurityFlagNames().end());
   return names;
 }
@@ -131,6 +136,15 @@ absl::StatusOr<Connection> Connect(const Flags& flags) {
       flags.GetInt("chunk_bytes", options.chunk_bytes);
   if (!chunk_bytes.ok()) return chunk_bytes.status();
   options.chunk_bytes = *chunk_bytes;
+  absl::StatusOr<int64_t> attempts =
+      flags.GetInt("max_attempts", options.max_attempts);
+  if (!attempts.ok()) return attempts.status();
+  if (*attempts < 1 || *attempts > ClientOptions::kMostAttempts) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_attempts must be in [1, ",
+                     ClientOptions::kMostAttempts, "], got ", *attempts));
+  }
+  options.max_attempts = static_cast<int>(*attempts);
   for (auto [name, streams] :
        {std::pair{"upload_streams", &options.upload_streams},
         std::pair{"download_streams", &options.download_streams}}) {

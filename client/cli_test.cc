@@ -114,10 +114,11 @@ TEST_F(CliTest, LocalClusterServesTheOtherCommands) {
   ASSERT_TRUE(WriteNpy(dir + "q.npy", {5, 2, 3}, q).ok());
   ASSERT_TRUE(WriteNpy(dir + "kv.npy", {2, 1, 3}, kv).ok());
   CliResult attend =
-      RunCli({"attend", "--target", target, "--q", dir + "q.npy", "--k",
-              dir + "kv.npy", "--v", dir + "kv.npy", "--out", dir + "o.npy",
-              "--lse_out", dir + "lse.npy", "--causal", "--wire_dtype", "fp32",
-              "--chunk_bytes", "30"});
+      RunCli({"attend",        "--target", target,           "--q",
+              dir + "q.npy",   "--k",      dir + "kv.npy",   "--v",
+              dir + "kv.npy",  "--out",    dir + "o.npy",    "--lse_out",
+              dir + "lse.npy", "--causal", "--wire_dtype",   "fp32",
+              "--chunk_bytes", "30",       "--max_attempts", "3"});
   EXPECT_EQ(attend.exit_code, 0) << attend.output;
   EXPECT_TRUE(Contains(attend.output, "GFLOP/s")) << attend.output;
   // The summary's kernel launches, sorted by kernel name.
@@ -223,6 +224,8 @@ TEST_F(CliTest, UsageErrorsExitWith2) {
            {"local", "--workers", "0"},
            {"context", "rename"},
            {"info", "--target", "x:1", "--timeout", "0"},
+           {"info", "--target", "x:1", "--max_attempts", "0"},
+           {"info", "--target", "x:1", "--max_attempts", "6"},
            {"attend", "--target", "x:1", "--q", "q", "--k", "k", "--v", "v",
             "--out", "o", "--upload_streams", "-1"},
            {"attend", "--target", "x:1", "--q", "q", "--k", "k", "--v", "v",

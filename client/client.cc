@@ -411,6 +411,20 @@ void Start(v1::Attention::Stub& stub, grpc::ClientContext* context,
   stub.async()->Query(context, call);
 }
 
+// The service config that has gRPC try Attend, Query and QueryOnce calls
+// again when they end with UNAVAILABLE before any response
+// (ClientOptions::max_attempts).
+std::string RetryServiceConfig(int max_attempts) {
+  return absl::StrCat(
+      R"({"methodConfig": [{"name": [)",
+      R"({"service": "ringattn.v1.Attention", "method": "Attend"}, )",
+      R"({"service": "ringattn.v1.Attention", "method": "Query"}, )",
+      R"({"service": "ringattn.v1.Attention", "method": "QueryOnce"}], )",
+      R"("retryPolicy": {"maxAttempts": )", max_attempts,
+      R"(, "initialBackoff": "0.5s", "maxBackoff": "4s", )",
+      R"("backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]})");
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
@@ -441,6 +455,12 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
         absl::StrCat("ClientOptions.auto_streams_min_bytes must be >= 0, got ",
                      options.auto_streams_min_bytes));
   }
+  if (options.max_attempts < 1 ||
+      options.max_attempts > ClientOptions::kMostAttempts) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ClientOptions.max_attempts must be in [1, ",
+        ClientOptions::kMostAttempts, "], got ", options.max_attempts));
+  }
   if (options.reconnect_backoff <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
         absl::StrCat("ClientOptions.reconnect_backoff must be positive, got ",
@@ -457,8 +477,13 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
   const std::shared_ptr<grpc::ChannelCredentials> credentials =
       options.credentials ? options.credentials
                           : grpc::InsecureChannelCredentials();
+  grpc::ChannelArguments main_arguments = arguments;
+  if (options.max_attempts > 1) {
+    main_arguments.SetServiceConfigJSON(
+        RetryServiceConfig(options.max_attempts));
+  }
   std::unique_ptr<v1::Attention::Stub> stub = v1::Attention::NewStub(
-      grpc::CreateCustomChannel(target, credentials, arguments));
+      grpc::CreateCustomChannel(target, credentials, main_arguments));
   std::vector<std::unique_ptr<v1::Attention::Stub>> attached_stubs;
   const int most_streams =
       std::max({options.upload_streams, options.download_streams,

@@ -83,6 +83,18 @@ struct ClientOptions {
   // Streams each way of a large call by default: on 2x H200 four moved 7-9
   // GB/s each way where one moves about 1.4.
   static constexpr int kAutoStreams = 4;
+  // Attempts an Attend or Query call gets, in [1, kMostAttempts]: one the
+  // coordinator ends with UNAVAILABLE before any output (its cluster not
+  // ready: a worker died and no replacement has joined yet; or a worker
+  // failed during it), or that cannot reach the coordinator, is tried again
+  // by gRPC's retry policy after a random wait of up to 0.5 s, then up to 1,
+  // 2 and 4 s, within the call's deadline. Such a call changed nothing (a
+  // query's new rows are taken back), so trying again is safe. gRPC keeps
+  // at most 256 KiB of a call's upload for this: decode steps and small
+  // queries are retried, a larger call may fail as with 1. Context uploads
+  // are never retried.
+  int max_attempts = 1;
+  static constexpr int kMostAttempts = 5;  // gRPC's own limit
   // Channel credentials; null means plaintext.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
 };

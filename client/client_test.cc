@@ -349,6 +349,53 @@ TEST_F(ClientTest, ContextsUploadQueryListAndDelete) {
   EXPECT_EQ(missing.message(), "no context named 'doc'");
 }
 
+// A call the coordinator ends with UNAVAILABLE before any output (its
+// cluster not ready) is tried again, up to max_attempts in all.
+TEST_F(ClientTest, UnavailableCallIsTriedAgainUpToMaxAttempts) {
+  ClientOptions options;
+  options.max_attempts = 3;
+  std::unique_ptr<Client> client = Connect(options);
+  service_.FailNext(2);
+  const v1::AttentionSpec spec = SpecFor(q_shape_, kv_shape_);
+  absl::StatusOr<AttendResult> result =
+      client->Attend(spec, q_.view(), k_.view(), v_.view());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->output.values(), q_.values());
+  EXPECT_EQ(service_.calls(), 3);
+
+  service_.FailNext(3);
+  absl::StatusOr<AttendResult> refused =
+      client->Attend(spec, q_.view(), k_.view(), v_.view());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(refused.status().message(), kFakeNotReadyMessage);
+  EXPECT_EQ(service_.calls(), 6);
+}
+
+TEST_F(ClientTest, QueryWithNewRowsIsTriedAgain) {
+  ClientOptions options;
+  options.max_attempts = 2;
+  std::unique_ptr<Client> client = Connect(options);
+  ASSERT_TRUE(client->CreateContext("doc", k_.view(), v_.view()).ok());
+  const int before = service_.calls();
+  service_.FailNext(1);
+  v1::AttentionSpec spec = SpecFor(q_shape_, kv_shape_);
+  spec.set_kv_len(0);
+  absl::StatusOr<AttendResult> result =
+      client->Query("doc", spec, q_.view(), k_.view(), v_.view());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->output.values(), q_.values());
+  EXPECT_EQ(service_.calls() - before, 2);
+}
+
+TEST_F(ClientTest, WithOneAttemptUnavailableReachesTheCaller) {
+  std::unique_ptr<Client> client = Connect();
+  service_.FailNext(1);
+  absl::StatusOr<AttendResult> refused = client->Attend(
+      SpecFor(q_shape_, kv_shape_), q_.view(), k_.view(), v_.view());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(service_.calls(), 1);
+}
+
 TEST_F(ClientTest, GetClusterInfo) {
   service_.set_cluster(2, true);
   std::unique_ptr<Client> client = Connect();
@@ -365,6 +412,13 @@ TEST(ClientConnectTest, RejectsBadOptions) {
   options.chunk_bytes = 0;
   EXPECT_EQ(Client::Connect("127.0.0.1:1", options).status().code(),
             absl::StatusCode::kInvalidArgument);
+  for (int attempts : {0, ClientOptions::kMostAttempts + 1}) {
+    ClientOptions retrying;
+    retrying.max_attempts = attempts;
+    EXPECT_EQ(Client::Connect("127.0.0.1:1", retrying).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << attempts;
+  }
 }
 
 TEST(ClientConnectTest, UnreachableServerIsUnavailable) {

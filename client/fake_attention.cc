@@ -43,6 +43,11 @@ void FakeAttention::set_behavior(FakeBehavior behavior) {
   behavior_ = behavior;
 }
 
+void FakeAttention::FailNext(int calls) {
+  std::lock_guard<std::mutex> lock(mu_);
+  unavailable_calls_ = calls;
+}
+
 void FakeAttention::set_cluster(int world_size, bool ready) {
   std::lock_guard<std::mutex> lock(mu_);
   world_size_ = world_size;
@@ -221,6 +226,10 @@ grpc::Status FakeAttention::Answer(
   FakeBehavior behavior;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (unavailable_calls_ > 0) {
+      --unavailable_calls_;
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, kFakeNotReadyMessage);
+    }
     behavior = behavior_;
   }
   if (behavior == FakeBehavior::kFail) {

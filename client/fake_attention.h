@@ -29,6 +29,8 @@ enum class FakeBehavior {
 
 inline constexpr char kFakeFailMessage[] =
     "the request needs 12 GiB; the limit is 8 GiB";
+inline constexpr char kFakeNotReadyMessage[] =
+    "cluster not ready: 1 of 2 workers alive (missing rank 1)";
 
 // A tensor rebuilt from the chunks a client sent, with the chunks' headers.
 struct ReceivedTensor {
@@ -40,6 +42,10 @@ struct ReceivedTensor {
 class FakeAttention final : public v1::Attention::Service {
  public:
   void set_behavior(FakeBehavior behavior);
+  // The next `calls` Attend and Query calls end with UNAVAILABLE
+  // (kFakeNotReadyMessage) after their header and before any response, as
+  // the coordinator ends a call while its cluster is not ready.
+  void FailNext(int calls);
   // What GetClusterInfo reports (world size 1, ready, by default).
   void set_cluster(int world_size, bool ready);
   // Lets calls held by FakeBehavior::kHang end.
@@ -90,6 +96,7 @@ class FakeAttention final : public v1::Attention::Service {
 
   std::mutex mu_;
   FakeBehavior behavior_ = FakeBehavior::kEcho;
+  int unavailable_calls_ = 0;
   int world_size_ = 1;
   bool ready_ = true;
   int calls_ = 0;

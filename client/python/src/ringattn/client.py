@@ -1,6 +1,7 @@
 """ringattn.Client: the Python client of the ringattn attention service."""
 
 import dataclasses
+import json
 import os
 import sys
 import threading
@@ -18,6 +19,22 @@ from .v1 import attention_pb2_grpc as pb_grpc
 # Output chunks are ~1 MiB; the limit leaves room for larger ones while bounding
 # what a single message can make the client allocate (as the C++ client does).
 _MAX_RECEIVE_MESSAGE_BYTES = 64 << 20
+# gRPC's own limit on a retry policy's attempts.
+MOST_ATTEMPTS = 5
+
+
+def _retry_service_config(max_attempts):
+    """The service config that has gRPC try Attend, Query and QueryOnce again
+    when they end with UNAVAILABLE before any response (as the C++ client's
+    ClientOptions::max_attempts)."""
+    methods = [{"service": "ringattn.v1.Attention", "method": m}
+               for m in ("Attend", "Query", "QueryOnce")]
+    return json.dumps({"methodConfig": [{
+        "name": methods,
+        "retryPolicy": {
+            "maxAttempts": max_attempts, "initialBackoff": "0.5s",
+            "maxBackoff": "4s", "backoffMultiplier": 2,
+            "retryableStatusCodes": ["UNAVAILABLE"]}}]})
 # A query uploading at most this much sends its chunks inside its header
 # message (QueryHeader.chunks), on a QueryOnce call: the whole upload is one
 # message.
@@ -135,14 +152,27 @@ class Client:
 
     def __init__(self, target, token=None, tls=None, *, timeout=None,
                  chunk_bytes=_chunking.DEFAULT_CHUNK_BYTES,
-                 channel_options=()):
+                 channel_options=(), max_attempts=1):
         """target: "host:port"; token: bearer token or None; tls: None/False
         (plaintext), True (system roots), a TLSConfig (or a dict of its
         fields) or grpc.ChannelCredentials; timeout: seconds per call (None:
         no deadline); chunk_bytes: largest tensor chunk sent (default 4 MiB).
+
+        max_attempts, 1 to 5: attempts of an attend or query call that the
+        coordinator ends with UNAVAILABLE before any output (its cluster not
+        ready: a worker died and no replacement has joined yet; or a worker
+        failed during it), or that cannot reach it: gRPC's retry policy tries
+        again after a random wait of up to 0.5 s, then up to 1, 2 and 4 s,
+        within the call's timeout. Such a call changed nothing (a query's new
+        rows are taken back). gRPC keeps at most 256 KiB of a call's upload
+        for this, so decode steps and small queries are retried and a larger
+        call may fail as with 1; context uploads are never retried.
         """
         if chunk_bytes < 1:
             raise ValueError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
+        if not 1 <= max_attempts <= MOST_ATTEMPTS:
+            raise ValueError(f"max_attempts must be in [1, {MOST_ATTEMPTS}], "
+                             f"got {max_attempts}")
         _malloc.keep_large_buffers()
         self.target = target
         self.timeout = timeout
@@ -155,7 +185,11 @@ class Client:
         self._credentials = _credentials(tls)
         # Unary-stream calls (QueryOnce) read their responses on the calling
         # thread instead of handing each over from gRPC's.
-        self._channel = self._open_channel(self._options + [
+        retries = ([("grpc.enable_retries", 1),
+                    ("grpc.service_config",
+                     _retry_service_config(int(max_attempts)))]
+                   if max_attempts > 1 else [])
+        self._channel = self._open_channel(self._options + retries + [
             (grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1)])
         self._stub = pb_grpc.AttentionStub(self._channel)
         self._tensor_methods = _wire.TensorMethods(self._channel)
