@@ -481,6 +481,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
   if (options.max_attempts > 1) {
     main_arguments.SetServiceConfigJSON(
         RetryServiceConfig(options.max_attempts));
+    main_arguments.SetInt(GRPC_ARG_PER_RPC_RETRY_BUFFER_SIZE,
+                          ClientOptions::kRetryBufferBytes);
   }
   std::unique_ptr<v1::Attention::Stub> stub = v1::Attention::NewStub(
       grpc::CreateCustomChannel(target, credentials, main_arguments));

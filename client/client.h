@@ -90,11 +90,12 @@ struct ClientOptions {
   // by gRPC's retry policy after a random wait of up to 0.5 s, then up to 1,
   // 2 and 4 s, within the call's deadline. Such a call changed nothing (a
   // query's new rows are taken back), so trying again is safe. gRPC keeps
-  // at most 256 KiB of a call's upload for this: decode steps and small
-  // queries are retried, a larger call may fail as with 1. Context uploads
-  // are never retried.
+  // at most kRetryBufferBytes of a call's upload for this: decode steps and
+  // queries of up to about a thousand rows are retried, a larger call may
+  // fail as with 1. Context uploads are never retried.
   int max_attempts = 1;
   static constexpr int kMostAttempts = 5;  // gRPC's own limit
+  static constexpr int kRetryBufferBytes = 8 << 20;
   // Channel credentials; null means plaintext.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
 };

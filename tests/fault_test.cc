@@ -112,6 +112,43 @@ TEST(Faults, WorkerKilledBetweenRequestsIsEvictedByTheFirstRequestToFail) {
   ExpectMatchesReference(spec, in, *healed);
 }
 
+// The coordinator's refusal while its cluster is not ready reaches the client
+// before any response, so a client with max_attempts tries again (gRPC's
+// retry policy); the coordinator counts every attempt.
+TEST(Faults, ClientTriesAgainWhileTheClusterIsNotReady) {
+  absl::StatusOr<std::unique_ptr<TestCluster>> cluster =
+      TestCluster::Start({.workers = 2});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  (*cluster)->KillWorker(1);
+  ASSERT_TRUE((*cluster)->WaitReady(false, absl::Seconds(10)).ok());
+  // 600 KiB of Q, K and V: past gRPC's default retry buffer (256 KiB),
+  // within the client's (ClientOptions::kRetryBufferBytes).
+  const AttentionSpec spec = Spec(300, true);
+  const RandomInputs in = MakeRandomInputs(spec, 14);
+  ClientOptions options;
+  options.max_attempts = 3;
+  absl::StatusOr<AttendResult> refused = (*cluster)->NewClient(options)->Attend(
+      RequestSpec(spec), in.q.view(), in.k.view(), in.v.view());
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kUnavailable)
+      << refused.status();
+  EXPECT_NE(refused.status().message().find("not ready"), std::string::npos)
+      << refused.status();
+  absl::StatusOr<std::string> metrics = (*cluster)->Metrics();
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  EXPECT_EQ(SeriesValue(*metrics,
+                        "ringattn_requests_total{method=\"Attend\",code="
+                        "\"UNAVAILABLE\"}"),
+            3)
+      << *metrics;
+
+  ASSERT_TRUE((*cluster)->StartWorker().ok());
+  ASSERT_TRUE((*cluster)->WaitReady(true, absl::Seconds(20)).ok());
+  absl::StatusOr<AttendResult> served = (*cluster)->NewClient(options)->Attend(
+      RequestSpec(spec), in.q.view(), in.k.view(), in.v.view());
+  ASSERT_TRUE(served.ok()) << served.status();
+  ExpectMatchesReference(spec, in, *served);
+}
+
 TEST(Faults, StalledWorkerFailsTheRequestWithUnavailableAndRejoins) {
   absl::StatusOr<std::unique_ptr<TestCluster>> cluster = TestCluster::Start(
       {.workers = 3, .coordinator_flags = {"--ring_timeout_seconds=3"}});

@@ -21,6 +21,8 @@ from .v1 import attention_pb2_grpc as pb_grpc
 _MAX_RECEIVE_MESSAGE_BYTES = 64 << 20
 # gRPC's own limit on a retry policy's attempts.
 MOST_ATTEMPTS = 5
+# How much of a call's upload gRPC keeps for trying it again.
+_RETRY_BUFFER_BYTES = 8 << 20
 
 
 def _retry_service_config(max_attempts):
@@ -164,9 +166,10 @@ class Client:
         failed during it), or that cannot reach it: gRPC's retry policy tries
         again after a random wait of up to 0.5 s, then up to 1, 2 and 4 s,
         within the call's timeout. Such a call changed nothing (a query's new
-        rows are taken back). gRPC keeps at most 256 KiB of a call's upload
-        for this, so decode steps and small queries are retried and a larger
-        call may fail as with 1; context uploads are never retried.
+        rows are taken back). gRPC keeps at most 8 MiB of a call's upload
+        for this, so decode steps and queries of up to about a thousand rows
+        are retried and a larger call may fail as with 1; context uploads are
+        never retried.
         """
         if chunk_bytes < 1:
             raise ValueError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
@@ -186,6 +189,7 @@ class Client:
         # Unary-stream calls (QueryOnce) read their responses on the calling
         # thread instead of handing each over from gRPC's.
         retries = ([("grpc.enable_retries", 1),
+                    ("grpc.per_rpc_retry_buffer_size", _RETRY_BUFFER_BYTES),
                     ("grpc.service_config",
                      _retry_service_config(int(max_attempts)))]
                    if max_attempts > 1 else [])
