@@ -60,10 +60,10 @@ constexpr char kUsage[] = R"(usage:
 Every command that talks to a server also takes:
   --timeout SECONDS   deadline of each call (default: none)
   --chunk_bytes N     largest tensor chunk sent (default 4194304)
-  --max_attempts N    attempts of an attend or query that the coordinator
-                      refuses with UNAVAILABLE (its cluster not ready, a
-                      worker lost), 1 to 5, after waits of up to 0.5, 1, 2
-                      and 4 s (default 1: no retry)
+  --max_attempts N    attempts of an attend or query that ends with
+                      UNAVAILABLE before any output (the cluster not ready, a
+                      worker lost), 1 to 5, after waits of 0.25-0.5 s that
+                      double up to 4 s (default 1: no retry)
   --token_file FILE   file holding a bearer token, sent as
                       "authorization: Bearer TOKEN" on every call
   --tls_ca FILE       connect over TLS, verifying the server against this PEM

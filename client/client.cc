@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <type_traits>
 #include <utility>
 
@@ -29,6 +30,27 @@ constexpr int kMostUploadStreams = 64;
 // (RunOnThisThread); larger ones overlap their upload and download through
 // gRPC's asynchronous API.
 constexpr int64_t kMostBlockingUploadBytes = 1 << 20;
+
+// The waits between attempts of a call (ClientOptions::max_attempts): the
+// first, doubled each time up to the longest, each jittered down to half.
+constexpr absl::Duration kFirstRetryWait = absl::Milliseconds(500);
+constexpr absl::Duration kLongestRetryWait = absl::Seconds(4);
+
+// What a call that filled `output` returns; `answered`: whether any output
+// came back.
+absl::StatusOr<AttendResult> Finished(absl::StatusOr<v1::Summary> summary,
+                                      OutputAssembler& output, bool& answered) {
+  answered = output.bytes_received() > 0;
+  if (!summary.ok()) return summary.status();
+  return AttendResult{std::move(output.output()), std::move(output.lse()),
+                      *std::move(summary)};
+}
+
+// A factor in [0.5, 1) for a wait between attempts.
+double RetryJitter() {
+  static thread_local std::mt19937 bits(std::random_device{}());
+  return std::uniform_real_distribution<double>(0.5, 1.0)(bits);
+}
 
 std::string ShapeString(const Shape& shape) {
   return absl::StrCat("[", shape.batch, ", ", shape.seq, ", ", shape.heads,
@@ -411,20 +433,6 @@ void Start(v1::Attention::Stub& stub, grpc::ClientContext* context,
   stub.async()->Query(context, call);
 }
 
-// The service config that has gRPC try Attend, Query and QueryOnce calls
-// again when they end with UNAVAILABLE before any response
-// (ClientOptions::max_attempts).
-std::string RetryServiceConfig(int max_attempts) {
-  return absl::StrCat(
-      R"({"methodConfig": [{"name": [)",
-      R"({"service": "ringattn.v1.Attention", "method": "Attend"}, )",
-      R"({"service": "ringattn.v1.Attention", "method": "Query"}, )",
-      R"({"service": "ringattn.v1.Attention", "method": "QueryOnce"}], )",
-      R"("retryPolicy": {"maxAttempts": )", max_attempts,
-      R"(, "initialBackoff": "0.5s", "maxBackoff": "4s", )",
-      R"("backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]})");
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
@@ -477,15 +485,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
   const std::shared_ptr<grpc::ChannelCredentials> credentials =
       options.credentials ? options.credentials
                           : grpc::InsecureChannelCredentials();
-  grpc::ChannelArguments main_arguments = arguments;
-  if (options.max_attempts > 1) {
-    main_arguments.SetServiceConfigJSON(
-        RetryServiceConfig(options.max_attempts));
-    main_arguments.SetInt(GRPC_ARG_PER_RPC_RETRY_BUFFER_SIZE,
-                          ClientOptions::kRetryBufferBytes);
-  }
   std::unique_ptr<v1::Attention::Stub> stub = v1::Attention::NewStub(
-      grpc::CreateCustomChannel(target, credentials, main_arguments));
+      grpc::CreateCustomChannel(target, credentials, arguments));
   std::vector<std::unique_ptr<v1::Attention::Stub>> attached_stubs;
   const int most_streams =
       std::max({options.upload_streams, options.download_streams,
@@ -540,15 +541,32 @@ absl::StatusOr<AttendResult> Client::Attend(const v1::AttentionSpec& spec,
 
   absl::StatusOr<DType> output_dtype = OutputDType(sent);
   if (!output_dtype.ok()) return output_dtype.status();
-  ChunkStream chunks(*dtype, options_.chunk_bytes);
-  chunks.Add(v1::Q, q);
-  chunks.Add(v1::K, k);
-  chunks.Add(v1::V, v);
-  OutputAssembler output(q_shape, sent.return_lse(), *output_dtype);
-  absl::StatusOr<v1::Summary> summary = Run(std::move(header), chunks, output);
-  if (!summary.ok()) return summary.status();
-  return AttendResult{std::move(output.output()), std::move(output.lse()),
-                      std::move(*summary)};
+  return Retrying([&](bool& answered) {
+    ChunkStream chunks(*dtype, options_.chunk_bytes);
+    chunks.Add(v1::Q, q);
+    chunks.Add(v1::K, k);
+    chunks.Add(v1::V, v);
+    OutputAssembler output(q_shape, sent.return_lse(), *output_dtype);
+    return Finished(Run(header, chunks, output), output, answered);
+  });
+}
+
+absl::StatusOr<AttendResult> Client::Retrying(
+    absl::FunctionRef<absl::StatusOr<AttendResult>(bool& answered)> attempt)
+    const {
+  absl::Duration wait = kFirstRetryWait;
+  for (int n = 1;; ++n) {
+    bool answered = false;
+    absl::StatusOr<AttendResult> result = attempt(answered);
+    if (result.ok() || answered || n >= options_.max_attempts ||
+        result.status().code() != absl::StatusCode::kUnavailable) {
+      return result;
+    }
+    // A wait between attempts, not a synchronization: jittered so that
+    // clients refused together do not come back together.
+    absl::SleepFor(wait * RetryJitter());
+    wait = std::min(2 * wait, kLongestRetryWait);
+  }
 }
 
 absl::StatusOr<v1::Summary> Client::AttendStreaming(
@@ -689,24 +707,25 @@ absl::StatusOr<AttendResult> Client::RunQuery(const std::string& context_name,
                       sent.head_dim()};
   RINGATTN_RETURN_IF_ERROR(CheckShape("Q", q, q_shape));
 
-  ChunkStream chunks(*dtype, options_.chunk_bytes);
-  chunks.Add(v1::Q, q);
   if (k_new != nullptr) {
     const Shape kv_shape{sent.batch(), k_new->shape().seq, sent.kv_heads(),
                          sent.head_dim()};
     RINGATTN_RETURN_IF_ERROR(CheckShape("new K", *k_new, kv_shape));
     RINGATTN_RETURN_IF_ERROR(CheckShape("new V", *v_new, kv_shape));
     header.mutable_header()->set_append_length(kv_shape.seq);
-    chunks.Add(v1::K, *k_new);
-    chunks.Add(v1::V, *v_new);
   }
   absl::StatusOr<DType> output_dtype = OutputDType(sent);
   if (!output_dtype.ok()) return output_dtype.status();
-  OutputAssembler output(q_shape, sent.return_lse(), *output_dtype);
-  absl::StatusOr<v1::Summary> summary = Run(std::move(header), chunks, output);
-  if (!summary.ok()) return summary.status();
-  return AttendResult{std::move(output.output()), std::move(output.lse()),
-                      std::move(*summary)};
+  return Retrying([&](bool& answered) {
+    ChunkStream chunks(*dtype, options_.chunk_bytes);
+    chunks.Add(v1::Q, q);
+    if (k_new != nullptr) {
+      chunks.Add(v1::K, *k_new);
+      chunks.Add(v1::V, *v_new);
+    }
+    OutputAssembler output(q_shape, sent.return_lse(), *output_dtype);
+    return Finished(Run(header, chunks, output), output, answered);
+  });
 }
 
 absl::StatusOr<v1::ContextInfo> Client::CreateContext(const std::string& name,

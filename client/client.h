@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -83,19 +84,17 @@ struct ClientOptions {
   // Streams each way of a large call by default: on 2x H200 four moved 7-9
   // GB/s each way where one moves about 1.4.
   static constexpr int kAutoStreams = 4;
-  // Attempts an Attend or Query call gets, in [1, kMostAttempts]: one the
-  // coordinator ends with UNAVAILABLE before any output (its cluster not
-  // ready: a worker died and no replacement has joined yet; or a worker
-  // failed during it), or that cannot reach the coordinator, is tried again
-  // by gRPC's retry policy after a random wait of up to 0.5 s, then up to 1,
-  // 2 and 4 s, within the call's deadline. Such a call changed nothing (a
-  // query's new rows are taken back), so trying again is safe. gRPC keeps
-  // at most kRetryBufferBytes of a call's upload for this: decode steps and
-  // queries of up to about a thousand rows are retried, a larger call may
-  // fail as with 1. Context uploads are never retried.
+  // Attempts an Attend or Query call from whole tensors gets, in [1,
+  // kMostAttempts]: one that ends with UNAVAILABLE before any output came
+  // back (the coordinator's cluster not ready: a worker died and no
+  // replacement has joined yet; a worker failed during the call; the
+  // coordinator out of reach) is sent again, whole, after a random wait of
+  // 0.25-0.5 s, then twice that each time, up to 4 s. Such a call changed
+  // nothing (a query's new rows are taken back), so sending it again is
+  // safe. Each attempt has its own deadline. AttendStreaming and context
+  // uploads are never retried.
   int max_attempts = 1;
-  static constexpr int kMostAttempts = 5;  // gRPC's own limit
-  static constexpr int kRetryBufferBytes = 8 << 20;
+  static constexpr int kMostAttempts = 5;
   // Channel credentials; null means plaintext.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
 };
@@ -189,6 +188,13 @@ class Client {
   template <typename Request>
   absl::StatusOr<v1::Summary> Run(Request header, ChunkSource& source,
                                   OutputAssembler& output);
+
+  // Runs `attempt` (one whole call, which sets `answered` once output came
+  // back) up to options_.max_attempts times while it ends with UNAVAILABLE
+  // unanswered, waiting between attempts.
+  absl::StatusOr<AttendResult> Retrying(
+      absl::FunctionRef<absl::StatusOr<AttendResult>(bool& answered)> attempt)
+      const;
 
   absl::StatusOr<AttendResult> RunQuery(const std::string& context,
                                         const v1::AttentionSpec& spec,

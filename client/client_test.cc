@@ -349,8 +349,8 @@ TEST_F(ClientTest, ContextsUploadQueryListAndDelete) {
   EXPECT_EQ(missing.message(), "no context named 'doc'");
 }
 
-// A call the coordinator ends with UNAVAILABLE before any output (its
-// cluster not ready) is tried again, up to max_attempts in all.
+// A call that ends with UNAVAILABLE before any output (the coordinator's
+// cluster not ready) is sent again, up to max_attempts in all.
 TEST_F(ClientTest, UnavailableCallIsTriedAgainUpToMaxAttempts) {
   ClientOptions options;
   options.max_attempts = 3;

@@ -113,16 +113,14 @@ TEST(Faults, WorkerKilledBetweenRequestsIsEvictedByTheFirstRequestToFail) {
 }
 
 // The coordinator's refusal while its cluster is not ready reaches the client
-// before any response, so a client with max_attempts tries again (gRPC's
-// retry policy); the coordinator counts every attempt.
+// before any output, so a client with max_attempts sends the call again; the
+// coordinator counts every attempt.
 TEST(Faults, ClientTriesAgainWhileTheClusterIsNotReady) {
   absl::StatusOr<std::unique_ptr<TestCluster>> cluster =
       TestCluster::Start({.workers = 2});
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   (*cluster)->KillWorker(1);
   ASSERT_TRUE((*cluster)->WaitReady(false, absl::Seconds(10)).ok());
-  // 600 KiB of Q, K and V: past gRPC's default retry buffer (256 KiB),
-  // within the client's (ClientOptions::kRetryBufferBytes).
   const AttentionSpec spec = Spec(300, true);
   const RandomInputs in = MakeRandomInputs(spec, 14);
   ClientOptions options;

@@ -17,6 +17,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "bench/load/load_runner.h"
+#include "client/client.h"
 
 ABSL_FLAG(double, duration_s, 120, "how long clients keep sending requests");
 ABSL_FLAG(int, clients, 16, "concurrent client threads");
@@ -29,6 +30,9 @@ ABSL_FLAG(bool, faults, false,
           "kill a random worker (SIGKILL) every 2-8 s and start a "
           "replacement 0-2 s later");
 ABSL_FLAG(double, max_request_mib, 4, "largest Q + K + V of a request (fp32)");
+ABSL_FLAG(int, max_attempts, 1,
+          "attempts of an attend or query the coordinator refuses with "
+          "UNAVAILABLE (the clients' ClientOptions::max_attempts, 1 to 5)");
 ABSL_FLAG(double, deadline_s, 60,
           "deadline of every call; one still running 15 s later is a hang");
 ABSL_FLAG(std::string, bin_dir, "",
@@ -60,15 +64,17 @@ int Main() {
   options.max_request_bytes =
       static_cast<int64_t>(absl::GetFlag(FLAGS_max_request_mib) * 1048576);
   options.deadline = absl::Seconds(absl::GetFlag(FLAGS_deadline_s));
+  options.max_attempts = absl::GetFlag(FLAGS_max_attempts);
   if (options.faults) {
     // A ring with a dead peer fails within this instead of the default 60 s.
     options.coordinator_flags = {"--ring_timeout_seconds=10"};
   }
   if (options.workers < 1 || options.clients < 1 ||
-      options.max_request_bytes < 1 << 16) {
+      options.max_request_bytes < 1 << 16 || options.max_attempts < 1 ||
+      options.max_attempts > ClientOptions::kMostAttempts) {
     std::fprintf(stderr,
                  "load_run: --workers and --clients must be >= 1, "
-                 "--max_request_mib >= 0.0625\n");
+                 "--max_request_mib >= 0.0625, --max_attempts in [1, 5]\n");
     return 2;
   }
   std::printf("load_run: %d clients, %d %s workers, %.0f s, seed %u%s\n",

@@ -247,6 +247,7 @@ struct Shared {
 std::unique_ptr<Client> NewClient(const Shared& shared) {
   ClientOptions options;
   options.deadline = shared.options.deadline;
+  options.max_attempts = shared.options.max_attempts;
   return *Client::Connect(shared.target, options);
 }
 
@@ -434,7 +435,7 @@ absl::Status CheckFaultRun(const LoadReport& report, int64_t min_kills) {
   if (report.checked == 0) problems.push_back("no result checked");
   for (const auto& [code, count] : report.failed) {
     if (code != "UNAVAILABLE" && code != "NOT_FOUND" && code != "ABORTED" &&
-        code != "RESOURCE_EXHAUSTED") {
+        code != "RESOURCE_EXHAUSTED" && code != "FAILED_PRECONDITION") {
       problems.push_back(absl::StrCat(count, " failed with ", code));
     }
   }

@@ -39,6 +39,8 @@ struct LoadOptions {
   // hang.
   absl::Duration deadline = absl::Seconds(60);
   absl::Duration hang_slack = absl::Seconds(15);
+  // The clients' ClientOptions::max_attempts.
+  int max_attempts = 1;
   // Fault mode: a random live worker is killed every [kill_min, kill_max]
   // (uniform) and a replacement started [0, restart_max] after the kill.
   bool faults = false;
@@ -81,9 +83,10 @@ struct LoadReport {
 // OK if a fault run went as it should: no wrong result, no hang, at least
 // `min_kills` workers killed, some results checked, and every failure one a
 // dying worker may cause (UNAVAILABLE; NOT_FOUND, a context lost with its
-// worker; ABORTED; RESOURCE_EXHAUSTED, a live worker's execution slots still
-// held by streams of failed requests). Otherwise INTERNAL, saying what was
-// wrong.
+// worker and deleted; FAILED_PRECONDITION, a query of a context that lost a
+// worker's part, once the cluster re-formed; ABORTED; RESOURCE_EXHAUSTED, a
+// live worker's execution slots still held by streams of failed requests).
+// Otherwise INTERNAL, saying what was wrong.
 absl::Status CheckFaultRun(const LoadReport& report, int64_t min_kills);
 
 // Runs the load (see the file comment) and returns what happened; an error

@@ -1,6 +1,6 @@
 """Client(max_attempts=N) against an in-process server that refuses every
 call with UNAVAILABLE, as the coordinator does while its cluster is not
-ready: the call is tried N times, then the error reaches the caller."""
+ready: the call is sent N times, then the error reaches the caller."""
 
 import threading
 from concurrent import futures

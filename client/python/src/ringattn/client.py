@@ -1,10 +1,11 @@
 """ringattn.Client: the Python client of the ringattn attention service."""
 
 import dataclasses
-import json
 import os
+import random
 import sys
 import threading
+import time
 from typing import Optional, Union
 
 import grpc
@@ -12,31 +13,20 @@ import grpc.experimental
 import numpy as np
 
 from . import _attached, _chunking, _malloc, _spec, _tensors, _wire
-from .errors import InvalidArgumentError, RingattnError, from_rpc_error
+from .errors import (InvalidArgumentError, RingattnError, UnavailableError,
+                     from_rpc_error)
 from .v1 import attention_pb2 as pb
 from .v1 import attention_pb2_grpc as pb_grpc
 
 # Output chunks are ~1 MiB; the limit leaves room for larger ones while bounding
 # what a single message can make the client allocate (as the C++ client does).
 _MAX_RECEIVE_MESSAGE_BYTES = 64 << 20
-# gRPC's own limit on a retry policy's attempts.
+# Most attempts of one call (Client's max_attempts), and the waits between
+# them: the first, doubled each time up to the longest, each jittered down to
+# half (as the C++ client's).
 MOST_ATTEMPTS = 5
-# How much of a call's upload gRPC keeps for trying it again.
-_RETRY_BUFFER_BYTES = 8 << 20
-
-
-def _retry_service_config(max_attempts):
-    """The service config that has gRPC try Attend, Query and QueryOnce again
-    when they end with UNAVAILABLE before any response (as the C++ client's
-    ClientOptions::max_attempts)."""
-    methods = [{"service": "ringattn.v1.Attention", "method": m}
-               for m in ("Attend", "Query", "QueryOnce")]
-    return json.dumps({"methodConfig": [{
-        "name": methods,
-        "retryPolicy": {
-            "maxAttempts": max_attempts, "initialBackoff": "0.5s",
-            "maxBackoff": "4s", "backoffMultiplier": 2,
-            "retryableStatusCodes": ["UNAVAILABLE"]}}]})
+_FIRST_RETRY_WAIT = 0.5
+_LONGEST_RETRY_WAIT = 4.0
 # A query uploading at most this much sends its chunks inside its header
 # message (QueryHeader.chunks), on a QueryOnce call: the whole upload is one
 # message.
@@ -160,16 +150,14 @@ class Client:
         fields) or grpc.ChannelCredentials; timeout: seconds per call (None:
         no deadline); chunk_bytes: largest tensor chunk sent (default 4 MiB).
 
-        max_attempts, 1 to 5: attempts of an attend or query call that the
-        coordinator ends with UNAVAILABLE before any output (its cluster not
-        ready: a worker died and no replacement has joined yet; or a worker
-        failed during it), or that cannot reach it: gRPC's retry policy tries
-        again after a random wait of up to 0.5 s, then up to 1, 2 and 4 s,
-        within the call's timeout. Such a call changed nothing (a query's new
-        rows are taken back). gRPC keeps at most 8 MiB of a call's upload
-        for this, so decode steps and queries of up to about a thousand rows
-        are retried and a larger call may fail as with 1; context uploads are
-        never retried.
+        max_attempts, 1 to 5: attempts of an attend or query call that ends
+        with UNAVAILABLE before any output came back (the coordinator's
+        cluster not ready: a worker died and no replacement has joined yet; a
+        worker failed during the call; the coordinator out of reach): it is
+        sent again, whole, after a random wait of 0.25-0.5 s, then twice that
+        each time, up to 4 s. Such a call changed nothing (a query's new rows
+        are taken back). Each attempt has its own timeout; context uploads
+        are never retried.
         """
         if chunk_bytes < 1:
             raise ValueError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
@@ -188,12 +176,8 @@ class Client:
         self._credentials = _credentials(tls)
         # Unary-stream calls (QueryOnce) read their responses on the calling
         # thread instead of handing each over from gRPC's.
-        retries = ([("grpc.enable_retries", 1),
-                    ("grpc.per_rpc_retry_buffer_size", _RETRY_BUFFER_BYTES),
-                    ("grpc.service_config",
-                     _retry_service_config(int(max_attempts)))]
-                   if max_attempts > 1 else [])
-        self._channel = self._open_channel(self._options + retries + [
+        self.max_attempts = int(max_attempts)
+        self._channel = self._open_channel(self._options + [
             (grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1)])
         self._stub = pb_grpc.AttentionStub(self._channel)
         self._tensor_methods = _wire.TensorMethods(self._channel)
@@ -318,10 +302,12 @@ class Client:
                                 download_streams)
         # Made once the arguments are checked: a large one starts faulting
         # in its pages.
-        output = _chunking.OutputAssembler(batch, nq, hq, dim, return_lse, out)
-        return self._stream_attention(
-            self._tensor_methods.Attend, pb.AttendRequest(header=spec),
-            tensors, wire, output, q, progress, timeout, streams)
+        return self._retrying(
+            lambda: _chunking.OutputAssembler(batch, nq, hq, dim, return_lse,
+                                              out),
+            lambda output: self._stream_attention(
+                self._tensor_methods.Attend, pb.AttendRequest(header=spec),
+                tensors, wire, output, q, progress, timeout, streams))
 
     def query(self, name, q, causal=False, scale=None, dilated=None,
               dilated_combine="lse", block_sparse=None, hilbert=None,
@@ -361,12 +347,31 @@ class Client:
                           return_lse, wire, out, strategy)
         streams = self._streams(spec, tensors, wire, out, upload_streams,
                                 download_streams)
-        header = pb.QueryRequest(header=pb.QueryHeader(
-            context=name, spec=spec, append_length=appended))
-        output = _chunking.OutputAssembler(batch, nq, hq, dim, return_lse, out)
-        return self._stream_attention(
-            self._tensor_methods.Query, header, tensors, wire, output,
-            q, progress, timeout, streams)
+        return self._retrying(
+            lambda: _chunking.OutputAssembler(batch, nq, hq, dim, return_lse,
+                                              out),
+            lambda output: self._stream_attention(
+                self._tensor_methods.Query,
+                pb.QueryRequest(header=pb.QueryHeader(
+                    context=name, spec=spec, append_length=appended)),
+                tensors, wire, output, q, progress, timeout, streams))
+
+    def _retrying(self, make_output, call):
+        """call(make_output()) up to max_attempts times while it raises
+        UnavailableError before any output came back, waiting between
+        attempts."""
+        wait = _FIRST_RETRY_WAIT
+        for attempt in range(1, self.max_attempts + 1):
+            output = make_output()
+            try:
+                return call(output)
+            except UnavailableError:
+                if attempt == self.max_attempts or output.bytes_received:
+                    raise
+            # A wait between attempts, jittered so that clients refused
+            # together do not come back together.
+            time.sleep(wait * random.uniform(0.5, 1.0))
+            wait = min(2 * wait, _LONGEST_RETRY_WAIT)
 
     # -- resident contexts --------------------------------------------------
 
