@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "client/attached_streams.h"
@@ -44,6 +45,17 @@ absl::StatusOr<AttendResult> Finished(absl::StatusOr<v1::Summary> summary,
   if (!summary.ok()) return summary.status();
   return AttendResult{std::move(output.output()), std::move(output.lse()),
                       *std::move(summary)};
+}
+
+// `status`, carrying kUnchangedPayload if it is UNAVAILABLE and the
+// coordinator marked the call unchanged.
+absl::Status WithUnchangedMark(absl::Status status,
+                               const grpc::ClientContext& context) {
+  if (status.code() == absl::StatusCode::kUnavailable &&
+      context.GetServerTrailingMetadata().count(kUnchangedKey) > 0) {
+    status.SetPayload(kUnchangedPayload, absl::Cord("1"));
+  }
+  return status;
 }
 
 // A factor in [0.5, 1) for a wait between attempts.
@@ -541,7 +553,7 @@ absl::StatusOr<AttendResult> Client::Attend(const v1::AttentionSpec& spec,
 
   absl::StatusOr<DType> output_dtype = OutputDType(sent);
   if (!output_dtype.ok()) return output_dtype.status();
-  return Retrying([&](bool& answered) {
+  return Retrying(/*appends=*/false, [&](bool& answered) {
     ChunkStream chunks(*dtype, options_.chunk_bytes);
     chunks.Add(v1::Q, q);
     chunks.Add(v1::K, k);
@@ -552,6 +564,7 @@ absl::StatusOr<AttendResult> Client::Attend(const v1::AttentionSpec& spec,
 }
 
 absl::StatusOr<AttendResult> Client::Retrying(
+    bool appends,
     absl::FunctionRef<absl::StatusOr<AttendResult>(bool& answered)> attempt)
     const {
   absl::Duration wait = kFirstRetryWait;
@@ -560,6 +573,12 @@ absl::StatusOr<AttendResult> Client::Retrying(
     absl::StatusOr<AttendResult> result = attempt(answered);
     if (result.ok() || answered || n >= options_.max_attempts ||
         result.status().code() != absl::StatusCode::kUnavailable) {
+      return result;
+    }
+    // A call that appends rows goes again only on the coordinator's word
+    // that it appended nothing: a connection lost after the coordinator
+    // finished (output and all) looks the same to this side.
+    if (appends && !result.status().GetPayload(kUnchangedPayload)) {
       return result;
     }
     // A wait between attempts, not a synchronization: jittered so that
@@ -644,7 +663,7 @@ absl::StatusOr<v1::Summary> Client::Run(Request header, ChunkSource& source,
     if (attached_uploads.has_value()) {
       status = attached_uploads->Finish(status);
     }
-    RINGATTN_RETURN_IF_ERROR(status);
+    RINGATTN_RETURN_IF_ERROR(WithUnchangedMark(status, context));
     return std::move(intake.summary());
   }
   if (source.total_bytes() <= kMostBlockingUploadBytes) {
@@ -666,15 +685,15 @@ absl::StatusOr<v1::Summary> Client::Run(Request header, ChunkSource& source,
     }
     RequestSequence<Request> requests(std::move(header), &source, &progress);
     ResponseIntake intake(&output, &progress);
-    RINGATTN_RETURN_IF_ERROR(
-        RunOnThisThread(context, *stream, requests, intake));
+    RINGATTN_RETURN_IF_ERROR(WithUnchangedMark(
+        RunOnThisThread(context, *stream, requests, intake), context));
     return std::move(intake.summary());
   }
   ResponseIntake intake(&output, &progress);
   OutputCall<Request> call(&context, std::move(header), &source, &intake,
                            &progress);
   Start(*stub_, &context, &call);
-  RINGATTN_RETURN_IF_ERROR(call.Run());
+  RINGATTN_RETURN_IF_ERROR(WithUnchangedMark(call.Run(), context));
   return std::move(intake.summary());
 }
 
@@ -716,7 +735,7 @@ absl::StatusOr<AttendResult> Client::RunQuery(const std::string& context_name,
   }
   absl::StatusOr<DType> output_dtype = OutputDType(sent);
   if (!output_dtype.ok()) return output_dtype.status();
-  return Retrying([&](bool& answered) {
+  return Retrying(/*appends=*/k_new != nullptr, [&](bool& answered) {
     ChunkStream chunks(*dtype, options_.chunk_bytes);
     chunks.Add(v1::Q, q);
     if (k_new != nullptr) {

@@ -90,9 +90,10 @@ struct ClientOptions {
   // replacement has joined yet; a worker failed during the call; the
   // coordinator out of reach) is sent again, whole, after a random wait of
   // 0.25-0.5 s, then twice that each time, up to 4 s. Such a call changed
-  // nothing (a query's new rows are taken back), so sending it again is
-  // safe. Each attempt has its own deadline. AttendStreaming and context
-  // uploads are never retried.
+  // nothing, so sending it again is safe; a query with new rows goes again
+  // only when the coordinator itself said so (it took the rows back), never
+  // after a lost connection. Each attempt has its own deadline.
+  // AttendStreaming and context uploads are never retried.
   int max_attempts = 1;
   static constexpr int kMostAttempts = 5;
   // Channel credentials; null means plaintext.
@@ -191,8 +192,10 @@ class Client {
 
   // Runs `attempt` (one whole call, which sets `answered` once output came
   // back) up to options_.max_attempts times while it ends with UNAVAILABLE
-  // unanswered, waiting between attempts.
+  // unanswered (for a call that `appends` rows, only when the coordinator
+  // marked it unchanged), waiting between attempts.
   absl::StatusOr<AttendResult> Retrying(
+      bool appends,
       absl::FunctionRef<absl::StatusOr<AttendResult>(bool& answered)> attempt)
       const;
 

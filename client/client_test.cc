@@ -371,19 +371,36 @@ TEST_F(ClientTest, UnavailableCallIsTriedAgainUpToMaxAttempts) {
   EXPECT_EQ(service_.calls(), 6);
 }
 
-TEST_F(ClientTest, QueryWithNewRowsIsTriedAgain) {
+// New rows go again only on the coordinator's word that it took them back: a
+// connection lost after the coordinator finished looks the same to the
+// client.
+TEST_F(ClientTest, QueryWithNewRowsGoesAgainOnlyWhenMarkedUnchanged) {
   ClientOptions options;
   options.max_attempts = 2;
   std::unique_ptr<Client> client = Connect(options);
   ASSERT_TRUE(client->CreateContext("doc", k_.view(), v_.view()).ok());
-  const int before = service_.calls();
-  service_.FailNext(1);
   v1::AttentionSpec spec = SpecFor(q_shape_, kv_shape_);
   spec.set_kv_len(0);
-  absl::StatusOr<AttendResult> result =
+
+  int before = service_.calls();
+  service_.FailNext(1, /*unchanged=*/false);
+  absl::StatusOr<AttendResult> unmarked =
       client->Query("doc", spec, q_.view(), k_.view(), v_.view());
-  ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_EQ(result->output.values(), q_.values());
+  EXPECT_EQ(unmarked.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(service_.calls() - before, 1);
+
+  before = service_.calls();
+  service_.FailNext(1, /*unchanged=*/true);
+  absl::StatusOr<AttendResult> marked =
+      client->Query("doc", spec, q_.view(), k_.view(), v_.view());
+  ASSERT_TRUE(marked.ok()) << marked.status();
+  EXPECT_EQ(marked->output.values(), q_.values());
+  EXPECT_EQ(service_.calls() - before, 2);
+
+  before = service_.calls();
+  service_.FailNext(1, /*unchanged=*/false);
+  EXPECT_TRUE(client->Query("doc", spec, q_.view()).ok())
+      << "a query without new rows goes again on any UNAVAILABLE";
   EXPECT_EQ(service_.calls() - before, 2);
 }
 

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/dtype.h"
+#include "proto/grpc_status.h"
 
 namespace ringattn {
 namespace {
@@ -43,9 +44,10 @@ void FakeAttention::set_behavior(FakeBehavior behavior) {
   behavior_ = behavior;
 }
 
-void FakeAttention::FailNext(int calls) {
+void FakeAttention::FailNext(int calls, bool unchanged) {
   std::lock_guard<std::mutex> lock(mu_);
   unavailable_calls_ = calls;
+  unavailable_unchanged_ = unchanged;
 }
 
 void FakeAttention::set_cluster(int world_size, bool ready) {
@@ -228,6 +230,9 @@ grpc::Status FakeAttention::Answer(
     std::lock_guard<std::mutex> lock(mu_);
     if (unavailable_calls_ > 0) {
       --unavailable_calls_;
+      if (unavailable_unchanged_) {
+        context->AddTrailingMetadata(kUnchangedKey, "1");
+      }
       return grpc::Status(grpc::StatusCode::UNAVAILABLE, kFakeNotReadyMessage);
     }
     behavior = behavior_;

@@ -44,8 +44,9 @@ class FakeAttention final : public v1::Attention::Service {
   void set_behavior(FakeBehavior behavior);
   // The next `calls` Attend and Query calls end with UNAVAILABLE
   // (kFakeNotReadyMessage) after their header and before any response, as
-  // the coordinator ends a call while its cluster is not ready.
-  void FailNext(int calls);
+  // the coordinator ends a call while its cluster is not ready; with
+  // `unchanged`, marked as the coordinator marks them (kUnchangedKey).
+  void FailNext(int calls, bool unchanged = true);
   // What GetClusterInfo reports (world size 1, ready, by default).
   void set_cluster(int world_size, bool ready);
   // Lets calls held by FakeBehavior::kHang end.
@@ -97,6 +98,7 @@ class FakeAttention final : public v1::Attention::Service {
   std::mutex mu_;
   FakeBehavior behavior_ = FakeBehavior::kEcho;
   int unavailable_calls_ = 0;
+  bool unavailable_unchanged_ = true;
   int world_size_ = 1;
   bool ready_ = true;
   int calls_ = 0;

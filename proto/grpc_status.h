@@ -9,6 +9,13 @@
 
 namespace ringattn {
 
+// Trailing metadata of an Attend or Query call the coordinator ended with
+// UNAVAILABLE having changed nothing (a query's new rows taken back), so that
+// the client may send it again; the client carries the mark on to its
+// absl::Status as the payload kUnchangedPayload.
+inline constexpr char kUnchangedKey[] = "ringattn-unchanged";
+inline constexpr char kUnchangedPayload[] = "ringattn.dev/unchanged";
+
 inline grpc::Status ToGrpcStatus(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
                       std::string(status.message()));

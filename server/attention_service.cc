@@ -237,6 +237,10 @@ grpc::Status AttentionService::Serve(const char* method,
   const auto start = std::chrono::steady_clock::now();
   const grpc::Status status = EvictDeadWorkersAfter(
       RunAttendCall(state_, context, stream, NewRequestId()));
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    // A failed call commits nothing: a query's new rows were taken back.
+    context->AddTrailingMetadata(kUnchangedKey, "1");
+  }
   return Count(method, status, SecondsSince(start));
 }
 

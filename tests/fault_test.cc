@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/attention_checks.h"
@@ -113,31 +114,46 @@ TEST(Faults, WorkerKilledBetweenRequestsIsEvictedByTheFirstRequestToFail) {
 }
 
 // The coordinator's refusal while its cluster is not ready reaches the client
-// before any output, so a client with max_attempts sends the call again; the
-// coordinator counts every attempt.
+// before any output, marked unchanged, so a client with max_attempts sends
+// the call again, a query with new rows too; the coordinator counts every
+// attempt.
 TEST(Faults, ClientTriesAgainWhileTheClusterIsNotReady) {
   absl::StatusOr<std::unique_ptr<TestCluster>> cluster =
       TestCluster::Start({.workers = 2});
   ASSERT_TRUE(cluster.ok()) << cluster.status();
-  (*cluster)->KillWorker(1);
-  ASSERT_TRUE((*cluster)->WaitReady(false, absl::Seconds(10)).ok());
   const AttentionSpec spec = Spec(300, true);
   const RandomInputs in = MakeRandomInputs(spec, 14);
   ClientOptions options;
   options.max_attempts = 3;
-  absl::StatusOr<AttendResult> refused = (*cluster)->NewClient(options)->Attend(
-      RequestSpec(spec), in.q.view(), in.k.view(), in.v.view());
+  std::unique_ptr<Client> client = (*cluster)->NewClient(options);
+  ASSERT_TRUE(client->CreateContext("doc", in.k.view(), in.v.view()).ok());
+  (*cluster)->KillWorker(1);
+  ASSERT_TRUE((*cluster)->WaitReady(false, absl::Seconds(10)).ok());
+
+  absl::StatusOr<AttendResult> refused =
+      client->Attend(RequestSpec(spec), in.q.view(), in.k.view(), in.v.view());
   ASSERT_EQ(refused.status().code(), absl::StatusCode::kUnavailable)
       << refused.status();
   EXPECT_NE(refused.status().message().find("not ready"), std::string::npos)
       << refused.status();
+  v1::AttentionSpec step = RequestSpec(spec);
+  step.set_q_len(1);
+  step.set_kv_len(0);
+  absl::StatusOr<AttendResult> step_refused =
+      client->Query("doc", step, in.q.view().Slice(0, 1),
+                    in.k.view().Slice(0, 1), in.v.view().Slice(0, 1));
+  ASSERT_EQ(step_refused.status().code(), absl::StatusCode::kUnavailable)
+      << step_refused.status();
   absl::StatusOr<std::string> metrics = (*cluster)->Metrics();
   ASSERT_TRUE(metrics.ok()) << metrics.status();
-  EXPECT_EQ(SeriesValue(*metrics,
-                        "ringattn_requests_total{method=\"Attend\",code="
-                        "\"UNAVAILABLE\"}"),
-            3)
-      << *metrics;
+  for (const char* method : {"Attend", "Query"}) {
+    EXPECT_EQ(
+        SeriesValue(*metrics, absl::StrCat("ringattn_requests_total{method=\"",
+                                           method, "\",code=\"UNAVAILABLE\"}")),
+        3)
+        << method << "\n"
+        << *metrics;
+  }
 
   ASSERT_TRUE((*cluster)->StartWorker().ok());
   ASSERT_TRUE((*cluster)->WaitReady(true, absl::Seconds(20)).ok());

@@ -15,15 +15,19 @@ from ringattn.v1 import attention_pb2_grpc as pb_grpc
 
 class NotReady(pb_grpc.AttentionServicer):
     """Counts the calls and ends each with UNAVAILABLE after its first
-    message, before any response."""
+    message, before any response; with `unchanged`, marked as the coordinator
+    marks a call it took back."""
 
     def __init__(self):
         self.calls = 0
+        self.unchanged = True
         self._lock = threading.Lock()
 
     def _refuse(self, context):
         with self._lock:
             self.calls += 1
+        if self.unchanged:
+            context.set_trailing_metadata((("ringattn-unchanged", "1"),))
         context.abort(grpc.StatusCode.UNAVAILABLE,
                       "cluster not ready: 1 of 2 workers alive")
 
@@ -71,6 +75,19 @@ def test_refused_query_is_tried_again(not_ready):
         with pytest.raises(ringattn.UnavailableError):
             client.query("doc", q)
     assert servicer.calls == 2
+
+
+@pytest.mark.parametrize("unchanged", [True, False])
+def test_query_with_new_rows_goes_again_only_when_marked_unchanged(
+        not_ready, unchanged):
+    servicer, target = not_ready
+    servicer.unchanged = unchanged
+    q, kv = small_inputs()
+    with ringattn.Client(target, timeout=30, max_attempts=3) as client:
+        with pytest.raises(ringattn.UnavailableError) as raised:
+            client.query("doc", q[:1], k_new=kv[:1], v_new=kv[:1])
+    assert raised.value.unchanged == unchanged
+    assert servicer.calls == (3 if unchanged else 1)
 
 
 @pytest.mark.parametrize("attempts", [0, 6])

@@ -354,19 +354,23 @@ class Client:
                 self._tensor_methods.Query,
                 pb.QueryRequest(header=pb.QueryHeader(
                     context=name, spec=spec, append_length=appended)),
-                tensors, wire, output, q, progress, timeout, streams))
+                tensors, wire, output, q, progress, timeout, streams),
+            appends=appended > 0)
 
-    def _retrying(self, make_output, call):
+    def _retrying(self, make_output, call, appends=False):
         """call(make_output()) up to max_attempts times while it raises
         UnavailableError before any output came back, waiting between
-        attempts."""
+        attempts. A call that `appends` rows goes again only on the
+        coordinator's word that it appended nothing (error.unchanged): a
+        connection lost after the coordinator finished looks the same here."""
         wait = _FIRST_RETRY_WAIT
         for attempt in range(1, self.max_attempts + 1):
             output = make_output()
             try:
                 return call(output)
-            except UnavailableError:
-                if attempt == self.max_attempts or output.bytes_received:
+            except UnavailableError as error:
+                if (attempt == self.max_attempts or output.bytes_received or
+                        (appends and not error.unchanged)):
                     raise
             # A wait between attempts, jittered so that clients refused
             # together do not come back together.

@@ -10,10 +10,20 @@ noticed them.
 import grpc
 
 
+# Trailing metadata of a call the coordinator ended with UNAVAILABLE having
+# changed nothing (a query's new rows taken back).
+UNCHANGED_KEY = "ringattn-unchanged"
+
+
 class RingattnError(Exception):
-    """A failed ringattn call: `.code` is a grpc.StatusCode, `.message` a string."""
+    """A failed ringattn call: `.code` is a grpc.StatusCode, `.message` a string.
+
+    `.unchanged`: the coordinator said the call changed nothing (it ended it
+    with UNAVAILABLE and took any new rows back), so it may be sent again.
+    """
 
     code = grpc.StatusCode.UNKNOWN
+    unchanged = False
 
     def __init__(self, message, code=None):
         if code is not None:
@@ -113,4 +123,9 @@ def from_rpc_error(error):
     details = error.details() if hasattr(error, "details") else None
     if code is None:
         code = grpc.StatusCode.UNKNOWN
-    return error_for(code, details or str(error))
+    converted = error_for(code, details or str(error))
+    trailing = (error.trailing_metadata()
+                if hasattr(error, "trailing_metadata") else None)
+    converted.unchanged = any(key == UNCHANGED_KEY
+                              for key, _ in (trailing or ()))
+    return converted
