@@ -155,9 +155,10 @@ class Client:
         cluster not ready: a worker died and no replacement has joined yet; a
         worker failed during the call; the coordinator out of reach): it is
         sent again, whole, after a random wait of 0.25-0.5 s, then twice that
-        each time, up to 4 s. Such a call changed nothing (a query's new rows
-        are taken back). Each attempt has its own timeout; context uploads
-        are never retried.
+        each time, up to 4 s. Such a call changed nothing; a query with new
+        rows goes again only when the coordinator said so (it took the rows
+        back), never after a lost connection. Each attempt has its own
+        timeout; context uploads are never retried.
         """
         if chunk_bytes < 1:
             raise ValueError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
@@ -174,9 +175,9 @@ class Client:
         self._options = [("grpc.max_receive_message_length",
                           _MAX_RECEIVE_MESSAGE_BYTES)] + list(channel_options)
         self._credentials = _credentials(tls)
+        self.max_attempts = int(max_attempts)
         # Unary-stream calls (QueryOnce) read their responses on the calling
         # thread instead of handing each over from gRPC's.
-        self.max_attempts = int(max_attempts)
         self._channel = self._open_channel(self._options + [
             (grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1)])
         self._stub = pb_grpc.AttentionStub(self._channel)
