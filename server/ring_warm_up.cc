@@ -89,8 +89,9 @@ RingWarmUp::RingWarmUp(const CoordinatorState& state)
   state_.metrics = &own_metrics_;
   state_.warm_up = true;
   metrics_->Declare("ringattn_ring_warm_ups_total",
-                    "Internal requests that had a newly formed cluster make "
-                    "its ring communicator, by result: ok or failed.",
+                    "Warm-ups that had a newly formed cluster make its ring "
+                    "communicators, one per kept slot, by result: ok or "
+                    "failed.",
                     Metrics::Kind::kCounter);
 }
 
