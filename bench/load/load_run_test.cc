@@ -1,6 +1,8 @@
 // A short fault run: 20 s of mixed concurrent requests while workers are
-// killed and replaced; every result that comes back must be exact, and every
-// call must end (with a status) within its deadline bound.
+// killed and replaced, with clients that send each call once and with clients
+// that send a refused call again (ClientOptions::max_attempts); every result
+// that comes back must be exact, and every call must end (with a status)
+// within its deadline bound.
 
 #include <cstdlib>
 #include <string>
@@ -16,8 +18,11 @@ std::string Runfile(const std::string& path) {
   return std::string(root != nullptr ? root : ".") + "/ringattn/" + path;
 }
 
-TEST(LoadRun, FaultRunHasNoWrongResultsAndNoHangs) {
+class LoadRun : public ::testing::TestWithParam<int> {};
+
+TEST_P(LoadRun, FaultRunHasNoWrongResultsAndNoHangs) {
   LoadOptions options;
+  options.max_attempts = GetParam();
   options.coordinator_binary = Runfile("server/ringattn-coordinator");
   options.worker_binary = Runfile("worker/ringattn-worker");
   options.workers = 3;
@@ -35,6 +40,12 @@ TEST(LoadRun, FaultRunHasNoWrongResultsAndNoHangs) {
   EXPECT_TRUE(outcome.ok()) << outcome << "\n" << report->ToString();
   std::printf("%s", report->ToString().c_str());
 }
+
+INSTANTIATE_TEST_SUITE_P(Attempts, LoadRun, ::testing::Values(1, 5),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return info.param == 1 ? "ClientsSendOnce"
+                                                  : "ClientsSendAgain";
+                         });
 
 }  // namespace
 }  // namespace ringattn

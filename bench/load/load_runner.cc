@@ -228,10 +228,12 @@ struct Shared {
     stop.WaitForNotificationWithTimeout(absl::Milliseconds(200));
   }
 
-  // Counts the calls in flight for longer than deadline + slack.
+  // Counts the calls in flight for longer than their attempts may take (each
+  // its deadline and a wait of at most 4 s before the next) + slack.
   void CountHangs() {
-    const int64_t bound_ns =
-        absl::ToInt64Nanoseconds(options.deadline + options.hang_slack);
+    const int64_t bound_ns = absl::ToInt64Nanoseconds(
+        options.max_attempts * (options.deadline + absl::Seconds(4)) +
+        options.hang_slack);
     const int64_t now = absl::ToUnixNanos(absl::Now());
     for (Slot& slot : slots) {
       const int64_t started = slot.started_ns;

@@ -35,8 +35,9 @@ struct LoadOptions {
   // Share of client threads that work on a resident context of their own
   // (create, append, query, decode, delete) instead of sending attends.
   double context_share = 0.25;
-  // Deadline of every call; a call still running `hang_slack` after it is a
-  // hang.
+  // Deadline of every call (of every attempt of it); a call still running
+  // `hang_slack` after its attempts' deadlines and the waits between them is
+  // a hang.
   absl::Duration deadline = absl::Seconds(60);
   absl::Duration hang_slack = absl::Seconds(15);
   // The clients' ClientOptions::max_attempts.
