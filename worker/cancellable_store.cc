@@ -10,18 +10,9 @@
 
 namespace ringattn {
 
-void CancellableStore::set(const std::string& key,
-                           const std::vector<char>& data) {
-  inner_.set(key, data);
-}
-
 std::vector<char> CancellableStore::get(const std::string& key) {
   wait({key});
-  return inner_.get(key);
-}
-
-void CancellableStore::wait(const std::vector<std::string>& keys) {
-  wait(keys, kDefaultTimeout);
+  return inner().get(key);
 }
 
 void CancellableStore::wait(const std::vector<std::string>& keys,
@@ -37,7 +28,7 @@ void CancellableStore::wait(const std::vector<std::string>& keys,
     const absl::Duration slice =
         std::clamp(left, absl::Milliseconds(1), kCancelCheckInterval);
     try {
-      inner_.wait(keys, absl::ToChronoMilliseconds(slice));
+      inner().wait(keys, absl::ToChronoMilliseconds(slice));
       return;
     } catch (const std::exception&) {
       // The whole wait's time is up, or the store failed well before the

@@ -15,6 +15,7 @@
 
 #include "absl/time/time.h"
 #include "gloo/rendezvous/store.h"
+#include "worker/forwarding_store.h"
 
 namespace ringattn {
 
@@ -26,24 +27,22 @@ inline bool Raised(const std::atomic<bool>* flag) {
 // How often a CancellableStore wait looks at its flag.
 inline constexpr absl::Duration kCancelCheckInterval = absl::Milliseconds(100);
 
-class CancellableStore final : public gloo::rendezvous::Store {
+class CancellableStore final : public ForwardingStore {
  public:
   // `inner` must outlive this; `cancelled` may be null (never cancelled).
   CancellableStore(gloo::rendezvous::Store& inner,
                    const std::atomic<bool>* cancelled)
-      : inner_(inner), cancelled_(cancelled) {}
+      : ForwardingStore(inner), cancelled_(cancelled) {}
 
-  void set(const std::string& key, const std::vector<char>& data) override;
   // Waits for `key` as wait() does, then reads it.
   std::vector<char> get(const std::string& key) override;
   // As the inner store's waits, but throws gloo::IoException saying
   // "cancelled" soon after the flag is raised.
-  void wait(const std::vector<std::string>& keys) override;
+  using ForwardingStore::wait;
   void wait(const std::vector<std::string>& keys,
             const std::chrono::milliseconds& timeout) override;
 
  private:
-  gloo::rendezvous::Store& inner_;
   const std::atomic<bool>* const cancelled_;
 };
 

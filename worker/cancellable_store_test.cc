@@ -11,37 +11,31 @@
 #include "gloo/common/error.h"
 #include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
+#include "worker/forwarding_store.h"
 
 namespace ringattn {
 namespace {
 
 // A HashStore whose waits raise `flag` as they begin, as a cancel arriving
 // while a rank waits for its peers would.
-class RaisingStore final : public gloo::rendezvous::Store {
+class RaisingStore final : public ForwardingStore {
  public:
-  explicit RaisingStore(std::atomic<bool>& flag) : flag_(flag) {}
+  explicit RaisingStore(std::atomic<bool>& flag)
+      : ForwardingStore(hash_), flag_(flag) {}
 
-  void set(const std::string& key, const std::vector<char>& data) override {
-    inner_.set(key, data);
-  }
-  std::vector<char> get(const std::string& key) override {
-    return inner_.get(key);
-  }
-  void wait(const std::vector<std::string>& keys) override {
-    wait(keys, kDefaultTimeout);
-  }
+  using ForwardingStore::wait;
   void wait(const std::vector<std::string>& keys,
             const std::chrono::milliseconds& timeout) override {
     ++waits;
     flag_ = true;
-    inner_.wait(keys, timeout);
+    ForwardingStore::wait(keys, timeout);
   }
 
   int waits = 0;
 
  private:
+  gloo::rendezvous::HashStore hash_;
   std::atomic<bool>& flag_;
-  gloo::rendezvous::HashStore inner_;
 };
 
 // A store whose waits fail at once.

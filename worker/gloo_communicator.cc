@@ -15,6 +15,7 @@
 #include "gloo/transport/tcp/attr.h"
 #include "gloo/transport/tcp/device.h"
 #include "worker/cancellable_store.h"
+#include "worker/forwarding_store.h"
 
 namespace ringattn {
 namespace {
@@ -30,23 +31,15 @@ std::chrono::milliseconds Remaining(absl::Time deadline) {
 // Forwards to another store and remembers the keys of a wait that failed, so
 // that a rendezvous timeout can name the ranks that never showed up (Gloo's
 // full-mesh rendezvous keys are the ranks themselves).
-class WaitRecordingStore final : public gloo::rendezvous::Store {
+class WaitRecordingStore final : public ForwardingStore {
  public:
-  explicit WaitRecordingStore(gloo::rendezvous::Store& inner) : inner_(inner) {}
+  using ForwardingStore::ForwardingStore;
 
-  void set(const std::string& key, const std::vector<char>& data) override {
-    inner_.set(key, data);
-  }
-  std::vector<char> get(const std::string& key) override {
-    return inner_.get(key);
-  }
-  void wait(const std::vector<std::string>& keys) override {
-    wait(keys, kDefaultTimeout);
-  }
+  using ForwardingStore::wait;
   void wait(const std::vector<std::string>& keys,
             const std::chrono::milliseconds& timeout) override {
     try {
-      inner_.wait(keys, timeout);
+      inner().wait(keys, timeout);
     } catch (...) {
       failed_keys_ = keys;
       throw;
@@ -56,7 +49,6 @@ class WaitRecordingStore final : public gloo::rendezvous::Store {
   const std::vector<std::string>& failed_keys() const { return failed_keys_; }
 
  private:
-  gloo::rendezvous::Store& inner_;
   std::vector<std::string> failed_keys_;
 };
 
