@@ -241,9 +241,6 @@ absl::Status EnqueueDilatedCalls(const AttentionSpec& spec,
       args.lse = operands.part_lse;
       args.scale = spec.EffectiveScale();
       args.causal = call.causal;
-      absl::StatusOr<AttentionPath> path = dispatcher.Forward(args, stream);
-      if (!path.ok()) return path.status();
-      counts.Add(*path);
       const int64_t acc_batch_rows = batched ? call.segment_rows : q_batch_rows;
       AccumulatorRows into;
       into.o = operands.o + q_first;
@@ -253,11 +250,10 @@ absl::Status EnqueueDilatedCalls(const AttentionSpec& spec,
                  call.q_head;
       into.lse_batch_stride = acc_batch_rows * spec.q_heads;
       into.lse_seq_stride = call.dilation * spec.q_heads;
-      RINGATTN_RETURN_IF_ERROR(CudaStatus(
-          LaunchMergePartialStrided(operands.dtype, operands.part_o,
-                                    operands.part_lse, args.batch, call.q_len,
-                                    call.q_heads, d, into, stream),
-          "merging a dilated launch"));
+      absl::StatusOr<AttentionPath> path =
+          dispatcher.ForwardInto(args, into, stream);
+      if (!path.ok()) return path.status();
+      counts.Add(*path);
     }
   }
   return absl::OkStatus();

@@ -9,11 +9,11 @@
 // the shard (row `first`, then every dilation-th row: seq stride dilation *
 // heads * dim elements), and consecutive segments of a window with the same
 // kept counts are the batch of one launch (batch stride segment_length * heads
-// * dim), so each launch reads Q, K and V where they lie and
-// LaunchMergePartialStrided folds its partial result straight into the
-// accumulator rows it belongs to. Each strided row is still one contiguous run
-// of 2 * dim bytes (128 or more for dim >= 64), so the strided reads move the
-// same bytes as a compact copy would; a gather into a compact buffer and a
+// * dim), so each launch reads Q, K and V where they lie and its result is
+// folded straight into the accumulator rows it belongs to
+// (AttentionDispatcher::ForwardInto). Each strided row is still one contiguous
+// run of 2 * dim bytes (128 or more for dim >= 64), so the strided reads move
+// the same bytes as a compact copy would; a gather into a compact buffer and a
 // scatter of O would instead add a read and a write of every kept Q, K, V and
 // O row and two launches per call, and scratch as large as the shard. Launches
 // go through AttentionDispatcher: cuDNN where it takes the strides, our flash

@@ -738,17 +738,14 @@ absl::StatusOr<AttentionPath> GpuRingExecutor::EnqueueMerged(
   args.scale = spec_.EffectiveScale();
   args.causal = causal;
   args.work = work;
-  absl::StatusOr<AttentionPath> path =
-      dispatcher_->Forward(args, stream_.get());
-  if (!path.ok()) return path.status();
-  RINGATTN_RETURN_IF_ERROR(CudaStatus(
-      LaunchMergePartial(config_.dtype, part_o_, part_lse_, spec_.batch,
-                         q_len * spec_.q_heads, spec_.head_dim,
-                         queries.o + q_row * q_row_values,
-                         queries.lse + q_row * spec_.q_heads,
-                         q_rows * spec_.q_heads, stream_.get()),
-      "merging a tile"));
-  return path;
+  AccumulatorRows into;
+  into.o = queries.o + q_row * q_row_values;
+  into.o_batch_stride = q_rows * q_row_values;
+  into.o_seq_stride = q_row_values;
+  into.lse = queries.lse + q_row * spec_.q_heads;
+  into.lse_batch_stride = q_rows * spec_.q_heads;
+  into.lse_seq_stride = spec_.q_heads;
+  return dispatcher_->ForwardInto(args, into, stream_.get());
 }
 
 absl::Status GpuRingExecutor::EnqueueTile(const AttentionTile& tile,

@@ -383,8 +383,8 @@ class GpuRingExecutor {
                              GpuRingStats& stats);
   // Enqueues query rows [q_row, q_row + q_len) of `queries` against key rows
   // [k_row, k_row + kv_len) of `block` (the whole rectangle, causal or not, or
-  // the tiles `work` lists) into the scratch, then merges the rows into the
-  // accumulators; returns the path that ran.
+  // the tiles `work` lists) folded into the accumulators, by the kernel itself
+  // where it can, else through the scratch; returns the path that ran.
   absl::StatusOr<AttentionPath> EnqueueMerged(int64_t q_row, int64_t q_len,
                                               int64_t k_row, int64_t kv_len,
                                               bool causal,

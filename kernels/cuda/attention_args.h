@@ -61,6 +61,20 @@ struct DeviceAttentionArgs {
   DeviceWorkList work;
 };
 
+// Where the rows of a partial attention result lie in fp32 accumulators
+// (partial_merge.h), strides in floats: row (b, t, h) (batch b, position t,
+// head h) of the partial is folded into the `dim` values at o + b *
+// o_batch_stride + t * o_seq_stride + h * dim and the LSE at lse + b *
+// lse_batch_stride + t * lse_seq_stride + h.
+struct AccumulatorRows {
+  float* o = nullptr;
+  int64_t o_batch_stride = 0;
+  int64_t o_seq_stride = 0;
+  float* lse = nullptr;
+  int64_t lse_batch_stride = 0;
+  int64_t lse_seq_stride = 0;
+};
+
 // The largest head dimension any GPU path accepts.
 inline constexpr int64_t kMaxDeviceHeadDim = 256;
 

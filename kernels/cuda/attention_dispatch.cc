@@ -8,6 +8,7 @@
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/flash_attention.h"
 #include "kernels/cuda/hopper_attention.h"
+#include "kernels/cuda/partial_merge.h"
 
 namespace ringattn {
 namespace {
@@ -213,29 +214,64 @@ AttentionDispatcher::AttentionDispatcher() {
 
 absl::StatusOr<AttentionPath> AttentionDispatcher::Forward(
     const DeviceAttentionArgs& args, cudaStream_t stream) {
+  return Run(args, nullptr, stream);
+}
+
+absl::StatusOr<AttentionPath> AttentionDispatcher::ForwardInto(
+    const DeviceAttentionArgs& args, const AccumulatorRows& into,
+    cudaStream_t stream) {
+  return Run(args, &into, stream);
+}
+
+absl::StatusOr<AttentionPath> AttentionDispatcher::Run(
+    const DeviceAttentionArgs& args, const AccumulatorRows* into,
+    cudaStream_t stream) {
   // The split count is asked for once: it reads the device's SM count.
   if (const int splits = HopperSplitsFor(args); splits > 1) {
     RINGATTN_RETURN_IF_ERROR(
         RunHopperSplit(args, splits, split_workspace_, stream));
-    return AttentionPath::kHopper;
+    return Folded(AttentionPath::kHopper, args, into, stream);
   }
   if (PrefersDecode(args)) {
-    if (absl::Status status =
-            RunDecodeAttention(args, decode_workspace_, stream);
-        !status.ok()) {
-      return status;
-    }
-    return AttentionPath::kDecode;
+    RINGATTN_RETURN_IF_ERROR(
+        RunDecodeAttention(args, decode_workspace_, stream));
+    return Folded(AttentionPath::kDecode, args, into, stream);
   }
   if (PrefersHopperWhole(args) || (prefer_own_kernel_ && HopperTakes(args))) {
-    return RunOwnAttention(args, stream);
+    return RunOwn(args, into, stream);
   }
   if (cudnn_ != nullptr && cudnn_->WorthRunning(args)) {
     const absl::Status status = cudnn_->Forward(args, stream);
-    if (status.ok()) return AttentionPath::kCudnn;
+    if (status.ok()) return Folded(AttentionPath::kCudnn, args, into, stream);
     if (!absl::IsUnimplemented(status)) return status;
   }
-  return RunOwnAttention(args, stream);
+  return RunOwn(args, into, stream);
+}
+
+absl::StatusOr<AttentionPath> AttentionDispatcher::RunOwn(
+    const DeviceAttentionArgs& args, const AccumulatorRows* into,
+    cudaStream_t stream) {
+  if (into != nullptr && HopperAttentionFoldsInto(args, *into)) {
+    RINGATTN_RETURN_IF_ERROR(
+        CudaStatus(LaunchHopperAttentionInto(args, *into, stream),
+                   "launching the Hopper attention kernel"));
+    return AttentionPath::kHopper;
+  }
+  absl::StatusOr<AttentionPath> path = RunOwnAttention(args, stream);
+  if (!path.ok()) return path;
+  return Folded(*path, args, into, stream);
+}
+
+absl::StatusOr<AttentionPath> AttentionDispatcher::Folded(
+    AttentionPath path, const DeviceAttentionArgs& args,
+    const AccumulatorRows* into, cudaStream_t stream) {
+  if (into == nullptr) return path;
+  RINGATTN_RETURN_IF_ERROR(
+      CudaStatus(LaunchMergePartialStrided(args.dtype, args.o.data, args.lse,
+                                           args.batch, args.q_len, args.q_heads,
+                                           args.head_dim, *into, stream),
+                 "folding a partial result into the accumulators"));
+  return path;
 }
 
 }  // namespace ringattn

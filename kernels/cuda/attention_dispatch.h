@@ -136,6 +136,16 @@ class AttentionDispatcher {
   absl::StatusOr<AttentionPath> Forward(const DeviceAttentionArgs& args,
                                         cudaStream_t stream);
 
+  // Forward with the result folded into the fp32 accumulators `into`
+  // (partial_merge.h) rather than left in args.o and args.lse: the whole
+  // Hopper kernel folds each row as it stores it where it takes `into`
+  // (HopperAttentionFoldsInto); the other paths write args.o and args.lse,
+  // which must then be contiguous scratch, and LaunchMergePartialStrided
+  // folds them. Errors as Forward's.
+  absl::StatusOr<AttentionPath> ForwardInto(const DeviceAttentionArgs& args,
+                                            const AccumulatorRows& into,
+                                            cudaStream_t stream);
+
   // OK when cuDNN is in use; otherwise why it is not.
   const absl::Status& cudnn_status() const { return cudnn_status_; }
 
@@ -146,6 +156,21 @@ class AttentionDispatcher {
   void PreferOwnKernel(bool prefer) { prefer_own_kernel_ = prefer; }
 
  private:
+  // Forward, and ForwardInto where `into` is not null.
+  absl::StatusOr<AttentionPath> Run(const DeviceAttentionArgs& args,
+                                    const AccumulatorRows* into,
+                                    cudaStream_t stream);
+  // Our own kernel (RunOwnAttention), folding as it stores where it can.
+  absl::StatusOr<AttentionPath> RunOwn(const DeviceAttentionArgs& args,
+                                       const AccumulatorRows* into,
+                                       cudaStream_t stream);
+  // `path`, once the partial result it left in args.o and args.lse is folded
+  // into `into` (nothing to do for a null `into`).
+  absl::StatusOr<AttentionPath> Folded(AttentionPath path,
+                                       const DeviceAttentionArgs& args,
+                                       const AccumulatorRows* into,
+                                       cudaStream_t stream);
+
   std::unique_ptr<CudnnAttention> cudnn_;
   absl::Status cudnn_status_;
   bool prefer_own_kernel_ = false;

@@ -86,6 +86,35 @@ TEST_P(AttentionDispatchTest, MatchesFloat64ReferenceOnWhicheverPathRuns) {
   }
 }
 
+// Folding two key parts into accumulators gives the whole block's result
+// on whichever paths run: the Hopper kernel folding as it stores, or a path
+// that writes the partial result and a merge after it (each shape twice, so
+// that cuDNN takes the shapes worth a plan the second time).
+TEST_P(AttentionDispatchTest, ForwardIntoAccumulatorsMatchesFloat64Reference) {
+  SkipWithoutGpu();
+  if (IsSkipped()) return;
+  AttentionDispatcher dispatcher;
+  for (int round = 0; round < 2; ++round) {
+    const uint32_t seed = std::random_device()();
+    absl::StatusOr<AttentionProblem> problem =
+        AttentionProblem::Create(GetParam(), seed);
+    ASSERT_TRUE(problem.ok()) << problem.status();
+    absl::StatusOr<CaseAccumulators> acc = problem->EmptyAccumulators();
+    ASSERT_TRUE(acc.ok()) << acc.status();
+    std::string paths;
+    for (const KeyPart& part : TwoKeyParts(GetParam())) {
+      absl::StatusOr<AttentionPath> path = dispatcher.ForwardInto(
+          ArgsForKeys(problem->args(), part), acc->rows, nullptr);
+      ASSERT_TRUE(path.ok()) << path.status();
+      paths += std::string(" ") + AttentionPathName(*path);
+    }
+    ASSERT_TRUE(problem->PoisonOutputs().ok());
+    ASSERT_TRUE(problem->StoreAccumulators(*acc).ok());
+    EXPECT_TRUE(problem->OutputsMatchReference())
+        << "paths" << paths << ", seed " << seed;
+  }
+}
+
 // Preferring our kernel moves every block cuDNN would take, and that the
 // Hopper kernel takes, to it; results stay right.
 TEST_P(AttentionDispatchTest, PreferringOwnKernelRunsTheHopperKernel) {

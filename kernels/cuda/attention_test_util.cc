@@ -334,6 +334,105 @@ absl::StatusOr<AttentionProblem> AttentionProblem::Build(
   return problem;
 }
 
+std::vector<KeyPart> TwoKeyParts(const AttentionCase& c) {
+  const int64_t split =
+      c.causal ? std::max<int64_t>(0, c.kv_len - c.q_len) / 2 : c.kv_len / 3;
+  std::vector<KeyPart> parts;
+  if (split > 0) parts.push_back({0, split, false});
+  if (c.kv_len > split) parts.push_back({split, c.kv_len - split, c.causal});
+  return parts;
+}
+
+DeviceAttentionArgs ArgsForKeys(const DeviceAttentionArgs& args,
+                                const KeyPart& part) {
+  DeviceAttentionArgs keys = args;
+  const int64_t offset = part.first * args.k.seq_stride * sizeof(uint16_t);
+  keys.k.data = static_cast<const char*>(args.k.data) + offset;
+  keys.v.data = static_cast<const char*>(args.v.data) + offset;
+  keys.kv_len = part.count;
+  keys.causal = part.causal;
+  return keys;
+}
+
+absl::StatusOr<CaseAccumulators> AttentionProblem::EmptyAccumulators() const {
+  const AttentionCase& c = case_;
+  const int64_t rows = c.batch * c.q_len * c.q_heads;
+  CaseAccumulators acc;
+  absl::StatusOr<DeviceBuffer> o =
+      DeviceBuffer::Allocate(std::max<int64_t>(1, rows * c.head_dim) * 4);
+  if (!o.ok()) return o.status();
+  absl::StatusOr<DeviceBuffer> lse =
+      DeviceBuffer::Allocate(std::max<int64_t>(1, rows) * 4);
+  if (!lse.ok()) return lse.status();
+  acc.o = *std::move(o);
+  acc.lse = *std::move(lse);
+  acc.rows.o = acc.o.as<float>();
+  acc.rows.o_batch_stride = c.q_len * c.q_heads * c.head_dim;
+  acc.rows.o_seq_stride = c.q_heads * c.head_dim;
+  acc.rows.lse = acc.lse.as<float>();
+  acc.rows.lse_batch_stride = c.q_len * c.q_heads;
+  acc.rows.lse_seq_stride = c.q_heads;
+  if (absl::Status s =
+          CudaStatus(cudaMemset(acc.o.as<void>(), 0, acc.o.bytes()),
+                     "clearing the accumulators' O");
+      !s.ok()) {
+    return s;
+  }
+  const std::vector<float> empty(rows, -std::numeric_limits<float>::infinity());
+  if (absl::Status s =
+          CudaStatus(cudaMemcpy(acc.lse.as<void>(), empty.data(),
+                                rows * sizeof(float), cudaMemcpyHostToDevice),
+                     "clearing the accumulators' LSE");
+      !s.ok()) {
+    return s;
+  }
+  return acc;
+}
+
+absl::Status AttentionProblem::StoreAccumulators(
+    const CaseAccumulators& accumulators) {
+  const AttentionCase& c = case_;
+  const int64_t rows = c.batch * c.q_len;
+  const int64_t width = c.q_heads * c.head_dim;
+  std::vector<float> acc_o(rows * width);
+  std::vector<uint16_t> o(o_.bytes() / sizeof(uint16_t));
+  if (absl::Status s = CudaStatus(cudaDeviceSynchronize(), "waiting to store");
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CudaStatus(
+          cudaMemcpy(acc_o.data(), accumulators.o.as<void>(),
+                     acc_o.size() * sizeof(float), cudaMemcpyDeviceToHost),
+          "downloading the accumulators' O");
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s =
+          CudaStatus(cudaMemcpy(o.data(), o_.as<void>(), o_.bytes(),
+                                cudaMemcpyDeviceToHost),
+                     "downloading O");
+      !s.ok()) {
+    return s;
+  }
+  const int64_t stride = RowStride(c, c.q_heads);
+  for (int64_t row = 0; row < rows; ++row) {
+    for (int64_t p = 0; p < width; ++p) {
+      o[row * stride + p] = Narrow(c.dtype, acc_o[row * width + p]);
+    }
+  }
+  if (absl::Status s =
+          CudaStatus(cudaMemcpy(o_.as<void>(), o.data(), o_.bytes(),
+                                cudaMemcpyHostToDevice),
+                     "storing O");
+      !s.ok()) {
+    return s;
+  }
+  return CudaStatus(
+      cudaMemcpy(lse_.as<void>(), accumulators.lse.as<void>(),
+                 rows * c.q_heads * sizeof(float), cudaMemcpyDeviceToDevice),
+      "storing the LSE");
+}
+
 absl::Status AttentionProblem::PoisonOutputs() {
   if (absl::Status s = CudaStatus(cudaMemset(o_.as<void>(), 0xff, o_.bytes()),
                                   "poisoning O");

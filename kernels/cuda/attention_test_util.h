@@ -69,6 +69,31 @@ struct HostAttentionWorkList {
   std::vector<KeySpan> spans;
 };
 
+// A range of a block's keys: keys [first, first + count), causal or not.
+struct KeyPart {
+  int64_t first = 0;
+  int64_t count = 0;
+  bool causal = false;
+};
+
+// The keys of `c` in two parts whose results, folded by log-sum-exp, are the
+// whole block's: dense, a third of the keys and the rest; causal, the keys
+// every query row sees (half of those before the bottom-right diagonal's
+// start) and the rest, causal. Parts without keys are left out.
+std::vector<KeyPart> TwoKeyParts(const AttentionCase& c);
+
+// `args` against the keys of `part` only.
+DeviceAttentionArgs ArgsForKeys(const DeviceAttentionArgs& args,
+                                const KeyPart& part);
+
+// fp32 accumulators for the rows of one case (partial_merge.h), contiguous:
+// O [batch, q_len, q_heads, head_dim] and LSE [batch, q_len, q_heads].
+struct CaseAccumulators {
+  DeviceBuffer o;
+  DeviceBuffer lse;
+  AccumulatorRows rows;  // where they lie
+};
+
 // Random inputs of one case in device memory, with room for the outputs, and
 // the reference result of those inputs.
 class AttentionProblem {
@@ -98,6 +123,15 @@ class AttentionProblem {
   // LSE = -inf; O's padding untouched, and with a work list the rows of no
   // tile (still NaN after PoisonOutputs).
   ::testing::AssertionResult OutputsMatchReference() const;
+
+  // Accumulators for this problem's rows, holding the empty result (O = 0,
+  // LSE = -inf).
+  absl::StatusOr<CaseAccumulators> EmptyAccumulators() const;
+
+  // Waits for the device, then stores `accumulators` as this problem's O
+  // (rounded to the case's dtype, padding untouched) and LSE, for
+  // OutputsMatchReference to judge.
+  absl::Status StoreAccumulators(const CaseAccumulators& accumulators);
 
  private:
   AttentionProblem() = default;

@@ -151,6 +151,9 @@ struct Params {
   int key_chunk;
   int64_t o_split_stride;
   int64_t lse_split_stride;
+  // With fold.o set (whole block, no split), each row is folded into these
+  // fp32 accumulators by log-sum-exp instead of stored at o and lse.
+  AccumulatorRows fold;
 };
 
 // Where a thread block is in its walk over keys: the span and the first key
@@ -567,6 +570,23 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128,
     take_softmax(s, cursor, rescale);
     last_stage = stage;
   }
+  if (p.fold.o != nullptr) {
+    // Ask L2 for the accumulator rows this thread folds into while the last
+    // P V runs: the fold reads them right after, and an SM that holds one
+    // thread block sits idle while it waits (measured on one H200, a 32K x 32K
+    // tile's fold cost 0.19-0.37 ms over the kernel alone with this and
+    // 0.25-0.75 ms without; the merge kernel after it, 0.45-0.6 ms).
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      if (rows[r] < m_end && (lane % 4) * 32 < p.head_dim) {
+        const float* acc = p.fold.o + b * p.fold.o_batch_stride +
+                           static_cast<int64_t>(rows[r]) * p.fold.o_seq_stride +
+                           static_cast<int64_t>(heads[r]) * p.head_dim +
+                           (lane % 4) * 32;
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(acc));
+      }
+    }
+  }
   if (step > 0) {
     // O += P V of the last step, in a last turn (consumer 1 opens no further
     // one: nobody would take it).
@@ -587,14 +607,58 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128,
          b * p.o_batch_stride;
   float* const lse =
       p.lse == nullptr ? nullptr : p.lse + blockIdx.z * p.lse_split_stride;
+  const bool fold = p.fold.o != nullptr;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float sum = row_sum[r];
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
     const int row = rows[r];
-    if (row >= m_end) continue;
+    const bool live = row < m_end;
+    float kept_lse = -INFINITY;
+    float* acc_lse = nullptr;
+    if (fold) {
+      acc_lse = p.fold.lse + b * p.fold.lse_batch_stride +
+                static_cast<int64_t>(row) * p.fold.lse_seq_stride + heads[r];
+      // The four lanes of a row all read its accumulated LSE before the first
+      // of them may write the new one.
+      if (live) kept_lse = *acc_lse;
+      __syncwarp();
+    }
+    if (!live) continue;
     const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
+    if (fold) {
+      if (sum == 0.0f) continue;  // a row that saw no key changes nothing
+      const float add_lse = (row_max[r] + __log2f(sum)) * kLn2;
+      float keep_weight = 0.0f;
+      float add_weight = inverse;
+      float merged = add_lse;
+      if (kept_lse != -INFINITY) {
+        const float top = fmaxf(kept_lse, add_lse);
+        const float keep = expf(kept_lse - top);
+        const float more = expf(add_lse - top);
+        keep_weight = keep / (keep + more);
+        add_weight = inverse * more / (keep + more);
+        merged = top + logf(keep + more);
+      }
+      float* const acc = p.fold.o + b * p.fold.o_batch_stride +
+                         static_cast<int64_t>(row) * p.fold.o_seq_stride +
+                         static_cast<int64_t>(heads[r]) * p.head_dim;
+#pragma unroll
+      for (int j = 0; j < kHeadDim / 8; ++j) {
+        const int d = j * 8 + (lane % 4) * 2;
+        if (d < p.head_dim) {
+          float2* const pair = reinterpret_cast<float2*>(acc + d);
+          float2 value = *pair;
+          value.x = value.x * keep_weight + o_acc[4 * j + 2 * r] * add_weight;
+          value.y =
+              value.y * keep_weight + o_acc[4 * j + 2 * r + 1] * add_weight;
+          *pair = value;
+        }
+      }
+      if (lane % 4 == 0) *acc_lse = merged;
+      continue;
+    }
     T* out = o + static_cast<int64_t>(row) * p.o_seq_stride +
              static_cast<int64_t>(heads[r]) * p.head_dim;
 #pragma unroll
@@ -867,6 +931,7 @@ cudaError_t Prepare(const DeviceAttentionArgs& args, Prepared& prepared) {
   params.key_chunk = 0;
   params.o_split_stride = 0;
   params.lse_split_stride = 0;
+  params.fold = AccumulatorRows{};
   prepared.grid =
       dim3(static_cast<unsigned>(shape.tiles),
            static_cast<unsigned>(args.batch * args.q_heads / shape.pack), 1);
@@ -917,6 +982,33 @@ cudaError_t LaunchHopperAttention(const DeviceAttentionArgs& args,
   Prepared prepared;
   const cudaError_t error = Prepare(args, prepared);
   if (error != cudaSuccess) return error;
+  return LaunchPrepared(args, prepared, stream);
+}
+
+bool HopperAttentionFoldsInto(const DeviceAttentionArgs& args,
+                              const AccumulatorRows& into) {
+  const auto even = [](int64_t stride) { return stride % 2 == 0; };
+  return HopperAttentionTakes(args) && args.work.tile_count == 0 &&
+         into.o != nullptr && into.lse != nullptr &&
+         reinterpret_cast<uintptr_t>(into.o) % sizeof(float2) == 0 &&
+         even(into.o_batch_stride) && even(into.o_seq_stride) &&
+         into.o_batch_stride >= 0 && into.lse_batch_stride >= 0 &&
+         into.o_seq_stride >= args.q_heads * args.head_dim &&
+         into.lse_seq_stride >= args.q_heads;
+}
+
+cudaError_t LaunchHopperAttentionInto(const DeviceAttentionArgs& args,
+                                      const AccumulatorRows& into,
+                                      cudaStream_t stream) {
+  if (FindAttentionArgsProblem(args) != nullptr ||
+      !HopperAttentionFoldsInto(args, into)) {
+    return cudaErrorInvalidValue;
+  }
+  if (args.batch == 0 || args.q_len == 0) return cudaSuccess;
+  Prepared prepared;
+  const cudaError_t error = Prepare(args, prepared);
+  if (error != cudaSuccess) return error;
+  prepared.params.fold = into;
   return LaunchPrepared(args, prepared, stream);
 }
 

@@ -44,6 +44,23 @@ bool HopperAttentionTakes(const DeviceAttentionArgs& args);
 cudaError_t LaunchHopperAttention(const DeviceAttentionArgs& args,
                                   cudaStream_t stream);
 
+// Whether LaunchHopperAttentionInto takes `args` and `into`: where
+// HopperAttentionTakes(args), a whole block (no work list), accumulator rows
+// of float pairs (8-byte aligned, even strides) that do not overlap (seq
+// strides of at least q_heads * head_dim and q_heads).
+bool HopperAttentionFoldsInto(const DeviceAttentionArgs& args,
+                              const AccumulatorRows& into);
+
+// LaunchHopperAttention that folds each row of its result into the fp32
+// accumulators `into` as it stores it (partial_merge.h's semantics: O and LSE
+// merged by log-sum-exp; a row that saw no key changes nothing) instead of
+// writing args.o and args.lse: LaunchHopperAttention and
+// LaunchMergePartialStrided in one kernel, with no 16-bit partial O between
+// them. cudaErrorInvalidValue where !HopperAttentionFoldsInto.
+cudaError_t LaunchHopperAttentionInto(const DeviceAttentionArgs& args,
+                                      const AccumulatorRows& into,
+                                      cudaStream_t stream);
+
 // How many key splits fill the GPU for `args` (1: no split): where the
 // block's query tiles give at most one thread block per two SMs (up to a few
 // hundred query rows against many keys), the count of at most 32 splits (up

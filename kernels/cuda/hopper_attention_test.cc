@@ -205,6 +205,53 @@ TEST_P(HopperAttentionTest, WorkListCuttingTheBlockMatchesTheWholeBlock) {
   EXPECT_TRUE(problem->OutputsMatchReference()) << "seed " << seed;
 }
 
+// The block's keys in two parts, each folded by the kernel into the same
+// accumulators as it stores its rows, give the whole block's result; the
+// second fold meets rows the first already filled, the first meets empty ones.
+TEST_P(HopperAttentionTest, FoldingKeyPartsIntoAccumulatorsMatchesWholeBlock) {
+  SkipWithoutHopper();
+  if (IsSkipped()) return;
+  const uint32_t seed = std::random_device()();
+  absl::StatusOr<AttentionProblem> problem =
+      AttentionProblem::Create(GetParam(), seed);
+  ASSERT_TRUE(problem.ok()) << problem.status();
+  absl::StatusOr<CaseAccumulators> acc = problem->EmptyAccumulators();
+  ASSERT_TRUE(acc.ok()) << acc.status();
+  for (const KeyPart& part : TwoKeyParts(GetParam())) {
+    const DeviceAttentionArgs args = ArgsForKeys(problem->args(), part);
+    ASSERT_TRUE(HopperAttentionFoldsInto(args, acc->rows));
+    ASSERT_EQ(LaunchHopperAttentionInto(args, acc->rows, nullptr), cudaSuccess);
+  }
+  ASSERT_TRUE(problem->PoisonOutputs().ok());
+  ASSERT_TRUE(problem->StoreAccumulators(*acc).ok());
+  EXPECT_TRUE(problem->OutputsMatchReference()) << "seed " << seed;
+}
+
+TEST(HopperFoldArgsTest, RefusesWorkListsAndOverlappingOrOddAccumulators) {
+  SkipWithoutHopper();
+  if (IsSkipped()) return;
+  absl::StatusOr<AttentionProblem> problem = AttentionProblem::Create(
+      Case("Small", 1, 7, 300, 4, 2, 64, false, DeviceDType::kBFloat16), 1);
+  ASSERT_TRUE(problem.ok()) << problem.status();
+  absl::StatusOr<CaseAccumulators> acc = problem->EmptyAccumulators();
+  ASSERT_TRUE(acc.ok()) << acc.status();
+  EXPECT_TRUE(HopperAttentionFoldsInto(problem->args(), acc->rows));
+  AccumulatorRows overlapping = acc->rows;
+  overlapping.o_seq_stride = 64;  // below q_heads * head_dim
+  AccumulatorRows odd = acc->rows;
+  odd.o = acc->rows.o + 1;  // not float2-aligned
+  AccumulatorRows no_lse = acc->rows;
+  no_lse.lse = nullptr;
+  for (const AccumulatorRows& rows : {overlapping, odd, no_lse}) {
+    EXPECT_FALSE(HopperAttentionFoldsInto(problem->args(), rows));
+    EXPECT_EQ(LaunchHopperAttentionInto(problem->args(), rows, nullptr),
+              cudaErrorInvalidValue);
+  }
+  DeviceAttentionArgs listed = problem->args();
+  listed.work.tile_count = 1;
+  EXPECT_FALSE(HopperAttentionFoldsInto(listed, acc->rows));
+}
+
 // Few query rows against many keys, the blocks HopperKeySplits splits.
 std::vector<AttentionCase> SplitCases() {
   return {

@@ -22,19 +22,6 @@ namespace ringattn {
 cudaError_t LaunchClearAccumulators(float* o, int64_t o_count, float* lse,
                                     int64_t lse_count, cudaStream_t stream);
 
-// Where the rows of a partial result lie in the fp32 accumulators, strides in
-// floats: row (b, t, h) (batch b, position t, head h) of the partial is folded
-// into the `dim` values at o + b * o_batch_stride + t * o_seq_stride + h * dim
-// and the LSE at lse + b * lse_batch_stride + t * lse_seq_stride + h.
-struct AccumulatorRows {
-  float* o = nullptr;
-  int64_t o_batch_stride = 0;
-  int64_t o_seq_stride = 0;
-  float* lse = nullptr;
-  int64_t lse_batch_stride = 0;
-  int64_t lse_seq_stride = 0;
-};
-
 // Folds a partial result into strided accumulators, on `stream`.
 //   part_o:   [batch, seq, heads, dim] contiguous, in `dtype`
 //   part_lse: [batch, seq, heads] contiguous fp32
