@@ -1,6 +1,9 @@
 #include "worker/attention_tiles.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <optional>
+#include <vector>
 
 #include "core/range.h"
 
@@ -45,7 +48,101 @@ void AddCausalTiles(int64_t q_row, int64_t q_len, int64_t k_row, int64_t kv_len,
   }
 }
 
+// A cell of query rows [q.begin, q.end) against keys [k.begin, k.end).
+struct Cell {
+  Range q;
+  Range k;
+};
+
+// How much of `cell` the rule "local query i sees local key j iff j - i <=
+// diagonal" shows, as the diagonal clamped to the range of j - i over the
+// cell (std::nullopt: every key visible): rules that show the same pairs of
+// the cell clamp to the same value.
+int64_t Shown(const Cell& cell, std::optional<int64_t> diagonal) {
+  const int64_t least = cell.k.begin - (cell.q.end - 1);
+  const int64_t most = (cell.k.end - 1) - cell.q.begin;
+  if (!diagonal.has_value()) return most;
+  return std::clamp(*diagonal, least - 1, most);
+}
+
+// The rule of `tile` in the same terms: nullopt for a dense tile, else its own
+// bottom-right diagonal.
+std::optional<int64_t> RuleOf(const AttentionTile& tile) {
+  if (!tile.causal) return std::nullopt;
+  return tile.k_row + tile.kv_len - (tile.q_row + tile.q_len);
+}
+
+bool Holds(const AttentionTile& tile, const Cell& cell) {
+  return tile.q_row <= cell.q.begin && cell.q.end <= tile.q_row + tile.q_len &&
+         tile.k_row <= cell.k.begin && cell.k.end <= tile.k_row + tile.kv_len;
+}
+
+// The sorted, distinct values of `cuts`.
+std::vector<int64_t> Distinct(std::vector<int64_t> cuts) {
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  return cuts;
+}
+
+// The tile around `a` and `b` that JoinTiles may put in their place.
+std::optional<AttentionTile> Joined(const AttentionTile& a,
+                                    const AttentionTile& b, int64_t tile_q_rows,
+                                    int64_t tile_kv_rows) {
+  const Range q{std::min(a.q_row, b.q_row),
+                std::max(a.q_row + a.q_len, b.q_row + b.q_len)};
+  const Range k{std::min(a.k_row, b.k_row),
+                std::max(a.k_row + a.kv_len, b.k_row + b.kv_len)};
+  if (q.size() > tile_q_rows || k.size() > tile_kv_rows) return std::nullopt;
+  std::optional<int64_t> rule;  // dense where both are
+  if (a.causal || b.causal) rule = k.end - q.end;
+  // The first row of a causal tile sees keys up to q.begin + rule.
+  if (rule.has_value() && k.begin > q.begin + *rule) return std::nullopt;
+  const std::vector<int64_t> q_cuts = Distinct(
+      {q.begin, q.end, a.q_row, a.q_row + a.q_len, b.q_row, b.q_row + b.q_len});
+  const std::vector<int64_t> k_cuts =
+      Distinct({k.begin, k.end, a.k_row, a.k_row + a.kv_len, b.k_row,
+                b.k_row + b.kv_len});
+  for (size_t i = 0; i + 1 < q_cuts.size(); ++i) {
+    for (size_t j = 0; j + 1 < k_cuts.size(); ++j) {
+      const Cell cell{{q_cuts[i], q_cuts[i + 1]}, {k_cuts[j], k_cuts[j + 1]}};
+      const bool in_a = Holds(a, cell);
+      const bool in_b = Holds(b, cell);
+      if (in_a && in_b) return std::nullopt;  // overlapping tiles
+      if (in_a || in_b) {
+        if (Shown(cell, RuleOf(in_a ? a : b)) != Shown(cell, rule)) {
+          return std::nullopt;
+        }
+      } else if (!rule.has_value() ||
+                 Shown(cell, rule) >= cell.k.begin - (cell.q.end - 1)) {
+        return std::nullopt;  // the joined tile would show a pair no tile held
+      }
+    }
+  }
+  // A causal rule that shows the whole rectangle is a dense tile.
+  const bool causal = rule.has_value() && *rule < (k.end - 1) - q.begin;
+  return AttentionTile{q.begin, q.size(), k.begin, k.size(), causal};
+}
+
 }  // namespace
+
+void JoinTiles(int64_t tile_q_rows, int64_t tile_kv_rows,
+               std::vector<AttentionTile>& tiles) {
+  bool joined = true;
+  while (joined) {
+    joined = false;
+    for (size_t i = 0; i < tiles.size(); ++i) {
+      for (size_t j = i + 1; j < tiles.size(); ++j) {
+        const std::optional<AttentionTile> both =
+            Joined(tiles[i], tiles[j], tile_q_rows, tile_kv_rows);
+        if (!both.has_value()) continue;
+        tiles[i] = *both;
+        tiles.erase(tiles.begin() + static_cast<std::ptrdiff_t>(j));
+        joined = true;
+        --j;
+      }
+    }
+  }
+}
 
 void AddRectangleTiles(int64_t q_row, int64_t q_len, int64_t k_row,
                        int64_t kv_len, bool causal, int64_t shift,

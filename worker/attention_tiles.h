@@ -36,6 +36,18 @@ void AddRectangleTiles(int64_t q_row, int64_t q_len, int64_t k_row,
                        int64_t tile_q_rows, int64_t tile_kv_rows,
                        std::vector<AttentionTile>& tiles);
 
+// Joins tiles of `tiles` (one step's: the same query rows and key block)
+// into fewer, larger ones where that keeps every pair's visibility: two tiles
+// become the smallest rectangle around them when that rectangle, as one dense
+// tile or one causal tile (bottom-right aligned), shows exactly the pairs the
+// two showed and hides every pair neither held, is at most tile_q_rows x
+// tile_kv_rows, and gives each of its rows a key. So a rank's zigzag chunks
+// (its first and last chunk of the sequence, attended to each other and to
+// themselves) become one causal tile instead of three, and its two dense
+// chunk pairs of a later step one dense tile: fewer, fuller kernel launches.
+void JoinTiles(int64_t tile_q_rows, int64_t tile_kv_rows,
+               std::vector<AttentionTile>& tiles);
+
 }  // namespace ringattn
 
 #endif  // RINGATTN_WORKER_ATTENTION_TILES_H_

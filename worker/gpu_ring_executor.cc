@@ -468,6 +468,7 @@ absl::Status GpuRingExecutor::PlanSteps(
       }
       flops += TaskFlops(spec_, blocks(), task);
     }
+    JoinTiles(config_.tile_q_rows, KeyRowsPerTile(), tiles);
     step_launches_.emplace_back(work.launches.begin() + first_launch,
                                 work.launches.end());
     step_tasks_.push_back(static_cast<int64_t>(tasks.size()));

@@ -13,6 +13,7 @@
 #include "core/ring_plan.h"
 #include "core/shard_layout.h"
 #include "gtest/gtest.h"
+#include "worker/attention_tiles.h"
 #include "worker/gpu_ring_executor.h"
 
 namespace ringattn {
@@ -27,6 +28,73 @@ struct Case {
   int64_t tile_kv;
   std::optional<BlockSparseRules> rules = std::nullopt;
 };
+
+// The global positions of a shard's rows, in order.
+std::vector<int64_t> Positions(const ShardLayout& layout, int64_t worker) {
+  std::vector<int64_t> positions;
+  for (const Range& chunk : layout.Chunks(worker)) {
+    for (int64_t p = chunk.begin; p < chunk.end; ++p) positions.push_back(p);
+  }
+  return positions;
+}
+
+// Each step's tiles, joined (JoinTiles) as the GPU executor joins them, still
+// show every visible pair of the problem exactly once and no hidden one, within
+// the tile sizes, every tile row seeing a key.
+template <typename Visible>
+void CheckJoinedSteps(const Case& c, const RingPlan& plan,
+                      const ShardLayout& q_layout, const ShardLayout& kv_layout,
+                      const Visible& visible) {
+  AttentionSpec spec;
+  spec.q_len = c.q_len;
+  spec.kv_len = c.kv_len;
+  spec.causal = c.causal;
+  std::optional<BlockMask> mask;
+  if (c.rules.has_value()) mask = BlockMask::FromRules(*c.rules, c.kv_len);
+  std::vector<std::vector<int>> shown(
+      static_cast<size_t>(c.q_len),
+      std::vector<int>(static_cast<size_t>(c.kv_len), 0));
+  for (int rank = 0; rank < c.world_size; ++rank) {
+    const std::vector<int64_t> queries = Positions(q_layout, rank);
+    for (int64_t s = 0; s < plan.num_steps(); ++s) {
+      const RingStep& step = plan.Step(rank, s);
+      if (step.tasks.empty()) continue;
+      const std::vector<int64_t> keys = Positions(kv_layout, step.kv_owner);
+      std::vector<AttentionTile> tiles;
+      for (const AttentionTask& task : step.tasks) {
+        const std::vector<AttentionTile> task_tiles =
+            TileTask(spec, mask.has_value() ? &*mask : nullptr, task, c.tile_q,
+                     c.tile_kv);
+        tiles.insert(tiles.end(), task_tiles.begin(), task_tiles.end());
+      }
+      JoinTiles(c.tile_q, c.tile_kv, tiles);
+      for (const AttentionTile& tile : tiles) {
+        ASSERT_LE(tile.q_len, c.tile_q);
+        ASSERT_LE(tile.kv_len, c.tile_kv);
+        for (int64_t i = 0; i < tile.q_len; ++i) {
+          int64_t seen = 0;
+          for (int64_t j = 0; j < tile.kv_len; ++j) {
+            if (tile.causal && j > i + tile.kv_len - tile.q_len) continue;
+            const int64_t qp = queries[tile.q_row + i];
+            const int64_t kp = keys[tile.k_row + j];
+            ASSERT_TRUE(visible(qp, kp))
+                << "a joined tile of rank " << rank << " step " << s
+                << " holds query " << qp << ", key " << kp;
+            ++shown[qp][kp];
+            ++seen;
+          }
+          ASSERT_GT(seen, 0) << "a joined tile row sees no key";
+        }
+      }
+    }
+  }
+  for (int64_t qp = 0; qp < c.q_len; ++qp) {
+    for (int64_t kp = 0; kp < c.kv_len; ++kp) {
+      ASSERT_EQ(shown[qp][kp], visible(qp, kp) ? 1 : 0)
+          << "query " << qp << ", key " << kp << " after joining";
+    }
+  }
+}
 
 // For every task of the plan: each visible (query, key) pair lies in exactly
 // one tile, no tile holds a hidden pair, tiles respect the tile sizes, and
@@ -117,6 +185,7 @@ void CheckPlan(const Case& c) {
     }
   }
   EXPECT_EQ(covered_pairs, visible_pairs);
+  CheckJoinedSteps(c, plan, q_layout, kv_layout, visible);
 }
 
 TEST(TileTaskTest, CoversEveryVisiblePairOnce) {
@@ -131,6 +200,50 @@ TEST(TileTaskTest, CoversEveryVisiblePairOnce) {
       {128, 128, true, 2, 1000, 1000},
   };
   for (const Case& c : cases) CheckPlan(c);
+}
+
+// A causal ring of two zigzag ranks: rank 0 holds chunks 0 and 3 of four.
+// Its own step (chunk 0 against itself, chunk 3 against chunks 0 and 3) is
+// one causal tile once joined, not three; the next step (chunk 3 against
+// chunks 1 and 2) one dense tile, not two.
+TEST(JoinTilesTest, ZigzagRankRunsEachStepAsOneTile) {
+  AttentionSpec spec;
+  spec.q_len = spec.kv_len = 64;
+  spec.q_heads = spec.kv_heads = 1;
+  spec.head_dim = 8;
+  spec.causal = true;
+  const ShardLayout layout = QueryLayoutFor(spec, 2);
+  ASSERT_EQ(layout.Chunks(0).size(), 2u);
+  const RingPlan plan = RingPlan::Build(spec, layout, layout, nullptr);
+  std::vector<std::vector<AttentionTile>> steps;
+  for (int64_t s = 0; s < plan.num_steps(); ++s) {
+    std::vector<AttentionTile>& tiles = steps.emplace_back();
+    for (const AttentionTask& task : plan.Step(0, s).tasks) {
+      const std::vector<AttentionTile> task_tiles =
+          TileTask(spec, task, 32, 128);
+      tiles.insert(tiles.end(), task_tiles.begin(), task_tiles.end());
+    }
+  }
+  ASSERT_EQ(steps.size(), 2u);
+  EXPECT_EQ(steps[0].size(), 3u);
+  EXPECT_EQ(steps[1].size(), 2u);
+  JoinTiles(32, 128, steps[0]);
+  JoinTiles(32, 128, steps[1]);
+  ASSERT_EQ(steps[0].size(), 1u);
+  EXPECT_EQ(steps[0][0], (AttentionTile{0, 32, 0, 32, true}));
+  ASSERT_EQ(steps[1].size(), 1u);
+  EXPECT_EQ(steps[1][0], (AttentionTile{16, 16, 0, 32, false}));
+}
+
+// Tiles join only within the tile sizes.
+TEST(JoinTilesTest, KeepsTheTileSizes) {
+  std::vector<AttentionTile> tiles = {{0, 16, 0, 16, false},
+                                      {0, 16, 16, 16, false}};
+  JoinTiles(16, 16, tiles);
+  EXPECT_EQ(tiles.size(), 2u);
+  JoinTiles(16, 32, tiles);
+  ASSERT_EQ(tiles.size(), 1u);
+  EXPECT_EQ(tiles[0], (AttentionTile{0, 16, 0, 32, false}));
 }
 
 TEST(TileTaskTest, WholeDiagonalTaskIsOneCausalTile) {
