@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "kernels/cuda/hopper_attention.h"
+#include "kernels/cuda/lse_fold.cuh"
 #include "kernels/cuda/mma_util.cuh"
 #include "kernels/cuda/tma.cuh"
 #include "kernels/cuda/wgmma.cuh"
@@ -602,7 +603,8 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128,
     PinRegisters(o_acc);
   }
 
-  // Normalize and store. A row that saw no key has sum 0: O = 0, LSE = -inf.
+  // Normalize and store (or fold into the accumulators). A row that saw no key
+  // has sum 0: O = 0, LSE = -inf (and a fold leaves its row as it was).
   T* o = static_cast<T*>(p.o) + blockIdx.z * p.o_split_stride +
          b * p.o_batch_stride;
   float* const lse =
@@ -629,18 +631,10 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128,
     const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
     if (fold) {
       if (sum == 0.0f) continue;  // a row that saw no key changes nothing
-      const float add_lse = (row_max[r] + __log2f(sum)) * kLn2;
-      float keep_weight = 0.0f;
-      float add_weight = inverse;
-      float merged = add_lse;
-      if (kept_lse != -INFINITY) {
-        const float top = fmaxf(kept_lse, add_lse);
-        const float keep = expf(kept_lse - top);
-        const float more = expf(add_lse - top);
-        keep_weight = keep / (keep + more);
-        add_weight = inverse * more / (keep + more);
-        merged = top + logf(keep + more);
-      }
+      const device::LseFold weights =
+          device::FoldLse(kept_lse, (row_max[r] + __log2f(sum)) * kLn2);
+      const float keep_weight = weights.keep_weight;
+      const float add_weight = weights.add_weight * inverse;
       float* const acc = p.fold.o + b * p.fold.o_batch_stride +
                          static_cast<int64_t>(row) * p.fold.o_seq_stride +
                          static_cast<int64_t>(heads[r]) * p.head_dim;
@@ -656,7 +650,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128,
           *pair = value;
         }
       }
-      if (lane % 4 == 0) *acc_lse = merged;
+      if (lane % 4 == 0) *acc_lse = weights.merged;
       continue;
     }
     T* out = o + static_cast<int64_t>(row) * p.o_seq_stride +

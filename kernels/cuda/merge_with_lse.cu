@@ -1,5 +1,6 @@
 #include <cmath>
 
+#include "kernels/cuda/lse_fold.cuh"
 #include "kernels/cuda/merge_with_lse.h"
 
 namespace ringattn {
@@ -12,24 +13,14 @@ __global__ void MergeWithLseKernel(float* o, float* lse, const float* part_o,
   const float acc = lse[row];
   const float add = part_lse[row];
   if (add == -INFINITY) return;
-  float keep_weight = 0.0f;
-  float add_weight = 1.0f;
-  float merged = add;
-  if (acc != -INFINITY) {
-    const float max = fmaxf(acc, add);
-    const float keep = __expf(acc - max);
-    const float more = __expf(add - max);
-    keep_weight = keep / (keep + more);
-    add_weight = more / (keep + more);
-    merged = max + __logf(keep + more);
-  }
+  const device::LseFold fold = device::FoldLse(acc, add);
   float* out = o + row * dim;
   const float* part = part_o + row * dim;
   for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) {
-    out[d] = out[d] * keep_weight + part[d] * add_weight;
+    out[d] = out[d] * fold.keep_weight + part[d] * fold.add_weight;
   }
   __syncthreads();
-  if (threadIdx.x == 0) lse[row] = merged;
+  if (threadIdx.x == 0) lse[row] = fold.merged;
 }
 
 }  // namespace

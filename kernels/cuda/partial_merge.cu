@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/cuda/lse_fold.cuh"
 #include "kernels/cuda/partial_merge.h"
 
 namespace ringattn {
@@ -62,19 +63,9 @@ __global__ void MergePartialKernel(const uint16_t* part_o,
   if (add == -INFINITY) return;
   float* const acc_lse = into.lse + blockIdx.y * into.lse_batch_stride +
                          t * into.lse_seq_stride + h;
-  const float acc = *acc_lse;
-  float keep_weight = 0.0f;
-  float add_weight = 1.0f;
-  float merged = add;
-  if (acc != -INFINITY) {
-    const float max = fmaxf(acc, add);
-    const float keep = expf(acc - max);
-    const float more = expf(add - max);
-    const float sum = keep + more;
-    keep_weight = keep / sum;
-    add_weight = more / sum;
-    merged = max + logf(sum);
-  }
+  const device::LseFold fold = device::FoldLse(*acc_lse, add);
+  const float keep_weight = fold.keep_weight;
+  const float add_weight = fold.add_weight;
   float* out = into.o + blockIdx.y * into.o_batch_stride +
                t * into.o_seq_stride + h * dim;
   const uint16_t* part = part_o + part_row * dim;
@@ -98,7 +89,7 @@ __global__ void MergePartialKernel(const uint16_t* part_o,
   }
   // Every lane has read the accumulated LSE above; only then may it change.
   __syncwarp();
-  if (threadIdx.x == 0) *acc_lse = merged;
+  if (threadIdx.x == 0) *acc_lse = fold.merged;
 }
 
 template <bool kHalf>
