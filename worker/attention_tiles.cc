@@ -54,20 +54,29 @@ struct Cell {
   Range k;
 };
 
-// How much of `cell` the rule "local query i sees local key j iff j - i <=
-// diagonal" shows, as the diagonal clamped to the range of j - i over the
-// cell (std::nullopt: every key visible): rules that show the same pairs of
-// the cell clamp to the same value.
-int64_t Shown(const Cell& cell, std::optional<int64_t> diagonal) {
+// A mask rule in local rows: query i sees key j iff j - i <= diagonal, or
+// every key where there is no diagonal (dense).
+using Rule = std::optional<int64_t>;
+
+// The pairs of `cell` that `rule` shows, named by the diagonal clamped to the
+// range of j - i over the cell: two rules show the same pairs of the cell iff
+// their values are equal.
+int64_t Shown(const Cell& cell, Rule rule) {
   const int64_t least = cell.k.begin - (cell.q.end - 1);
   const int64_t most = (cell.k.end - 1) - cell.q.begin;
-  if (!diagonal.has_value()) return most;
-  return std::clamp(*diagonal, least - 1, most);
+  return rule.has_value() ? std::clamp(*rule, least - 1, most) : most;
 }
 
-// The rule of `tile` in the same terms: nullopt for a dense tile, else its own
-// bottom-right diagonal.
-std::optional<int64_t> RuleOf(const AttentionTile& tile) {
+bool ShowsAll(const Cell& cell, Rule rule) {
+  return Shown(cell, rule) == (cell.k.end - 1) - cell.q.begin;
+}
+
+bool ShowsNone(const Cell& cell, Rule rule) {
+  return Shown(cell, rule) < cell.k.begin - (cell.q.end - 1);
+}
+
+// The rule of `tile`: dense, or its own bottom-right diagonal.
+Rule RuleOf(const AttentionTile& tile) {
   if (!tile.causal) return std::nullopt;
   return tile.k_row + tile.kv_len - (tile.q_row + tile.q_len);
 }
@@ -88,39 +97,42 @@ std::vector<int64_t> Distinct(std::vector<int64_t> cuts) {
 std::optional<AttentionTile> Joined(const AttentionTile& a,
                                     const AttentionTile& b, int64_t tile_q_rows,
                                     int64_t tile_kv_rows) {
-  const Range q{std::min(a.q_row, b.q_row),
-                std::max(a.q_row + a.q_len, b.q_row + b.q_len)};
-  const Range k{std::min(a.k_row, b.k_row),
-                std::max(a.k_row + a.kv_len, b.k_row + b.kv_len)};
-  if (q.size() > tile_q_rows || k.size() > tile_kv_rows) return std::nullopt;
-  std::optional<int64_t> rule;  // dense where both are
-  if (a.causal || b.causal) rule = k.end - q.end;
-  // The first row of a causal tile sees keys up to q.begin + rule.
-  if (rule.has_value() && k.begin > q.begin + *rule) return std::nullopt;
-  const std::vector<int64_t> q_cuts = Distinct(
-      {q.begin, q.end, a.q_row, a.q_row + a.q_len, b.q_row, b.q_row + b.q_len});
+  const Cell around{{std::min(a.q_row, b.q_row),
+                     std::max(a.q_row + a.q_len, b.q_row + b.q_len)},
+                    {std::min(a.k_row, b.k_row),
+                     std::max(a.k_row + a.kv_len, b.k_row + b.kv_len)}};
+  if (around.q.size() > tile_q_rows || around.k.size() > tile_kv_rows) {
+    return std::nullopt;
+  }
+  // Dense where both are, else causal on the rectangle's own diagonal.
+  Rule rule;
+  if (a.causal || b.causal) rule = around.k.end - around.q.end;
+  // Every row must see a key: the first one sees keys up to q.begin + rule.
+  if (rule.has_value() && around.k.begin > around.q.begin + *rule) {
+    return std::nullopt;
+  }
+  // Cut the rectangle at every edge of a and b: each cell lies in a, in b or
+  // in neither, and must show what a or b showed there, or nothing.
+  const std::vector<int64_t> q_cuts =
+      Distinct({around.q.begin, around.q.end, a.q_row, a.q_row + a.q_len,
+                b.q_row, b.q_row + b.q_len});
   const std::vector<int64_t> k_cuts =
-      Distinct({k.begin, k.end, a.k_row, a.k_row + a.kv_len, b.k_row,
-                b.k_row + b.kv_len});
+      Distinct({around.k.begin, around.k.end, a.k_row, a.k_row + a.kv_len,
+                b.k_row, b.k_row + b.kv_len});
   for (size_t i = 0; i + 1 < q_cuts.size(); ++i) {
     for (size_t j = 0; j + 1 < k_cuts.size(); ++j) {
       const Cell cell{{q_cuts[i], q_cuts[i + 1]}, {k_cuts[j], k_cuts[j + 1]}};
       const bool in_a = Holds(a, cell);
       const bool in_b = Holds(b, cell);
       if (in_a && in_b) return std::nullopt;  // overlapping tiles
-      if (in_a || in_b) {
-        if (Shown(cell, RuleOf(in_a ? a : b)) != Shown(cell, rule)) {
-          return std::nullopt;
-        }
-      } else if (!rule.has_value() ||
-                 Shown(cell, rule) >= cell.k.begin - (cell.q.end - 1)) {
-        return std::nullopt;  // the joined tile would show a pair no tile held
-      }
+      const bool same =
+          in_a || in_b ? Shown(cell, RuleOf(in_a ? a : b)) == Shown(cell, rule)
+                       : ShowsNone(cell, rule);
+      if (!same) return std::nullopt;
     }
   }
-  // A causal rule that shows the whole rectangle is a dense tile.
-  const bool causal = rule.has_value() && *rule < (k.end - 1) - q.begin;
-  return AttentionTile{q.begin, q.size(), k.begin, k.size(), causal};
+  return AttentionTile{around.q.begin, around.q.size(), around.k.begin,
+                       around.k.size(), !ShowsAll(around, rule)};
 }
 
 }  // namespace
