@@ -8,7 +8,8 @@
 #       non-system libraries and these scripts into DIR (default bin/gpu-kernel)
 #
 # BIN_DIR holds the GPU test binaries (named below, from //kernels/cuda),
-# gpu_attention_bench and gpu_sparse_bench; the shared libraries they need but
+# gpu_attention_bench, gpu_fold_bench and gpu_sparse_bench; the shared
+# libraries they need but
 # the machine lacks sit in BIN_DIR or BIN_DIR/lib.
 # cuDNN 9.19 and NVRTC come from PyTorch's wheels (the system cuDNN is older).
 # Environment: OUT, the folder for logs (default ./gpu-run); PYTHON, the
@@ -17,18 +18,22 @@
 # the head dimensions benchmarked (default "128 64"); GPU_TESTS,
 # the test binaries to run (default: the GPU tests of //kernels/cuda); PEER=0 skips
 # the PyTorch peer; SPARSE_LENGTHS, the lengths of the block-sparse benchmark
-# (default "65536 262144"; empty to skip it), SPARSE_FLAGS more of its flags.
+# (default "65536 262144"; empty to skip it), SPARSE_FLAGS more of its flags;
+# FOLD=0 skips gpu_fold_bench (a ring tile folded by the kernel against a merge
+# kernel after it).
 # Prints one line per test binary, the tables (the block-sparse one last), and
 # "N passed, N failed, N skipped" (gtest cases) last; exits non-zero if
 # anything failed.
 set -uo pipefail
 
-GPU_TEST_TARGETS="hopper_attention_test flash_attention_test cudnn_attention_test attention_dispatch_test convert_test merge_with_lse_test decode_attention_test"
+GPU_TEST_TARGETS="hopper_attention_test flash_attention_test cudnn_attention_test attention_dispatch_test convert_test merge_with_lse_test partial_merge_test decode_attention_test"
 if [ "${1:-}" = bundle ]; then
   dest=${2:-bin/gpu-kernel}
   cd "$(dirname "$0")/../.." || exit 1
-  targets=(//bench/gpu:gpu_attention_bench //bench/gpu:gpu_sparse_bench)
-  binaries=(bench/gpu/gpu_attention_bench bench/gpu/gpu_sparse_bench)
+  targets=(//bench/gpu:gpu_attention_bench //bench/gpu:gpu_fold_bench
+    //bench/gpu:gpu_sparse_bench)
+  binaries=(bench/gpu/gpu_attention_bench bench/gpu/gpu_fold_bench
+    bench/gpu/gpu_sparse_bench)
   for t in $GPU_TEST_TARGETS; do
     targets+=("//kernels/cuda:$t")
     binaries+=("kernels/cuda/$t")
@@ -119,6 +124,10 @@ for dim in ${HEAD_DIMS:-128 64}; do
   fi
 done
 
+if [ "${FOLD:-1}" != 0 ]; then
+  "$BIN_DIR/gpu_fold_bench" >"$OUT/fold_bench.md" 2>"$OUT/fold_bench.err" || status=1
+fi
+
 SPARSE_LENGTHS=${SPARSE_LENGTHS-65536 262144}
 if [ -n "$SPARSE_LENGTHS" ]; then
   # shellcheck disable=SC2086
@@ -128,8 +137,10 @@ fi
 
 echo "logs in $OUT"
 printf '%s' "$summary"
-cat "$OUT"/attention_bench_d*.md "$OUT"/peer_sdpa_d*.md "$OUT"/sparse_bench.md 2>/dev/null
-for err in "$OUT"/attention_bench_d*.err "$OUT"/peer_sdpa_d*.err "$OUT"/sparse_bench.err; do
+cat "$OUT"/attention_bench_d*.md "$OUT"/peer_sdpa_d*.md "$OUT"/fold_bench.md \
+  "$OUT"/sparse_bench.md 2>/dev/null
+for err in "$OUT"/attention_bench_d*.err "$OUT"/peer_sdpa_d*.err "$OUT"/fold_bench.err \
+  "$OUT"/sparse_bench.err; do
   if [ -s "$err" ]; then
     echo "--- $(basename "$err"):"
     tail -n 5 "$err"
