@@ -24,8 +24,13 @@
 # at SERVICE_LENGTHS (default "262144 1048576 4194304"), with SERVICE_FLAGS
 # added to its command line (default "--upload_streams=4 --download_streams=4",
 # the fastest measured; e.g. --q_len=16), once for each GPU count in
-# SERVICE_GPUS (default: GPUS). Prints the test summary, the tables and "N passed, N failed,
-# N skipped" (gtest cases) last; exits non-zero if anything failed.
+# SERVICE_GPUS (default: GPUS). BASELINE, a folder holding an earlier build's
+# ring_bench (its libraries beside it in BASELINE/lib or in this bundle's):
+# the bench stage then runs ROUNDS (default 2) rounds of ours and the baseline
+# alternating, with the same flags (the baseline without --skip_transfers),
+# its rows named "ringattn baseline", and prints both TFLOP/s per case. Prints
+# the test summary, the tables and "N passed, N failed, N skipped" (gtest
+# cases) last; exits non-zero if anything failed.
 set -uo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -132,12 +137,29 @@ run() {
   [ "$gpus" -ge 2 ] && gpu_list=1,$gpus
   local failed_logs=()
   if [[ $stages == *" bench "* ]]; then
-    # shellcheck disable=SC2086  # the lengths are meant to split
-    LD_LIBRARY_PATH=$ours_path timeout 1800 "$bin_dir/ring_bench" --gpus=$gpu_list \
-      --skip_transfers --lengths="$(echo $lengths | tr ' ' ',')" \
-      --masks="${MASKS:-dense,causal}" \
-      --long_lengths="$(echo $long | tr ' ' ',')" ${RING_FLAGS:-} \
-      >"$OUT/ring_bench.md" 2>"$OUT/ring_bench.err" || failed_logs+=("$OUT/ring_bench.err")
+    # shellcheck disable=SC2086,SC2206  # the lengths and RING_FLAGS are meant to split
+    local ring_flags=(--gpus="$gpu_list" --lengths="$(echo $lengths | tr ' ' ',')"
+      --masks="${MASKS:-dense,causal}" --long_lengths="$(echo $long | tr ' ' ',')"
+      ${RING_FLAGS:-})
+    LD_LIBRARY_PATH=$ours_path timeout 1800 "$bin_dir/ring_bench" --skip_transfers \
+      "${ring_flags[@]}" >"$OUT/ring_bench.md" 2>"$OUT/ring_bench.err" ||
+      failed_logs+=("$OUT/ring_bench.err")
+    if [ -n "${BASELINE:-}" ]; then
+      local round base_dir
+      base_dir=$(cd "$BASELINE" && pwd) || exit 2
+      for ((round = 1; round <= ${ROUNDS:-2}; round++)); do
+        if [ "$round" -gt 1 ]; then
+          LD_LIBRARY_PATH=$ours_path timeout 1800 "$bin_dir/ring_bench" "${ring_flags[@]}" \
+            >"$OUT/ring_bench_round$round.md" 2>"$OUT/ring_bench_round$round.err" ||
+            failed_logs+=("$OUT/ring_bench_round$round.err")
+        fi
+        LD_LIBRARY_PATH=$base_dir/lib:$ours_path timeout 1800 "$base_dir/ring_bench" \
+          "${ring_flags[@]}" 2>"$OUT/ring_bench_baseline_round$round.err" |
+          sed 's/^| ringattn |/| ringattn baseline |/' \
+            >"$OUT/ring_bench_baseline_round$round.md" ||
+          failed_logs+=("$OUT/ring_bench_baseline_round$round.err")
+      done
+    fi
   fi
 
   local world worlds=""
@@ -188,6 +210,17 @@ run() {
         print line
       }
     }' "$OUT/ring_bench.md" 2>/dev/null | sort
+  if [ -n "${BASELINE:-}" ]; then
+    echo "TFLOP/s per GPU, ours then the baseline, round by round (GPUs, mask, N):"
+    cat "$OUT"/ring_bench.md "$OUT"/ring_bench_round*.md "$OUT"/ring_bench_baseline_round*.md 2>/dev/null |
+      awk -F'|' '$2 ~ /^ ringattn (baseline )?$/ && $7 + 0 > 0 {
+        gsub(/^ +| +$/, "", $2); gsub(/ /, "", $3); gsub(/ /, "", $4); gsub(/ /, "", $5)
+        key = $3 " " $4 " " $5; if (!(key in seen)) { seen[key] = 1; order[++n] = key }
+        rate[key, $2] = rate[key, $2] " " ($7 + 0)
+      }
+      END { for (i = 1; i <= n; i++)
+        printf "  %s:%s | baseline%s\n", order[i], rate[order[i], "ringattn"], rate[order[i], "ringattn baseline"] }'
+  fi
   for f in "$OUT"/peer_cp_*.md; do [ -f "$f" ] && cat "$f"; done
   grep -hs 'cuDNN not used' "$OUT/ring_bench.err"
   for f in "${failed_logs[@]}"; do
