@@ -14,8 +14,9 @@
 // into one tile, 128 / group rows of each, so every K/V byte is loaded once
 // for the group; a query of at most 64 such rows runs on one consumer
 // warpgroup, at D=128 with 64 keys per step and two thread blocks an SM.
-// Takes the whole block or a work list (attention_work_list.h).
-// Stateless and thread-safe.
+// Takes the whole block or a work list (attention_work_list.h); a whole
+// block's result may instead be folded into fp32 accumulators as it is
+// stored (LaunchHopperAttentionInto). Stateless and thread-safe.
 
 #include <cuda_runtime.h>
 
