@@ -32,10 +32,10 @@ constexpr int kMostUploadStreams = 64;
 // gRPC's asynchronous API.
 constexpr int64_t kMostBlockingUploadBytes = 1 << 20;
 
-// The waits between attempts of a call (ClientOptions::max_attempts): the
-// first, doubled each time up to the longest, each jittered down to half.
+// The first wait between attempts of a call (ClientOptions::max_attempts),
+// doubled each time up to ClientOptions::kLongestRetryWait, each jittered down
+// to half.
 constexpr absl::Duration kFirstRetryWait = absl::Milliseconds(500);
-constexpr absl::Duration kLongestRetryWait = absl::Seconds(4);
 
 // What a call that filled `output` returns; `answered`: whether any output
 // came back.
@@ -584,7 +584,7 @@ absl::StatusOr<AttendResult> Client::Retrying(
     // A wait between attempts, not a synchronization: jittered so that
     // clients refused together do not come back together.
     absl::SleepFor(wait * RetryJitter());
-    wait = std::min(2 * wait, kLongestRetryWait);
+    wait = std::min(2 * wait, ClientOptions::kLongestRetryWait);
   }
 }
 

@@ -96,6 +96,7 @@ struct ClientOptions {
   // AttendStreaming and context uploads are never retried.
   int max_attempts = 1;
   static constexpr int kMostAttempts = 5;
+  static constexpr absl::Duration kLongestRetryWait = absl::Seconds(4);
   // Channel credentials; null means plaintext.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
 };

@@ -74,7 +74,8 @@ int Main() {
       options.max_attempts > ClientOptions::kMostAttempts) {
     std::fprintf(stderr,
                  "load_run: --workers and --clients must be >= 1, "
-                 "--max_request_mib >= 0.0625, --max_attempts in [1, 5]\n");
+                 "--max_request_mib >= 0.0625, --max_attempts in [1, %d]\n",
+                 ClientOptions::kMostAttempts);
     return 2;
   }
   std::printf("load_run: %d clients, %d %s workers, %.0f s, seed %u%s\n",

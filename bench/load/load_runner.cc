@@ -229,10 +229,11 @@ struct Shared {
   }
 
   // Counts the calls in flight for longer than their attempts may take (each
-  // its deadline and a wait of at most 4 s before the next) + slack.
+  // its deadline and the longest wait before the next) + slack.
   void CountHangs() {
     const int64_t bound_ns = absl::ToInt64Nanoseconds(
-        options.max_attempts * (options.deadline + absl::Seconds(4)) +
+        options.max_attempts *
+            (options.deadline + ClientOptions::kLongestRetryWait) +
         options.hang_slack);
     const int64_t now = absl::ToUnixNanos(absl::Now());
     for (Slot& slot : slots) {

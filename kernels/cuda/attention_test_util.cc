@@ -15,6 +15,7 @@
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "kernels/cpu/reference_attention.h"
+#include "kernels/cuda/partial_merge.h"
 
 namespace ringattn {
 namespace {
@@ -373,16 +374,9 @@ absl::StatusOr<CaseAccumulators> AttentionProblem::EmptyAccumulators() const {
   acc.rows.lse_batch_stride = c.q_len * c.q_heads;
   acc.rows.lse_seq_stride = c.q_heads;
   if (absl::Status s =
-          CudaStatus(cudaMemset(acc.o.as<void>(), 0, acc.o.bytes()),
-                     "clearing the accumulators' O");
-      !s.ok()) {
-    return s;
-  }
-  const std::vector<float> empty(rows, -std::numeric_limits<float>::infinity());
-  if (absl::Status s =
-          CudaStatus(cudaMemcpy(acc.lse.as<void>(), empty.data(),
-                                rows * sizeof(float), cudaMemcpyHostToDevice),
-                     "clearing the accumulators' LSE");
+          CudaStatus(LaunchClearAccumulators(acc.rows.o, rows * c.head_dim,
+                                             acc.rows.lse, rows, nullptr),
+                     "clearing the accumulators");
       !s.ok()) {
     return s;
   }
