@@ -28,6 +28,7 @@
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/hopper_attention.h"
 #include "kernels/cuda/partial_merge.h"
+#include "worker/device.h"
 
 ABSL_FLAG(int32_t, rounds, 5, "rounds of the three ways, alternating");
 ABSL_FLAG(int32_t, calls, 9, "timed calls of each way per round");
@@ -47,27 +48,21 @@ struct Shape {
 
 // Milliseconds of one call of `run` on `stream`, timed with CUDA events.
 absl::StatusOr<double> TimeOnce(const std::function<cudaError_t()>& run,
-                                cudaStream_t stream, cudaEvent_t start,
-                                cudaEvent_t stop) {
-  if (absl::Status s = CudaStatus(cudaEventRecord(start, stream), "record");
-      !s.ok()) {
-    return s;
+                                cudaStream_t stream, const CudaEvent& start,
+                                const CudaEvent& stop) {
+  absl::Status s =
+      CudaStatus(cudaEventRecord(start.get(), stream), "recording an event");
+  if (s.ok()) s = CudaStatus(run(), "launching");
+  if (s.ok()) {
+    s = CudaStatus(cudaEventRecord(stop.get(), stream), "recording an event");
   }
-  if (absl::Status s = CudaStatus(run(), "launch"); !s.ok()) return s;
-  if (absl::Status s = CudaStatus(cudaEventRecord(stop, stream), "record");
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = CudaStatus(cudaEventSynchronize(stop), "wait");
-      !s.ok()) {
-    return s;
-  }
+  if (s.ok()) s = stop.Wait("waiting for the call");
   float ms = 0;
-  if (absl::Status s =
-          CudaStatus(cudaEventElapsedTime(&ms, start, stop), "elapsed");
-      !s.ok()) {
-    return s;
+  if (s.ok()) {
+    s = CudaStatus(cudaEventElapsedTime(&ms, start.get(), stop.get()),
+                   "reading the time");
   }
+  if (!s.ok()) return s;
   return static_cast<double>(ms);
 }
 
@@ -129,24 +124,21 @@ absl::Status Measure(const Shape& shape, cudaStream_t stream) {
         }},
        {"kernel folding as it stores",
         [&] { return LaunchHopperAttentionInto(args, into, stream); }}};
-  cudaEvent_t start, stop;
-  if (cudaEventCreate(&start) != cudaSuccess ||
-      cudaEventCreate(&stop) != cudaSuccess) {
-    return absl::InternalError("cudaEventCreate failed");
-  }
+  absl::StatusOr<CudaEvent> start = CudaEvent::Create(/*timing=*/true);
+  if (!start.ok()) return start.status();
+  absl::StatusOr<CudaEvent> stop = CudaEvent::Create(/*timing=*/true);
+  if (!stop.ok()) return stop.status();
   std::vector<std::vector<double>> times(ways.size());
   for (int round = -1; round < absl::GetFlag(FLAGS_rounds); ++round) {
     for (size_t w = 0; w < ways.size(); ++w) {
       for (int call = 0; call < absl::GetFlag(FLAGS_calls); ++call) {
         absl::StatusOr<double> ms =
-            TimeOnce(ways[w].second, stream, start, stop);
+            TimeOnce(ways[w].second, stream, *start, *stop);
         if (!ms.ok()) return ms.status();
         if (round >= 0) times[w].push_back(*ms);  // round -1 warms up
       }
     }
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   const double flops = 4.0 * shape.q_len * shape.kv_len * kRowValues *
                        (shape.causal ? 0.5 : 1.0);
   for (size_t w = 0; w < ways.size(); ++w) {
@@ -163,9 +155,10 @@ absl::Status Measure(const Shape& shape, cudaStream_t stream) {
 
 int Main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  cudaStream_t stream;
-  if (cudaStreamCreate(&stream) != cudaSuccess) {
-    std::fprintf(stderr, "no CUDA device\n");
+  absl::StatusOr<CudaStream> stream = CudaStream::Create();
+  if (!stream.ok()) {
+    std::fprintf(stderr, "%s\n",
+                 std::string(stream.status().message()).c_str());
     return 1;
   }
   std::printf(
@@ -174,7 +167,7 @@ int Main(int argc, char** argv) {
   for (const Shape& shape :
        {Shape{32768, 32768, true}, Shape{32768, 32768, false},
         Shape{32768, 131072, false}, Shape{16384, 16384, true}}) {
-    if (absl::Status s = Measure(shape, stream); !s.ok()) {
+    if (absl::Status s = Measure(shape, stream->get()); !s.ok()) {
       std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
       return 1;
     }
