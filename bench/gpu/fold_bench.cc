@@ -155,6 +155,10 @@ absl::Status Measure(const Shape& shape, cudaStream_t stream) {
 
 int Main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  if (absl::GetFlag(FLAGS_rounds) < 1 || absl::GetFlag(FLAGS_calls) < 1) {
+    std::fprintf(stderr, "gpu_fold_bench: --rounds and --calls must be >= 1\n");
+    return 2;
+  }
   absl::StatusOr<CudaStream> stream = CudaStream::Create();
   if (!stream.ok()) {
     std::fprintf(stderr, "%s\n",
