@@ -230,7 +230,6 @@ class Call {
   std::vector<float> merged_o_;    // [B, Nq, Hq, D]
   std::vector<float> merged_lse_;  // [B, Nq, Hq]
   int64_t merged_rows_ = 0;        // partial rows merged, over all workers
-  std::vector<float> partial_o_;   // a 16-bit partial widened for the merge
   int64_t next_row_ = 0;
   v1::OutputChunk chunk_;
   int64_t upload_bytes_ = 0;  // what the client will send, as CheckSize counted
@@ -1026,19 +1025,11 @@ absl::Status Call::MergePartial(const v1::ShardOutput& output) {
   const int64_t row = output.batch() * spec_.q_len + first;
   const Shape o_shape{1, count, spec_.q_heads, spec_.head_dim};
   const Shape lse_shape{1, count, spec_.q_heads, 1};
-  const float* part_o = reinterpret_cast<const float*>(output.data().data());
-  if (*dtype != DType::kFloat32) {
-    const int64_t values = o_shape.NumElements();
-    partial_o_.resize(static_cast<size_t>(values));
-    ConvertDType(*dtype, output.data().data(), DType::kFloat32,
-                 partial_o_.data(), values);
-    part_o = partial_o_.data();
-  }
   MergeWithLse(
       View<float>(merged_o_.data() + row * spec_.q_heads * spec_.head_dim,
                   o_shape),
-      View<float>(merged_lse_.data() + row * spec_.q_heads, lse_shape),
-      View<const float>(part_o, o_shape),
+      View<float>(merged_lse_.data() + row * spec_.q_heads, lse_shape), *dtype,
+      output.data().data(),
       View<const float>(reinterpret_cast<const float*>(output.lse().data()),
                         lse_shape));
   merged_rows_ += count;
