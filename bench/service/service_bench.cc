@@ -54,12 +54,14 @@ ABSL_FLAG(bool, causal, true, "causal attention");
 ABSL_FLAG(int, check_rows, 4, "output rows checked against float64");
 ABSL_FLAG(int64_t, chunk_bytes, 4 << 20, "bytes per uploaded chunk");
 ABSL_FLAG(int, threads, 0, "reference threads (0: all cores)");
-ABSL_FLAG(int, upload_streams, 1,
-          "streams each one-shot request uploads over (ClientOptions."
-          "upload_streams)");
-ABSL_FLAG(int, download_streams, 1,
-          "streams each one-shot request's output comes back over "
-          "(ClientOptions.download_streams)");
+ABSL_FLAG(int, upload_streams, 0,
+          "streams each request (one-shot or query) uploads over "
+          "(ClientOptions.upload_streams; 0, the client's default: four "
+          "from 8 MiB, else one)");
+ABSL_FLAG(int, download_streams, 0,
+          "streams each request's output comes back over "
+          "(ClientOptions.download_streams; 0, the client's default: four "
+          "from 8 MiB, else one)");
 ABSL_FLAG(int, decode_steps, 0,
           "instead of one-shot requests: upload each length as a resident "
           "context, then time this many decode steps (1 query row, 1 new K/V "
