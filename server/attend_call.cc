@@ -1010,10 +1010,9 @@ absl::Status Call::ForwardFailure() {
 absl::Status Call::MergePartial(const v1::ShardOutput& output) {
   absl::StatusOr<DType> dtype = CheckOutputSize(output);
   if (!dtype.ok()) return dtype.status();
-  if (*dtype != DType::kFloat32 && *dtype != output_dtype_) {
+  if (*dtype != DType::kFloat32) {
     return absl::InternalError(
-        "a worker sent broadcast-Q partial output that is neither fp32 nor in "
-        "the output dtype");
+        "a worker sent broadcast-Q partial output that is not fp32");
   }
   const int64_t first = output.first_position();
   const int64_t count = output.count();
@@ -1028,8 +1027,9 @@ absl::Status Call::MergePartial(const v1::ShardOutput& output) {
   MergeWithLse(
       View<float>(merged_o_.data() + row * spec_.q_heads * spec_.head_dim,
                   o_shape),
-      View<float>(merged_lse_.data() + row * spec_.q_heads, lse_shape), *dtype,
-      output.data().data(),
+      View<float>(merged_lse_.data() + row * spec_.q_heads, lse_shape),
+      View<const float>(reinterpret_cast<const float*>(output.data().data()),
+                        o_shape),
       View<const float>(reinterpret_cast<const float*>(output.lse().data()),
                         lse_shape));
   merged_rows_ += count;

@@ -33,7 +33,7 @@ MergeSeconds EstimateMergeSeconds(const AttentionSpec& spec, int64_t workers,
   const double join =
       workers > 1 ? (communicator_kept ? rates.join_kept : rates.join_new) : 0;
   return MergeSeconds{
-      p * y / rates.grpc + p * r / rates.host_merge,
+      p * r / rates.grpc + p * r / rates.host_merge,
       join + rounds * (r / rates.interconnect + r / rates.worker_merge) +
           y / rates.grpc};
 }

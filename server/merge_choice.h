@@ -4,17 +4,17 @@
 // The cost model that picks where broadcast-Q's LSE reduction runs for
 // MERGE_AUTO, beside strategy_choice.h's bytes-moved model, and the check of
 // a forced choice. Every worker holds a partial (O, LSE) of all B * Nq query
-// rows; they merge either at the coordinator (each worker streams its partial
-// over gRPC in the output dtype, the coordinator widens and merges them on
-// its CPU) or on the workers (a binomial tree over the request's
-// communicator in fp32, worker/partial_reduction.h; rank 0 alone streams the
-// merged rows, in the output dtype). In seconds, for p workers (B batch, Nq
-// query rows, Hq heads, D head dim, o bytes per output element):
+// rows; they merge either at the coordinator (each worker streams its fp32
+// partial over gRPC, the coordinator merges them on its CPU) or on the
+// workers (a binomial tree over the request's communicator,
+// worker/partial_reduction.h; rank 0 alone streams the merged rows, in the
+// output dtype). In seconds, for p workers (B batch, Nq query rows, Hq heads,
+// D head dim, o bytes per output element):
 //
 //   R = B * Nq * Hq * (D + 1) * 4      one worker's fp32 partial O and LSE
-//   Y = B * Nq * Hq * (D * o + 4)      the same rows in the output dtype
+//   Y = B * Nq * Hq * (D * o + 4)      the merged output rows and their LSE
 //
-//   at the coordinator = p * Y / G + p * R / M_host
+//   at the coordinator = p * R / G + p * R / M_host
 //   on the workers     = J + ceil(log2 p) * (R / L + R / M_worker) + Y / G
 //
 // G is the coordinator's gRPC intake, L the workers' interconnect (a round of
@@ -25,12 +25,10 @@
 // otherwise. AUTO takes the strictly cheaper side, ties at the coordinator,
 // which needs no communicator. So a one-row decode step over p >= 2 workers
 // stays at the coordinator (a millisecond of J against tens of
-// microseconds), on GPUs about 40 or more rows of bf16 output merge on them
-// (on CPUs, whose tree moves fp32 at gRPC's rate, only many workers or an
-// fp32 output make the tree pay), and a world of one (no J, no tree) always
-// sends its partial as the output, narrowed: 1024 rows against 4M tokens on
-// one H200 spent 10-30 ms in the coordinator's merge after the worker had
-// finished. Pure functions; thread-safe.
+// microseconds), a few hundred or more rows merge on them, and a world of one
+// (no J, no tree) always sends its partial as the output, narrowed: 1024
+// rows against 4M tokens on one H200 spent 10-30 ms in the coordinator's
+// merge after the worker had finished. Pure functions; thread-safe.
 
 #include <cstdint>
 

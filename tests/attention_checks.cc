@@ -50,7 +50,7 @@ v1::AttentionSpec RequestSpec(const AttentionSpec& spec, v1::DType wire) {
 
 void ExpectMatchesReference(const AttentionSpec& spec,
                             const RandomInputs& inputs,
-                            const AttendResult& result, double tolerance) {
+                            const AttendResult& result) {
   Tensor<double> o_ref(inputs.q.shape());
   Tensor<double> lse_ref({spec.batch, spec.q_len, spec.q_heads, 1});
   ReferenceAttention(spec, inputs.q.view(), inputs.k.view(), inputs.v.view(),
@@ -63,7 +63,7 @@ void ExpectMatchesReference(const AttentionSpec& spec,
     worst = std::max(worst, std::fabs(got - o_ref.values()[i]) /
                                 (1 + std::fabs(o_ref.values()[i])));
   }
-  EXPECT_LE(worst, tolerance);
+  EXPECT_LE(worst, 2e-5);
   // Public LSE layout: [B, Hq, Nq]; the reference's: [B, Nq, Hq, 1].
   ASSERT_EQ(result.lse.size(), lse_ref.values().size());
   for (int64_t b = 0; b < spec.batch; ++b) {

@@ -2,9 +2,8 @@
 #define RINGATTN_TESTS_ATTENTION_CHECKS_H_
 
 // What the end-to-end tests share: specs, random inputs for a spec, and the
-// comparison of a service result with the float64 reference (by default
-// |O - ref| <= 2e-5 * (1 + |ref|) per element; rows that see no key exactly 0
-// with LSE -inf).
+// comparison of a service result with the float64 reference (|O - ref| <= 2e-5
+// * (1 + |ref|) per element; rows that see no key exactly 0 with LSE -inf).
 
 #include <cstdint>
 
@@ -32,12 +31,10 @@ RandomInputs MakeRandomInputs(const AttentionSpec& spec, uint32_t seed,
 v1::AttentionSpec RequestSpec(const AttentionSpec& spec,
                               v1::DType wire = v1::FP32);
 
-// Adds a gtest failure unless `result` matches the reference for `inputs`:
-// O within `tolerance` * (1 + |ref|) per element, LSE within 2e-5.
+// Adds a gtest failure unless `result` matches the reference for `inputs`.
 void ExpectMatchesReference(const AttentionSpec& spec,
                             const RandomInputs& inputs,
-                            const AttendResult& result,
-                            double tolerance = 2e-5);
+                            const AttendResult& result);
 
 }  // namespace ringattn
 

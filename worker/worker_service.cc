@@ -644,9 +644,6 @@ class ExecuteReactor final
           // Narrowed once merged.
           NarrowOutput(*output);
         }
-      } else if (output.ok()) {
-        // A partial the coordinator merges travels at the output's width.
-        NarrowOutput(*output);
       }
       if (!output.ok()) {
         FinishWith(output.status());
@@ -666,7 +663,9 @@ class ExecuteReactor final
         gpu_executor_ != nullptr && merge_on_workers_
             ? RunGpuAndReduce(**communicator, options)
         : gpu_executor_ != nullptr
-            ? gpu_executor_->RunStaged(**communicator, options, output_dtype_)
+            ? gpu_executor_->RunStaged(
+                  **communicator, options,
+                  broadcast_ ? DType::kFloat32 : output_dtype_)
         : pass_q_executor_ != nullptr
             ? pass_q_executor_->Run(**communicator, options)
             : executor_->Run(**communicator, options);
@@ -677,8 +676,8 @@ class ExecuteReactor final
       FinishWith(output.status());
       return;
     }
-    // Broadcast-Q partials too: the coordinator merges them from that width.
-    NarrowOutput(*output);
+    // Broadcast-Q partials stay fp32: the coordinator merges them.
+    if (!broadcast_) NarrowOutput(*output);
     StartOutput(std::move(*output));
     // Only once the output is on its way: freeing device memory waits for the
     // whole device. The writes touch nothing of the executors.
