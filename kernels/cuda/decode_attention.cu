@@ -31,6 +31,7 @@ using device::Element;
 using device::Exp2;
 using device::LoadMatrices;
 using device::LoadMatricesTransposed;
+using device::OnlineSoftmaxStep;
 using device::WaitCopies;
 
 constexpr int kWarps = 4;
@@ -293,42 +294,7 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
 
-    // Online softmax: new running max, rescale what came before, P = 2^(S -
-    // max) in place of S.
-#pragma unroll
-    for (int m = 0; m < kMTiles; ++m) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float tile_max = -INFINITY;
-#pragma unroll
-        for (int j = 0; j < kKeyTiles; ++j) {
-          tile_max = fmaxf(tile_max, fmaxf(s[m][j][2 * r], s[m][j][2 * r + 1]));
-        }
-        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-        const float new_max = fmaxf(row_max[m][r], tile_max * p.scale_log2);
-        // A row that has seen only hidden keys keeps max -inf; subtracting 0
-        // then leaves every exp2 at 0 instead of NaN.
-        const float offset = new_max == -INFINITY ? 0.0f : new_max;
-        const float rescale = Exp2(row_max[m][r] - offset);
-        row_max[m][r] = new_max;
-        float sum = 0.0f;
-#pragma unroll
-        for (int j = 0; j < kKeyTiles; ++j) {
-#pragma unroll
-          for (int c = 2 * r; c < 2 * r + 2; ++c) {
-            s[m][j][c] = Exp2(fmaf(s[m][j][c], p.scale_log2, -offset));
-            sum += s[m][j][c];
-          }
-        }
-        row_sum[m][r] = row_sum[m][r] * rescale + sum;
-#pragma unroll
-        for (int t = 0; t < kDimTiles; ++t) {
-          o_acc[m][t][2 * r] *= rescale;
-          o_acc[m][t][2 * r + 1] *= rescale;
-        }
-      }
-    }
+    OnlineSoftmaxStep(s, row_max, row_sum, o_acc, p.scale_log2);
 
     // O += P V; the S accumulator layout is the A operand layout.
 #pragma unroll

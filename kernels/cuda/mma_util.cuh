@@ -3,11 +3,13 @@
 
 // Device helpers shared by our attention kernels (flash_attention.cu,
 // decode_attention.cu): bf16/fp16 tensor-core products (mma.sync m16n8k16),
-// ldmatrix loads, cp.async copies and a fast exp2. sm_80 and newer.
+// ldmatrix loads, cp.async copies, a fast exp2 and the online softmax step
+// on mma.sync fragments. sm_80 and newer.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cmath>
 #include <cstdint>
 
 namespace ringattn {
@@ -85,6 +87,53 @@ __device__ __forceinline__ void CommitCopies() {
 template <int kPending>
 __device__ __forceinline__ void WaitCopies() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+// One key tile's step of the online softmax, on S = Q K^T held in mma.sync
+// accumulator fragments (m-tile m, key n-tile j; this thread's rows r = 0, 1
+// in elements 2r and 2r + 1, the quad of four threads holding the row's
+// columns): the new running max of the scores times `scale_log2`, the rescale
+// of what came before (row_sum and the O fragments, d-tiles t), and
+// P = 2^(S scale_log2 - max) in place of S, its row sum added.
+template <int kMTiles, int kKeyTiles, int kDimTiles>
+__device__ __forceinline__ void OnlineSoftmaxStep(
+    float (&s)[kMTiles][kKeyTiles][4], float (&row_max)[kMTiles][2],
+    float (&row_sum)[kMTiles][2], float (&o_acc)[kMTiles][kDimTiles][4],
+    float scale_log2) {
+#pragma unroll
+  for (int m = 0; m < kMTiles; ++m) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float tile_max = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < kKeyTiles; ++j) {
+        tile_max = fmaxf(tile_max, fmaxf(s[m][j][2 * r], s[m][j][2 * r + 1]));
+      }
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+      const float new_max = fmaxf(row_max[m][r], tile_max * scale_log2);
+      // A row that has seen only hidden keys keeps max -inf; subtracting 0
+      // then leaves every exp2 at 0 instead of NaN.
+      const float offset = new_max == -INFINITY ? 0.0f : new_max;
+      const float rescale = Exp2(row_max[m][r] - offset);
+      row_max[m][r] = new_max;
+      float sum = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kKeyTiles; ++j) {
+#pragma unroll
+        for (int c = 2 * r; c < 2 * r + 2; ++c) {
+          s[m][j][c] = Exp2(fmaf(s[m][j][c], scale_log2, -offset));
+          sum += s[m][j][c];
+        }
+      }
+      row_sum[m][r] = row_sum[m][r] * rescale + sum;
+#pragma unroll
+      for (int t = 0; t < kDimTiles; ++t) {
+        o_acc[m][t][2 * r] *= rescale;
+        o_acc[m][t][2 * r + 1] *= rescale;
+      }
+    }
+  }
 }
 
 // Four 8x8 b16 matrices from shared memory; lanes 8i..8i+7 address the rows
