@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bench/gpu/gpu_timer.h"
 #include "bench/gpu/random_inputs.h"
 #include "core/dtype.h"
 #include "kernels/cuda/attention_args.h"
@@ -33,6 +34,7 @@
 #include "kernels/cuda/cudnn_attention.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/hopper_attention.h"
+#include "worker/device.h"
 
 ABSL_FLAG(std::vector<std::string>, lengths,
           (std::vector<std::string>{"4096", "16384", "65536"}),
@@ -50,89 +52,6 @@ constexpr int64_t kHeads = 32;
 int64_t HeadDim() { return absl::GetFlag(FLAGS_head_dim); }
 constexpr int kWarmupCalls = 2;
 constexpr int64_t kSampleRows = 64;  // compared at each end of the sequence
-
-// A CUDA event, destroyed with its owner.
-class Event {
- public:
-  Event() { created_ = cudaEventCreate(&event_) == cudaSuccess; }
-  ~Event() {
-    if (created_) cudaEventDestroy(event_);
-  }
-  Event(const Event&) = delete;
-  Event& operator=(const Event&) = delete;
-  cudaEvent_t get() const { return event_; }
-  bool created() const { return created_; }
-
- private:
-  cudaEvent_t event_ = nullptr;
-  bool created_ = false;
-};
-
-// A CUDA stream, destroyed with its owner.
-class Stream {
- public:
-  Stream() { created_ = cudaStreamCreate(&stream_) == cudaSuccess; }
-  ~Stream() {
-    if (created_) cudaStreamDestroy(stream_);
-  }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  cudaStream_t get() const { return stream_; }
-  bool created() const { return created_; }
-
- private:
-  cudaStream_t stream_ = nullptr;
-  bool created_ = false;
-};
-
-// Median milliseconds of `run` over enough calls for about `seconds`.
-absl::StatusOr<double> MedianMilliseconds(
-    const std::function<absl::Status()>& run, cudaStream_t stream,
-    double seconds) {
-  Event start, stop;
-  if (!start.created() || !stop.created()) {
-    return absl::InternalError("cudaEventCreate failed");
-  }
-  auto time_one = [&]() -> absl::StatusOr<double> {
-    if (absl::Status s =
-            CudaStatus(cudaEventRecord(start.get(), stream), "event record");
-        !s.ok()) {
-      return s;
-    }
-    if (absl::Status s = run(); !s.ok()) return s;
-    if (absl::Status s =
-            CudaStatus(cudaEventRecord(stop.get(), stream), "event record");
-        !s.ok()) {
-      return s;
-    }
-    if (absl::Status s =
-            CudaStatus(cudaEventSynchronize(stop.get()), "event wait");
-        !s.ok()) {
-      return s;
-    }
-    float ms = 0;
-    if (absl::Status s = CudaStatus(
-            cudaEventElapsedTime(&ms, start.get(), stop.get()), "event time");
-        !s.ok()) {
-      return s;
-    }
-    return static_cast<double>(ms);
-  };
-  absl::StatusOr<double> last;
-  for (int i = 0; i < kWarmupCalls; ++i) {
-    last = time_one();
-    if (!last.ok()) return last.status();
-  }
-  const int calls = std::clamp(static_cast<int>(seconds * 1e3 / *last), 3, 20);
-  std::vector<double> times;
-  for (int i = 0; i < calls; ++i) {
-    absl::StatusOr<double> ms = time_one();
-    if (!ms.ok()) return ms.status();
-    times.push_back(*ms);
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
 
 // Rows [first, first + count) of a [1, N, H, D] bf16 tensor, as floats.
 absl::StatusOr<std::vector<float>> DownloadRows(const DeviceBuffer& buffer,
@@ -219,7 +138,8 @@ absl::Status Measure(int64_t n, double seconds, CudnnAttention* cudnn,
     DeviceAttentionArgs flash_args = args;
     flash_args.o = {o_flash->as<void>(), n * row, row};
     absl::StatusOr<double> flash_ms = MedianMilliseconds(
-        [&] { return RunFlashAttention(flash_args, stream); }, stream, seconds);
+        [&] { return RunFlashAttention(flash_args, stream); }, stream, seconds,
+        kWarmupCalls);
     if (!flash_ms.ok()) return flash_ms.status();
     result.flash_tflops = flops / (*flash_ms * 1e-3) / 1e12;
 
@@ -232,7 +152,7 @@ absl::Status Measure(int64_t n, double seconds, CudnnAttention* cudnn,
             return CudaStatus(LaunchHopperAttention(hopper_args, stream),
                               "launching the Hopper kernel");
           },
-          stream, seconds);
+          stream, seconds, kWarmupCalls);
       if (!hopper_ms.ok()) return hopper_ms.status();
       result.hopper_tflops = flops / (*hopper_ms * 1e-3) / 1e12;
     }
@@ -240,8 +160,9 @@ absl::Status Measure(int64_t n, double seconds, CudnnAttention* cudnn,
     if (cudnn != nullptr) {
       DeviceAttentionArgs cudnn_args = args;
       cudnn_args.o = {o_cudnn->as<void>(), n * row, row};
-      absl::StatusOr<double> cudnn_ms = MedianMilliseconds(
-          [&] { return cudnn->Forward(cudnn_args, stream); }, stream, seconds);
+      absl::StatusOr<double> cudnn_ms =
+          MedianMilliseconds([&] { return cudnn->Forward(cudnn_args, stream); },
+                             stream, seconds, kWarmupCalls);
       if (cudnn_ms.ok()) {
         result.cudnn_tflops = flops / (*cudnn_ms * 1e-3) / 1e12;
         absl::StatusOr<double> difference =
@@ -277,9 +198,10 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
     return 1;
   }
-  Stream stream;
-  if (!stream.created()) {
-    std::fprintf(stderr, "cudaStreamCreate failed\n");
+  absl::StatusOr<CudaStream> stream = CudaStream::Create();
+  if (!stream.ok()) {
+    std::fprintf(stderr, "%s\n",
+                 std::string(stream.status().message()).c_str());
     return 1;
   }
   absl::StatusOr<std::unique_ptr<CudnnAttention>> cudnn =
@@ -294,7 +216,7 @@ int Main(int argc, char** argv) {
   for (int64_t n : lengths) {
     absl::Status measured =
         Measure(n, absl::GetFlag(FLAGS_seconds),
-                cudnn.ok() ? cudnn->get() : nullptr, stream.get(), rows);
+                cudnn.ok() ? cudnn->get() : nullptr, stream->get(), rows);
     if (!measured.ok()) {
       std::fprintf(stderr, "N=%lld: %s\n", static_cast<long long>(n),
                    std::string(measured.message()).c_str());

@@ -31,6 +31,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "bench/gpu/gpu_timer.h"
 #include "bench/gpu/random_inputs.h"
 #include "core/dtype.h"
 #include "kernels/cuda/attention_args.h"
@@ -39,6 +40,7 @@
 #include "kernels/cuda/decode_attention.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/hopper_attention.h"
+#include "worker/device.h"
 
 ABSL_FLAG(std::vector<std::string>, kv_lengths,
           (std::vector<std::string>{"1048576", "4194304"}), "key counts Nk");
@@ -70,79 +72,6 @@ constexpr int kWarmupCalls = 1;
 // Random values are drawn on the host for this many elements and repeated
 // over larger buffers (RepeatedRandomBFloat16).
 constexpr int64_t kRandomElements = int64_t{1} << 24;
-
-// A CUDA event or stream, destroyed with its owner.
-class Event {
- public:
-  Event() { created_ = cudaEventCreate(&event_) == cudaSuccess; }
-  ~Event() {
-    if (created_) cudaEventDestroy(event_);
-  }
-  Event(const Event&) = delete;
-  Event& operator=(const Event&) = delete;
-  cudaEvent_t get() const { return event_; }
-  bool created() const { return created_; }
-
- private:
-  cudaEvent_t event_ = nullptr;
-  bool created_ = false;
-};
-
-class Stream {
- public:
-  Stream() { created_ = cudaStreamCreate(&stream_) == cudaSuccess; }
-  ~Stream() {
-    if (created_) cudaStreamDestroy(stream_);
-  }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  cudaStream_t get() const { return stream_; }
-  bool created() const { return created_; }
-
- private:
-  cudaStream_t stream_ = nullptr;
-  bool created_ = false;
-};
-
-// Median milliseconds of `run` over enough calls for about `seconds`.
-absl::StatusOr<double> MedianMilliseconds(
-    const std::function<absl::Status()>& run, cudaStream_t stream,
-    double seconds) {
-  Event start, stop;
-  if (!start.created() || !stop.created()) {
-    return absl::InternalError("cudaEventCreate failed");
-  }
-  auto time_one = [&]() -> absl::StatusOr<double> {
-    absl::Status s =
-        CudaStatus(cudaEventRecord(start.get(), stream), "event record");
-    if (s.ok()) s = run();
-    if (s.ok()) {
-      s = CudaStatus(cudaEventRecord(stop.get(), stream), "event record");
-    }
-    if (s.ok()) s = CudaStatus(cudaEventSynchronize(stop.get()), "event wait");
-    float ms = 0;
-    if (s.ok()) {
-      s = CudaStatus(cudaEventElapsedTime(&ms, start.get(), stop.get()),
-                     "event time");
-    }
-    if (!s.ok()) return s;
-    return static_cast<double>(ms);
-  };
-  absl::StatusOr<double> last;
-  for (int i = 0; i < kWarmupCalls; ++i) {
-    last = time_one();
-    if (!last.ok()) return last.status();
-  }
-  const int calls = std::clamp(static_cast<int>(seconds * 1e3 / *last), 3, 20);
-  std::vector<double> times;
-  for (int i = 0; i < calls; ++i) {
-    absl::StatusOr<double> ms = time_one();
-    if (!ms.ok()) return ms.status();
-    times.push_back(*ms);
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
 
 struct Result {
   std::string path;
@@ -191,8 +120,8 @@ int Main(int argc, char** argv) {
       !s.ok()) {
     return fail(s);
   }
-  Stream stream;
-  if (!stream.created()) return fail(absl::InternalError("no stream"));
+  absl::StatusOr<CudaStream> stream = CudaStream::Create();
+  if (!stream.ok()) return fail(stream.status());
   absl::StatusOr<std::unique_ptr<CudnnAttention>> cudnn =
       CudnnAttention::Create();
   AttentionDispatcher dispatcher;
@@ -237,11 +166,11 @@ int Main(int argc, char** argv) {
       if (wants("dispatch")) {
         // One untimed call names the path; the timed ones take the same.
         absl::StatusOr<AttentionPath> picked =
-            dispatcher.Forward(args, stream.get());
+            dispatcher.Forward(args, stream->get());
         if (!picked.ok()) return fail(picked.status());
         runs.push_back(
             {absl::StrCat("dispatch:", AttentionPathName(*picked)),
-             [&] { return dispatcher.Forward(args, stream.get()).status(); }});
+             [&] { return dispatcher.Forward(args, stream->get()).status(); }});
       }
       DeviceBuffer workspace;
       if (wants("decode")) {
@@ -255,17 +184,17 @@ int Main(int argc, char** argv) {
                           return CudaStatus(
                               LaunchDecodeAttention(args, workspace.as<void>(),
                                                     workspace.bytes(),
-                                                    stream.get()),
+                                                    stream->get()),
                               "decode kernel");
                         }});
       }
       if (wants("cudnn") && cudnn.ok()) {
         runs.push_back(
-            {"cudnn", [&] { return (*cudnn)->Forward(args, stream.get()); }});
+            {"cudnn", [&] { return (*cudnn)->Forward(args, stream->get()); }});
       }
       if (wants("flash")) {
         runs.push_back(
-            {"flash", [&] { return RunFlashAttention(args, stream.get()); }});
+            {"flash", [&] { return RunFlashAttention(args, stream->get()); }});
       }
       // The Hopper kernel with HopperKeySplits's pick ("hopper") and with
       // each count of --hopper_splits; one workspace fits the largest.
@@ -295,13 +224,13 @@ int Main(int argc, char** argv) {
                           return CudaStatus(
                               LaunchHopperAttentionSplit(
                                   args, splits, split_workspace.as<void>(),
-                                  split_workspace.bytes(), stream.get()),
+                                  split_workspace.bytes(), stream->get()),
                               "Hopper kernel");
                         }});
       }
       for (const auto& [path, run] : runs) {
         absl::StatusOr<double> ms =
-            MedianMilliseconds(run, stream.get(), seconds);
+            MedianMilliseconds(run, stream->get(), seconds, kWarmupCalls);
         if (!ms.ok() && !absl::IsUnimplemented(ms.status())) {
           return fail(ms.status());
         }

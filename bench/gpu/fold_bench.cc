@@ -23,6 +23,7 @@
 #include "absl/flags/parse.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "bench/gpu/gpu_timer.h"
 #include "bench/gpu/random_inputs.h"
 #include "kernels/cuda/attention_args.h"
 #include "kernels/cuda/device_buffer.h"
@@ -45,26 +46,6 @@ struct Shape {
   int64_t kv_len;
   bool causal;
 };
-
-// Milliseconds of one call of `run` on `stream`, timed with CUDA events.
-absl::StatusOr<double> TimeOnce(const std::function<cudaError_t()>& run,
-                                cudaStream_t stream, const CudaEvent& start,
-                                const CudaEvent& stop) {
-  absl::Status s =
-      CudaStatus(cudaEventRecord(start.get(), stream), "recording an event");
-  if (s.ok()) s = CudaStatus(run(), "launching");
-  if (s.ok()) {
-    s = CudaStatus(cudaEventRecord(stop.get(), stream), "recording an event");
-  }
-  if (s.ok()) s = stop.Wait("waiting for the call");
-  float ms = 0;
-  if (s.ok()) {
-    s = CudaStatus(cudaEventElapsedTime(&ms, start.get(), stop.get()),
-                   "reading the time");
-  }
-  if (!s.ok()) return s;
-  return static_cast<double>(ms);
-}
 
 absl::Status Measure(const Shape& shape, cudaStream_t stream) {
   const int64_t q_elements = shape.q_len * kRowValues;
@@ -124,16 +105,14 @@ absl::Status Measure(const Shape& shape, cudaStream_t stream) {
         }},
        {"kernel folding as it stores",
         [&] { return LaunchHopperAttentionInto(args, into, stream); }}};
-  absl::StatusOr<CudaEvent> start = CudaEvent::Create(/*timing=*/true);
-  if (!start.ok()) return start.status();
-  absl::StatusOr<CudaEvent> stop = CudaEvent::Create(/*timing=*/true);
-  if (!stop.ok()) return stop.status();
+  absl::StatusOr<GpuTimer> timer = GpuTimer::Create();
+  if (!timer.ok()) return timer.status();
   std::vector<std::vector<double>> times(ways.size());
   for (int round = -1; round < absl::GetFlag(FLAGS_rounds); ++round) {
     for (size_t w = 0; w < ways.size(); ++w) {
       for (int call = 0; call < absl::GetFlag(FLAGS_calls); ++call) {
-        absl::StatusOr<double> ms =
-            TimeOnce(ways[w].second, stream, *start, *stop);
+        absl::StatusOr<double> ms = timer->Time(
+            [&] { return CudaStatus(ways[w].second(), "launching"); }, stream);
         if (!ms.ok()) return ms.status();
         if (round >= 0) times[w].push_back(*ms);  // round -1 warms up
       }

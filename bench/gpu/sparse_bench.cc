@@ -32,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bench/gpu/gpu_timer.h"
 #include "bench/gpu/random_inputs.h"
 #include "core/attention_spec.h"
 #include "core/block_mask.h"
@@ -60,36 +61,12 @@ namespace ringattn {
 namespace {
 
 constexpr int64_t kHeads = 32;
-constexpr int kTimedCalls = 3;
+// Each timing: one warm-up call, then three (MedianMilliseconds' fewest).
+constexpr double kSeconds = 0;
+constexpr int kWarmupCalls = 1;
 constexpr int64_t kSampleRows = 64;  // compared at each end of the sequence
 // The rectangle route's tiles (GpuRingConfig's defaults).
 constexpr int64_t kTileRows = 16384;
-
-// Median milliseconds of `run` on `stream` over kTimedCalls calls after one
-// warm-up.
-absl::StatusOr<double> MedianMilliseconds(
-    const std::function<absl::Status()>& run, cudaStream_t stream) {
-  absl::StatusOr<CudaEvent> start = CudaEvent::Create(/*timing=*/true);
-  if (!start.ok()) return start.status();
-  absl::StatusOr<CudaEvent> stop = CudaEvent::Create(/*timing=*/true);
-  if (!stop.ok()) return stop.status();
-  std::vector<double> times;
-  for (int i = 0; i <= kTimedCalls; ++i) {
-    RINGATTN_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(start->get(), stream),
-                                        "recording an event"));
-    RINGATTN_RETURN_IF_ERROR(run());
-    RINGATTN_RETURN_IF_ERROR(
-        CudaStatus(cudaEventRecord(stop->get(), stream), "recording an event"));
-    RINGATTN_RETURN_IF_ERROR(
-        CudaStatus(cudaEventSynchronize(stop->get()), "waiting for an event"));
-    float ms = 0;
-    RINGATTN_RETURN_IF_ERROR(CudaStatus(
-        cudaEventElapsedTime(&ms, start->get(), stop->get()), "timing"));
-    if (i > 0) times.push_back(ms);
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
 
 // Allowed block pairs of about `density` of nb x nb: a local band plus every
 // stride-th diagonal ("local+strided"), or the diagonal plus random blocks
@@ -210,10 +187,12 @@ absl::Status Measure(int64_t n, CudnnAttention& cudnn, cudaStream_t stream,
   for (const bool causal : {false, true}) {
     args.causal = causal;
     absl::StatusOr<double> dense_cudnn =
-        MedianMilliseconds([&] { return cudnn.Forward(args, stream); }, stream);
+        MedianMilliseconds([&] { return cudnn.Forward(args, stream); }, stream,
+                           kSeconds, kWarmupCalls);
     if (!dense_cudnn.ok()) return dense_cudnn.status();
     absl::StatusOr<double> dense_ours = MedianMilliseconds(
-        [&] { return RunOwnAttention(args, stream).status(); }, stream);
+        [&] { return RunOwnAttention(args, stream).status(); }, stream,
+        kSeconds, kWarmupCalls);
     if (!dense_ours.ok()) return dense_ours.status();
     const double dense_pairs = causal ? 0.5 * n * (n + 1.0) : 1.0 * n * n;
 
@@ -278,15 +257,16 @@ absl::Status Measure(int64_t n, CudnnAttention& cudnn, cudaStream_t stream,
             reinterpret_cast<const KeySpan*>(work->as<char>() + tile_bytes);
         list_args.work.span_count = static_cast<int64_t>(list.spans.size());
         absl::StatusOr<double> list_flash_ms = MedianMilliseconds(
-            [&] { return RunFlashAttention(list_args, stream); }, stream);
+            [&] { return RunFlashAttention(list_args, stream); }, stream,
+            kSeconds, kWarmupCalls);
         if (!list_flash_ms.ok()) return list_flash_ms.status();
         row.list_flash_ms = *list_flash_ms;
         absl::StatusOr<AttentionPath> path = RunOwnAttention(list_args, stream);
         if (!path.ok()) return path.status();
         row.list_path = AttentionPathName(*path);
         absl::StatusOr<double> list_ms = MedianMilliseconds(
-            [&] { return RunOwnAttention(list_args, stream).status(); },
-            stream);
+            [&] { return RunOwnAttention(list_args, stream).status(); }, stream,
+            kSeconds, kWarmupCalls);
         if (!list_ms.ok()) return list_ms.status();
         row.list_ms = *list_ms;
 
@@ -322,7 +302,8 @@ absl::Status Measure(int64_t n, CudnnAttention& cudnn, cudaStream_t stream,
           }
           return absl::OkStatus();
         };
-        absl::StatusOr<double> rect_ms = MedianMilliseconds(rectangles, stream);
+        absl::StatusOr<double> rect_ms =
+            MedianMilliseconds(rectangles, stream, kSeconds, kWarmupCalls);
         if (!rect_ms.ok()) return rect_ms.status();
         row.rect_ms = *rect_ms;
         absl::StatusOr<double> difference = SampleDifference(b, n);
@@ -371,10 +352,10 @@ int Main(int argc, char** argv) {
   }
   std::printf(
       "\nringattn block-sparse attention, %s, cuDNN %s, bf16, D=%d, "
-      "Hq=Hkv=%lld, B=1, blocks of %lld (ms, median of %d)\n\n",
+      "Hq=Hkv=%lld, B=1, blocks of %lld (ms, median of 3)\n\n",
       properties.name, absl::StrCat(CudnnAttention::LibraryVersion()).c_str(),
       absl::GetFlag(FLAGS_head_dim), static_cast<long long>(kHeads),
-      static_cast<long long>(absl::GetFlag(FLAGS_block_size)), kTimedCalls);
+      static_cast<long long>(absl::GetFlag(FLAGS_block_size)));
   std::printf(
       "| N | mask | pattern | pairs of dense | dense cuDNN | dense ours | "
       "list (1 launch, kernel) | list on the mma.sync kernel | cuDNN per "
