@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <functional>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
