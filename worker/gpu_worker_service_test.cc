@@ -56,7 +56,6 @@ class GpuTestWorker {
     // Every request's staging is faulted in and page-locked behind its rows,
     // as a large one's is.
     options.background_page_fault_bytes = 0;
-    options.least_pinned_staging_bytes = 0;
     service_ = std::make_unique<WorkerService>(*connector_, options);
     grpc::ServerBuilder builder;
     int port = 0;

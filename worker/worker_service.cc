@@ -517,14 +517,12 @@ class ExecuteReactor final
     }
     intake_ = std::make_shared<ShardIntake>(std::move(targets), wire_dtype_);
     const int64_t staged = q.bytes() + k.bytes() + v.bytes();
-    // A CUDA worker's staging is page-locked once it is in, so that it
-    // crosses to the device (and O comes back) as DMA.
-    const bool locked = gpu_executor_ != nullptr &&
-                        staged >= options_.least_pinned_staging_bytes &&
-                        staged <= options_.most_pinned_staging_bytes;
-    if (locked || staged >= options_.background_page_fault_bytes) {
+    if (staged >= options_.background_page_fault_bytes) {
+      // A CUDA worker's staging is also page-locked once it is in, so that
+      // it crosses to the device (and O comes back) as DMA.
       BackgroundPageFaults::Then pin;
-      if (locked) {
+      if (gpu_executor_ != nullptr &&
+          staged <= options_.most_pinned_staging_bytes) {
         pinned_ = std::make_unique<PinnedHostRegions>(options_.cuda_device);
         pin = [this](absl::Span<char> region) {
           if (absl::Status status = pinned_->Pin(region); !status.ok()) {

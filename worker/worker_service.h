@@ -71,15 +71,10 @@ struct WorkerServiceOptions {
   // A request whose staged shard takes at least this many host bytes has
   // their pages faulted in ahead of its rows (BackgroundPageFaults).
   int64_t background_page_fault_bytes = kBackgroundPageFaultBytes;
-  // A CUDA worker page-locks a shard's staging (PinnedHostRegions) once its
-  // pages are in, faulted in the same way, if it takes at least
-  // least_pinned_staging_bytes and at most most_pinned_staging_bytes (0:
-  // never): copies between locked memory and the device run as DMA (on one
-  // H200, queries of a 4M context spent 0.7 ms instead of 2.5 around the
-  // kernel at 1024 rows, 0.3-0.4 instead of 0.8-1.2 at 256), but locked memory
-  // cannot be swapped out or given to anything else on the host while the
-  // request holds it.
-  int64_t least_pinned_staging_bytes = int64_t{1} << 20;
+  // A CUDA worker also page-locks such a shard once its pages are in
+  // (PinnedHostRegions) if it takes at most this many bytes (0: never):
+  // locked memory cannot be swapped out or given to anything else on the
+  // host while the request holds it.
   int64_t most_pinned_staging_bytes = DefaultMostPinnedStagingBytes();
 };
 
