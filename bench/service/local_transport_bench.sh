@@ -12,7 +12,7 @@
 #   bench/service/local_transport_bench.sh [BIN_DIR] [WORKERS] [REPEATS]
 #
 # UPLOAD_STREAMS=N (default 1) sends the one-shot requests over N streams
-# each (service_bench --upload_streams).
+# each (service_bench --upload_streams); their output comes back over one.
 #
 # BIN_DIR holds server/ringattn-coordinator, worker/ringattn-worker and
 # bench/service/service_bench as bazel-bin lays them out (default bazel-bin).
@@ -71,10 +71,11 @@ measure() {
 "$bench" --target="127.0.0.1:$port" --wait_ready_seconds=60 --lengths=64 \
   --upload_only >/dev/null
 for ((r = 0; r < repeats; r++)); do
-  measure context --lengths=65536 --kv_heads=32 --upload_only
+  measure context --lengths=65536 --kv_heads=32 --upload_only --upload_streams=1
   measure "one-shot($upload_streams)" --lengths=2 --q_len=131072 \
-    --causal=false --check_rows=2 --threads=1 --upload_streams="$upload_streams"
+    --causal=false --check_rows=2 --threads=1 --upload_streams="$upload_streams" \
+    --download_streams=1
   measure "one-shot-up($upload_streams)" --lengths=65536 --q_len=2 \
     --kv_heads=32 --causal=false --check_rows=1 --threads=1 \
-    --upload_streams="$upload_streams"
+    --upload_streams="$upload_streams" --download_streams=1
 done
