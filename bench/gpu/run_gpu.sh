@@ -9,8 +9,7 @@
 #
 # BIN_DIR holds the GPU test binaries (named below, from //kernels/cuda),
 # gpu_attention_bench, gpu_fold_bench and gpu_sparse_bench; the shared
-# libraries they need but
-# the machine lacks sit in BIN_DIR or BIN_DIR/lib.
+# libraries they need but the machine lacks sit in BIN_DIR or BIN_DIR/lib.
 # cuDNN 9.19 and NVRTC come from PyTorch's wheels (the system cuDNN is older).
 # Environment: OUT, the folder for logs (default ./gpu-run); PYTHON, the
 # interpreter that has PyTorch (default /opt/torch/.venv/bin/python);

@@ -99,17 +99,16 @@ TEST_P(AttentionDispatchTest, ForwardIntoAccumulatorsMatchesFloat64Reference) {
     absl::StatusOr<AttentionProblem> problem =
         AttentionProblem::Create(GetParam(), seed);
     ASSERT_TRUE(problem.ok()) << problem.status();
-    absl::StatusOr<CaseAccumulators> acc = problem->EmptyAccumulators();
-    ASSERT_TRUE(acc.ok()) << acc.status();
     std::string paths;
-    for (const KeyPart& part : TwoKeyParts(GetParam())) {
-      absl::StatusOr<AttentionPath> path = dispatcher.ForwardInto(
-          ArgsForKeys(problem->args(), part), acc->rows, nullptr);
-      ASSERT_TRUE(path.ok()) << path.status();
-      paths += std::string(" ") + AttentionPathName(*path);
-    }
-    ASSERT_TRUE(problem->PoisonOutputs().ok());
-    ASSERT_TRUE(problem->StoreAccumulators(*acc).ok());
+    const absl::Status folded = problem->FoldKeyParts(
+        [&](const DeviceAttentionArgs& args, const AccumulatorRows& into) {
+          absl::StatusOr<AttentionPath> path =
+              dispatcher.ForwardInto(args, into, nullptr);
+          if (!path.ok()) return path.status();
+          paths += std::string(" ") + AttentionPathName(*path);
+          return absl::OkStatus();
+        });
+    ASSERT_TRUE(folded.ok()) << folded;
     EXPECT_TRUE(problem->OutputsMatchReference())
         << "paths" << paths << ", seed " << seed;
   }

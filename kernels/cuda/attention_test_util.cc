@@ -383,6 +383,18 @@ absl::StatusOr<CaseAccumulators> AttentionProblem::EmptyAccumulators() const {
   return acc;
 }
 
+absl::Status AttentionProblem::FoldKeyParts(const Fold& fold) {
+  absl::StatusOr<CaseAccumulators> acc = EmptyAccumulators();
+  if (!acc.ok()) return acc.status();
+  for (const KeyPart& part : TwoKeyParts(case_)) {
+    if (absl::Status s = fold(ArgsForKeys(args(), part), acc->rows); !s.ok()) {
+      return s;
+    }
+  }
+  if (absl::Status s = PoisonOutputs(); !s.ok()) return s;
+  return StoreAccumulators(*acc);
+}
+
 absl::Status AttentionProblem::StoreAccumulators(
     const CaseAccumulators& accumulators) {
   const AttentionCase& c = case_;

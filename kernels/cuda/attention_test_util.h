@@ -7,6 +7,7 @@
 // 16-bit-rounded inputs. Thread-compatible.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -128,13 +129,22 @@ class AttentionProblem {
   // LSE = -inf).
   absl::StatusOr<CaseAccumulators> EmptyAccumulators() const;
 
-  // Waits for the device, then stores `accumulators` as this problem's O
-  // (rounded to the case's dtype, padding untouched) and LSE, for
-  // OutputsMatchReference to judge.
-  absl::Status StoreAccumulators(const CaseAccumulators& accumulators);
+  // The path under test: folds the result of `args` into the accumulator
+  // rows `into`, or says why it cannot.
+  using Fold = std::function<absl::Status(const DeviceAttentionArgs& args,
+                                          const AccumulatorRows& into)>;
+
+  // Folds the results of the case's TwoKeyParts with `fold` into empty
+  // accumulators, then poisons the outputs and stores the accumulators as
+  // them, for OutputsMatchReference to judge.
+  absl::Status FoldKeyParts(const Fold& fold);
 
  private:
   AttentionProblem() = default;
+
+  // Waits for the device, then stores `accumulators` as this problem's O
+  // (rounded to the case's dtype, padding untouched) and LSE.
+  absl::Status StoreAccumulators(const CaseAccumulators& accumulators);
 
   static absl::StatusOr<AttentionProblem> Build(
       const AttentionCase& c, uint32_t seed, const HostAttentionWorkList* list);

@@ -571,6 +571,12 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128,
     take_softmax(s, cursor, rescale);
     last_stage = stage;
   }
+  // The accumulator row this thread's row r folds into (with p.fold.o set).
+  const auto acc_row = [&](int r) {
+    return p.fold.o + b * p.fold.o_batch_stride +
+           static_cast<int64_t>(rows[r]) * p.fold.o_seq_stride +
+           static_cast<int64_t>(heads[r]) * p.head_dim;
+  };
   if (p.fold.o != nullptr) {
     // Ask L2 for the accumulator rows this thread folds into while the last
     // P V runs: the fold reads them right after, and an SM that holds one
@@ -580,10 +586,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128,
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       if (rows[r] < m_end && (lane % 4) * 32 < p.head_dim) {
-        const float* acc = p.fold.o + b * p.fold.o_batch_stride +
-                           static_cast<int64_t>(rows[r]) * p.fold.o_seq_stride +
-                           static_cast<int64_t>(heads[r]) * p.head_dim +
-                           (lane % 4) * 32;
+        const float* acc = acc_row(r) + (lane % 4) * 32;
         asm volatile("prefetch.global.L2 [%0];" ::"l"(acc));
       }
     }
@@ -635,9 +638,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128,
           device::FoldLse(kept_lse, (row_max[r] + __log2f(sum)) * kLn2);
       const float keep_weight = weights.keep_weight;
       const float add_weight = weights.add_weight * inverse;
-      float* const acc = p.fold.o + b * p.fold.o_batch_stride +
-                         static_cast<int64_t>(row) * p.fold.o_seq_stride +
-                         static_cast<int64_t>(heads[r]) * p.head_dim;
+      float* const acc = acc_row(r);
 #pragma unroll
       for (int j = 0; j < kHeadDim / 8; ++j) {
         const int d = j * 8 + (lane % 4) * 2;
@@ -948,6 +949,18 @@ int64_t SplitRows(const DeviceAttentionArgs& args) {
   return args.batch * args.q_len * args.q_heads;
 }
 
+// The launch of well-formed `args` (the block or its work list, unsplit),
+// folding each row into `fold` where fold.o is set.
+cudaError_t LaunchUnsplit(const DeviceAttentionArgs& args,
+                          const AccumulatorRows& fold, cudaStream_t stream) {
+  if (args.batch == 0 || args.q_len == 0) return cudaSuccess;
+  Prepared prepared;
+  const cudaError_t error = Prepare(args, prepared);
+  if (error != cudaSuccess) return error;
+  prepared.params.fold = fold;
+  return LaunchPrepared(args, prepared, stream);
+}
+
 }  // namespace
 
 bool HopperAttentionAvailable(int64_t head_dim) {
@@ -972,11 +985,7 @@ bool HopperAttentionTakes(const DeviceAttentionArgs& args) {
 cudaError_t LaunchHopperAttention(const DeviceAttentionArgs& args,
                                   cudaStream_t stream) {
   if (FindAttentionArgsProblem(args) != nullptr) return cudaErrorInvalidValue;
-  if (args.batch == 0 || args.q_len == 0) return cudaSuccess;
-  Prepared prepared;
-  const cudaError_t error = Prepare(args, prepared);
-  if (error != cudaSuccess) return error;
-  return LaunchPrepared(args, prepared, stream);
+  return LaunchUnsplit(args, AccumulatorRows{}, stream);
 }
 
 bool HopperAttentionFoldsInto(const DeviceAttentionArgs& args,
@@ -998,12 +1007,7 @@ cudaError_t LaunchHopperAttentionInto(const DeviceAttentionArgs& args,
       !HopperAttentionFoldsInto(args, into)) {
     return cudaErrorInvalidValue;
   }
-  if (args.batch == 0 || args.q_len == 0) return cudaSuccess;
-  Prepared prepared;
-  const cudaError_t error = Prepare(args, prepared);
-  if (error != cudaSuccess) return error;
-  prepared.params.fold = into;
-  return LaunchPrepared(args, prepared, stream);
+  return LaunchUnsplit(args, into, stream);
 }
 
 int HopperKeySplits(const DeviceAttentionArgs& args) {

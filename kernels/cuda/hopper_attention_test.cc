@@ -215,15 +215,16 @@ TEST_P(HopperAttentionTest, FoldingKeyPartsIntoAccumulatorsMatchesWholeBlock) {
   absl::StatusOr<AttentionProblem> problem =
       AttentionProblem::Create(GetParam(), seed);
   ASSERT_TRUE(problem.ok()) << problem.status();
-  absl::StatusOr<CaseAccumulators> acc = problem->EmptyAccumulators();
-  ASSERT_TRUE(acc.ok()) << acc.status();
-  for (const KeyPart& part : TwoKeyParts(GetParam())) {
-    const DeviceAttentionArgs args = ArgsForKeys(problem->args(), part);
-    ASSERT_TRUE(HopperAttentionFoldsInto(args, acc->rows));
-    ASSERT_EQ(LaunchHopperAttentionInto(args, acc->rows, nullptr), cudaSuccess);
-  }
-  ASSERT_TRUE(problem->PoisonOutputs().ok());
-  ASSERT_TRUE(problem->StoreAccumulators(*acc).ok());
+  const absl::Status folded = problem->FoldKeyParts(
+      [](const DeviceAttentionArgs& args, const AccumulatorRows& into) {
+        if (!HopperAttentionFoldsInto(args, into)) {
+          return absl::FailedPreconditionError(
+              "HopperAttentionFoldsInto refuses a key part");
+        }
+        return CudaStatus(LaunchHopperAttentionInto(args, into, nullptr),
+                          "LaunchHopperAttentionInto");
+      });
+  ASSERT_TRUE(folded.ok()) << folded;
   EXPECT_TRUE(problem->OutputsMatchReference()) << "seed " << seed;
 }
 
