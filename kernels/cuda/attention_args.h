@@ -73,6 +73,10 @@ struct AccumulatorRows {
   float* lse = nullptr;
   int64_t lse_batch_stride = 0;
   int64_t lse_seq_stride = 0;
+  // The rows hold nothing yet (they were never cleared): each partial row is
+  // stored as it is, the empty result (O = 0, LSE = -inf) where it saw no
+  // key, instead of folded into what the rows hold.
+  bool fresh = false;
 };
 
 // The largest head dimension any GPU path accepts.

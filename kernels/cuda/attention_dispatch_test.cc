@@ -86,18 +86,16 @@ TEST_P(AttentionDispatchTest, MatchesFloat64ReferenceOnWhicheverPathRuns) {
   }
 }
 
-// Folding two key parts into accumulators gives the whole block's result
-// on whichever paths run: the Hopper kernel folding as it stores, or a path
-// that writes the partial result and a merge after it (each shape twice, so
-// that cuDNN takes the shapes worth a plan the second time).
-TEST_P(AttentionDispatchTest, ForwardIntoAccumulatorsMatchesFloat64Reference) {
-  SkipWithoutGpu();
-  if (IsSkipped()) return;
+// Folds the case's two key parts through the dispatcher from `start`, each
+// shape twice (so that cuDNN takes the shapes worth a plan the second time),
+// and compares with the reference.
+void ExpectForwardIntoMatchesReference(const AttentionCase& c,
+                                       AttentionProblem::Start start) {
   AttentionDispatcher dispatcher;
   for (int round = 0; round < 2; ++round) {
     const uint32_t seed = std::random_device()();
     absl::StatusOr<AttentionProblem> problem =
-        AttentionProblem::Create(GetParam(), seed);
+        AttentionProblem::Create(c, seed);
     ASSERT_TRUE(problem.ok()) << problem.status();
     std::string paths;
     const absl::Status folded = problem->FoldKeyParts(
@@ -107,11 +105,31 @@ TEST_P(AttentionDispatchTest, ForwardIntoAccumulatorsMatchesFloat64Reference) {
           if (!path.ok()) return path.status();
           paths += std::string(" ") + AttentionPathName(*path);
           return absl::OkStatus();
-        });
+        },
+        start);
     ASSERT_TRUE(folded.ok()) << folded;
     EXPECT_TRUE(problem->OutputsMatchReference())
         << "paths" << paths << ", seed " << seed;
   }
+}
+
+// ForwardInto folds two key parts into cleared accumulators to the whole
+// block's result on whichever paths run: the Hopper kernel folding as it
+// stores, or a path that writes the partial result and a merge after it.
+TEST_P(AttentionDispatchTest, ForwardIntoAccumulatorsMatchesFloat64Reference) {
+  SkipWithoutGpu();
+  if (IsSkipped()) return;
+  ExpectForwardIntoMatchesReference(GetParam(),
+                                    AttentionProblem::Start::kCleared);
+}
+
+// The same with the first key part stored into accumulators that were never
+// cleared (they hold NaN): every path stores a fresh row without reading it.
+TEST_P(AttentionDispatchTest, ForwardIntoFreshAccumulatorsMatchesReference) {
+  SkipWithoutGpu();
+  if (IsSkipped()) return;
+  ExpectForwardIntoMatchesReference(GetParam(),
+                                    AttentionProblem::Start::kFresh);
 }
 
 // Preferring our kernel moves every block cuDNN would take, and that the

@@ -383,13 +383,29 @@ absl::StatusOr<CaseAccumulators> AttentionProblem::EmptyAccumulators() const {
   return acc;
 }
 
-absl::Status AttentionProblem::FoldKeyParts(const Fold& fold) {
+absl::Status AttentionProblem::FoldKeyParts(const Fold& fold, Start start) {
   absl::StatusOr<CaseAccumulators> acc = EmptyAccumulators();
   if (!acc.ok()) return acc.status();
-  for (const KeyPart& part : TwoKeyParts(case_)) {
-    if (absl::Status s = fold(ArgsForKeys(args(), part), acc->rows); !s.ok()) {
+  AccumulatorRows into = acc->rows;
+  const std::vector<KeyPart> parts = TwoKeyParts(case_);
+  // Without keys nothing stores into the accumulators: they stay cleared.
+  if (start == Start::kFresh && !parts.empty()) {
+    // All bits set: NaN in every float, which a fold would carry into O.
+    for (const DeviceBuffer* buffer : {&acc->o, &acc->lse}) {
+      if (absl::Status s =
+              CudaStatus(cudaMemset(buffer->as<void>(), 0xff, buffer->bytes()),
+                         "poisoning the accumulators");
+          !s.ok()) {
+        return s;
+      }
+    }
+    into.fresh = true;
+  }
+  for (const KeyPart& part : parts) {
+    if (absl::Status s = fold(ArgsForKeys(args(), part), into); !s.ok()) {
       return s;
     }
+    into.fresh = false;
   }
   if (absl::Status s = PoisonOutputs(); !s.ok()) return s;
   return StoreAccumulators(*acc);

@@ -134,10 +134,16 @@ class AttentionProblem {
   using Fold = std::function<absl::Status(const DeviceAttentionArgs& args,
                                           const AccumulatorRows& into)>;
 
-  // Folds the results of the case's TwoKeyParts with `fold` into empty
-  // accumulators, then poisons the outputs and stores the accumulators as
-  // them, for OutputsMatchReference to judge.
-  absl::Status FoldKeyParts(const Fold& fold);
+  // How FoldKeyParts begins: with cleared accumulators, or with ones full of
+  // NaN that the first part stores into (AccumulatorRows::fresh) and the
+  // second folds into; a case without keys has no part to store, and keeps
+  // them cleared.
+  enum class Start { kCleared, kFresh };
+
+  // Folds the results of the case's TwoKeyParts with `fold` into the
+  // accumulators `start` says, then poisons the outputs and stores the
+  // accumulators as them, for OutputsMatchReference to judge.
+  absl::Status FoldKeyParts(const Fold& fold, Start start = Start::kCleared);
 
  private:
   AttentionProblem() = default;

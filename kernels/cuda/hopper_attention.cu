@@ -153,7 +153,8 @@ struct Params {
   int64_t o_split_stride;
   int64_t lse_split_stride;
   // With fold.o set (whole block, no split), each row is folded into these
-  // fp32 accumulators by log-sum-exp instead of stored at o and lse.
+  // fp32 accumulators by log-sum-exp (stored, where fold.fresh) instead of
+  // stored at o and lse.
   AccumulatorRows fold;
 };
 
@@ -285,7 +286,10 @@ __device__ __forceinline__ float RowReduce(const float (&s)[kKeys / 2], int r) {
   }
 }
 
-template <typename T, int kHeadDim, int kConsumers>
+// kFresh (with p.fold.o set): the accumulator rows hold nothing yet, and
+// are stored without being read. A template argument, so that the folding
+// kernel's code stays as it was without it.
+template <typename T, int kHeadDim, int kConsumers, bool kFresh>
 __global__ void __launch_bounds__((kConsumers + 1) * 128,
                                   BlocksPerSm(kHeadDim, kConsumers))
     HopperAttentionKernel(const __grid_constant__ Params p,
@@ -577,7 +581,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128,
            static_cast<int64_t>(rows[r]) * p.fold.o_seq_stride +
            static_cast<int64_t>(heads[r]) * p.head_dim;
   };
-  if (p.fold.o != nullptr) {
+  if (p.fold.o != nullptr && !kFresh) {
     // Ask L2 for the accumulator rows this thread folds into while the last
     // P V runs: the fold reads them right after, and an SM that holds one
     // thread block sits idle while it waits (measured on one H200, a 32K x 32K
@@ -607,7 +611,8 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128,
   }
 
   // Normalize and store (or fold into the accumulators). A row that saw no key
-  // has sum 0: O = 0, LSE = -inf (and a fold leaves its row as it was).
+  // has sum 0: O = 0, LSE = -inf (and a fold leaves its row as it was, or
+  // stores that where the rows are fresh).
   T* o = static_cast<T*>(p.o) + blockIdx.z * p.o_split_stride +
          b * p.o_batch_stride;
   float* const lse =
@@ -626,16 +631,19 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128,
       acc_lse = p.fold.lse + b * p.fold.lse_batch_stride +
                 static_cast<int64_t>(row) * p.fold.lse_seq_stride + heads[r];
       // The four lanes of a row all read its accumulated LSE before the first
-      // of them may write the new one.
-      if (live) kept_lse = *acc_lse;
+      // of them may write the new one. Fresh rows hold nothing to read.
+      if (live && !kFresh) kept_lse = *acc_lse;
       __syncwarp();
     }
     if (!live) continue;
     const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
     if (fold) {
-      if (sum == 0.0f) continue;  // a row that saw no key changes nothing
+      // A row that saw no key changes nothing, or stores the empty result.
+      if (sum == 0.0f && !kFresh) continue;
       const device::LseFold weights =
-          device::FoldLse(kept_lse, (row_max[r] + __log2f(sum)) * kLn2);
+          kFresh && sum == 0.0f
+              ? device::LseFold{0.0f, 0.0f, -INFINITY}
+              : device::FoldLse(kept_lse, (row_max[r] + __log2f(sum)) * kLn2);
       const float keep_weight = weights.keep_weight;
       const float add_weight = weights.add_weight * inverse;
       float* const acc = acc_row(r);
@@ -644,7 +652,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128,
         const int d = j * 8 + (lane % 4) * 2;
         if (d < p.head_dim) {
           float2* const pair = reinterpret_cast<float2*>(acc + d);
-          float2 value = *pair;
+          float2 value = kFresh ? make_float2(0.0f, 0.0f) : *pair;
           value.x = value.x * keep_weight + o_acc[4 * j + 2 * r] * add_weight;
           value.y =
               value.y * keep_weight + o_acc[4 * j + 2 * r + 1] * add_weight;
@@ -811,7 +819,10 @@ cudaError_t Launch(const Params& params, const CUtensorMap& q_map,
                    const CUtensorMap& k_map, const CUtensorMap& v_map,
                    dim3 grid, cudaStream_t stream) {
   constexpr int kBytes = Layout<kHeadDim, kConsumers>::kSharedBytes;
-  const auto kernel = HopperAttentionKernel<T, kHeadDim, kConsumers>;
+  const auto kernel =
+      params.fold.o != nullptr && params.fold.fresh
+          ? HopperAttentionKernel<T, kHeadDim, kConsumers, true>
+          : HopperAttentionKernel<T, kHeadDim, kConsumers, false>;
   const cudaError_t error = cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   if (error != cudaSuccess) return error;

@@ -57,7 +57,8 @@ bool HopperAttentionFoldsInto(const DeviceAttentionArgs& args,
 // merged by log-sum-exp; a row that saw no key changes nothing) instead of
 // writing args.o and args.lse: LaunchHopperAttention and
 // LaunchMergePartialStrided in one kernel, with no 16-bit partial O between
-// them. cudaErrorInvalidValue where !HopperAttentionFoldsInto.
+// them. With into.fresh it stores each row without reading the accumulators.
+// cudaErrorInvalidValue where !HopperAttentionFoldsInto.
 cudaError_t LaunchHopperAttentionInto(const DeviceAttentionArgs& args,
                                       const AccumulatorRows& into,
                                       cudaStream_t stream);

@@ -228,6 +228,27 @@ TEST_P(HopperAttentionTest, FoldingKeyPartsIntoAccumulatorsMatchesWholeBlock) {
   EXPECT_TRUE(problem->OutputsMatchReference()) << "seed " << seed;
 }
 
+// The first key part stored into accumulators that hold NaN (never cleared)
+// and the second folded in give the whole block's result: the store reads
+// nothing of the rows.
+TEST_P(HopperAttentionTest,
+       StoringFirstKeyPartIntoUnclearedAccumulatorsMatchesWholeBlock) {
+  SkipWithoutHopper();
+  if (IsSkipped()) return;
+  const uint32_t seed = std::random_device()();
+  absl::StatusOr<AttentionProblem> problem =
+      AttentionProblem::Create(GetParam(), seed);
+  ASSERT_TRUE(problem.ok()) << problem.status();
+  const absl::Status folded = problem->FoldKeyParts(
+      [](const DeviceAttentionArgs& args, const AccumulatorRows& into) {
+        return CudaStatus(LaunchHopperAttentionInto(args, into, nullptr),
+                          "LaunchHopperAttentionInto");
+      },
+      AttentionProblem::Start::kFresh);
+  ASSERT_TRUE(folded.ok()) << folded;
+  EXPECT_TRUE(problem->OutputsMatchReference()) << "seed " << seed;
+}
+
 TEST(HopperFoldArgsTest, RefusesWorkListsAndOverlappingOrOddAccumulators) {
   SkipWithoutHopper();
   if (IsSkipped()) return;

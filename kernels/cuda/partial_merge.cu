@@ -60,21 +60,28 @@ __global__ void MergePartialKernel(const uint16_t* part_o,
   const int64_t h = row - t * heads;
   const int64_t part_row = blockIdx.y * seq * heads + row;
   const float add = part_lse[part_row];
-  if (add == -INFINITY) return;
   float* const acc_lse = into.lse + blockIdx.y * into.lse_batch_stride +
                          t * into.lse_seq_stride + h;
-  const device::LseFold fold = device::FoldLse(*acc_lse, add);
-  const float keep_weight = fold.keep_weight;
-  const float add_weight = fold.add_weight;
   float* out = into.o + blockIdx.y * into.o_batch_stride +
                t * into.o_seq_stride + h * dim;
+  if (add == -INFINITY) {
+    if (!into.fresh) return;  // an empty partial row changes nothing
+    for (int64_t d = threadIdx.x; d < dim; d += kWarp) out[d] = 0.0f;
+    if (threadIdx.x == 0) *acc_lse = -INFINITY;
+    return;
+  }
+  // Fresh rows hold no result: nothing of them is read.
+  const device::LseFold fold = into.fresh ? device::LseFold{0.0f, 1.0f, add}
+                                          : device::FoldLse(*acc_lse, add);
+  const float keep_weight = fold.keep_weight;
+  const float add_weight = fold.add_weight;
   const uint16_t* part = part_o + part_row * dim;
   if (kPairs) {
     float2* out2 = reinterpret_cast<float2*>(out);
     const uint32_t* part2 = reinterpret_cast<const uint32_t*>(part);
     for (int64_t d = threadIdx.x; d < dim / 2; d += kWarp) {
       const uint32_t bits = part2[d];
-      float2 value = out2[d];
+      float2 value = into.fresh ? make_float2(0.0f, 0.0f) : out2[d];
       value.x =
           value.x * keep_weight +
           Widen<kHalf>(static_cast<uint16_t>(bits & 0xffffu)) * add_weight;
@@ -84,7 +91,8 @@ __global__ void MergePartialKernel(const uint16_t* part_o,
     }
   } else {
     for (int64_t d = threadIdx.x; d < dim; d += kWarp) {
-      out[d] = out[d] * keep_weight + Widen<kHalf>(part[d]) * add_weight;
+      const float kept = into.fresh ? 0.0f : out[d];
+      out[d] = kept * keep_weight + Widen<kHalf>(part[d]) * add_weight;
     }
   }
   // Every lane has read the accumulated LSE above; only then may it change.

@@ -22,7 +22,8 @@ namespace ringattn {
 cudaError_t LaunchClearAccumulators(float* o, int64_t o_count, float* lse,
                                     int64_t lse_count, cudaStream_t stream);
 
-// Folds a partial result into strided accumulators, on `stream`.
+// Folds a partial result into strided accumulators, on `stream` (stores it
+// where into.fresh, without reading them).
 //   part_o:   [batch, seq, heads, dim] contiguous, in `dtype`
 //   part_lse: [batch, seq, heads] contiguous fp32
 // Requires distinct accumulator rows for distinct partial rows (seq strides
