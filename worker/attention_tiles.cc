@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <map>
 #include <optional>
 #include <vector>
 
@@ -171,6 +172,41 @@ void AddRectangleTiles(int64_t q_row, int64_t q_len, int64_t k_row,
                      shift + qt.begin - kt.begin, tiles);
     }
   }
+}
+
+bool MarkFreshTiles(int64_t rows,
+                    std::vector<std::vector<AttentionTile>>& steps) {
+  // The rows written so far, as disjoint ranges: begin -> end.
+  std::map<int64_t, int64_t> written;
+  // How much of [begin, end) the ranges written so far cover, in rows.
+  const auto covered = [&written](int64_t begin, int64_t end) {
+    int64_t count = 0;
+    auto it = written.upper_bound(begin);
+    if (it != written.begin()) --it;
+    for (; it != written.end() && it->first < end; ++it) {
+      count += std::max<int64_t>(
+          0, std::min(end, it->second) - std::max(begin, it->first));
+    }
+    return count;
+  };
+  std::vector<AttentionTile*> fresh;
+  int64_t fresh_rows = 0;
+  for (std::vector<AttentionTile>& step : steps) {
+    for (AttentionTile& tile : step) {
+      const int64_t begin = tile.q_row;
+      const int64_t end = tile.q_row + tile.q_len;
+      if (tile.q_len <= 0) continue;
+      const int64_t seen = covered(begin, end);
+      if (seen == tile.q_len) continue;
+      if (seen > 0) return false;
+      fresh.push_back(&tile);
+      fresh_rows += tile.q_len;
+      written[begin] = end;
+    }
+  }
+  if (rows <= 0 || fresh_rows != rows || covered(0, rows) != rows) return false;
+  for (AttentionTile* tile : fresh) tile->fresh = true;
+  return true;
 }
 
 }  // namespace ringattn

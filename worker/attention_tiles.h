@@ -12,16 +12,20 @@ namespace ringattn {
 
 // Query rows [q_row, q_row + q_len) against key rows [k_row, k_row + kv_len),
 // with the bottom-right aligned causal mask if `causal`.
+// `fresh`: the first tile of its run to write its query rows, which it
+// stores into the accumulators instead of folding into them
+// (MarkFreshTiles).
 struct AttentionTile {
   int64_t q_row = 0;
   int64_t q_len = 0;
   int64_t k_row = 0;
   int64_t kv_len = 0;
   bool causal = false;
+  bool fresh = false;
 
   friend bool operator==(const AttentionTile& a, const AttentionTile& b) {
     return a.q_row == b.q_row && a.q_len == b.q_len && a.k_row == b.k_row &&
-           a.kv_len == b.kv_len && a.causal == b.causal;
+           a.kv_len == b.kv_len && a.causal == b.causal && a.fresh == b.fresh;
   }
 };
 
@@ -47,6 +51,16 @@ void AddRectangleTiles(int64_t q_row, int64_t q_len, int64_t k_row,
 // chunk pairs of a later step one dense tile: fewer, fuller kernel launches.
 void JoinTiles(int64_t tile_q_rows, int64_t tile_kv_rows,
                std::vector<AttentionTile>& tiles);
+
+// Marks `fresh` each tile of `steps` (in the order a run launches them: step
+// by step, each step's tiles in turn) that is the first to write its query
+// rows, where that lets the run skip clearing its accumulators: the marked
+// tiles together write every row of [0, rows), and each later tile's rows lie
+// within those of tiles before it. Returns whether it marked them; marks
+// nothing and returns false otherwise (a tile that covers rows both written
+// and unwritten before it, or rows no tile writes).
+bool MarkFreshTiles(int64_t rows,
+                    std::vector<std::vector<AttentionTile>>& steps);
 
 }  // namespace ringattn
 

@@ -475,6 +475,15 @@ absl::Status GpuRingExecutor::PlanSteps(
     step_dilated_calls_.push_back(PlanDilatedTasks(
         spec_, tasks, QueryRows(), config_.tile_q_rows, config_.tile_kv_rows));
   }
+  // A pass-KV run of tiles alone need not clear its accumulators where the
+  // first tile of each row stores into them. (Pass-Q's query blocks come
+  // back to a rank with other ranks' keys folded in.)
+  const bool tiles_alone =
+      !pass_q_ && work.launches.empty() &&
+      std::all_of(
+          step_dilated_calls_.begin(), step_dilated_calls_.end(),
+          [](const std::vector<DilatedCall>& calls) { return calls.empty(); });
+  stores_first_ = tiles_alone && MarkFreshTiles(QueryRows(), step_tiles_);
   if (work.tiles.empty()) return absl::OkStatus();
   // One buffer: the tiles, then the spans.
   const size_t tile_bytes = work.tiles.size() * sizeof(QueryTile);
@@ -710,9 +719,10 @@ absl::Status GpuRingExecutor::Download(View<float> o, View<float> lse) const {
 }
 
 absl::StatusOr<AttentionPath> GpuRingExecutor::EnqueueMerged(
-    int64_t q_row, int64_t q_len, int64_t k_row, int64_t kv_len, bool causal,
-    const DeviceWorkList& work, const QueryBlock& queries,
-    const KvBlock& block) {
+    const AttentionTile& tile, const DeviceWorkList& work,
+    const QueryBlock& queries, const KvBlock& block) {
+  const int64_t q_row = tile.q_row;
+  const int64_t q_len = tile.q_len;
   const int64_t q_row_values = spec_.q_heads * spec_.head_dim;
   const int64_t k_row_values = spec_.kv_heads * spec_.head_dim;
   const int64_t q_rows = queries.rows;
@@ -720,7 +730,7 @@ absl::StatusOr<AttentionPath> GpuRingExecutor::EnqueueMerged(
   args.dtype = config_.dtype;
   args.batch = spec_.batch;
   args.q_len = q_len;
-  args.kv_len = kv_len;
+  args.kv_len = tile.kv_len;
   args.q_heads = spec_.q_heads;
   args.kv_heads = spec_.kv_heads;
   args.head_dim = spec_.head_dim;
@@ -728,8 +738,8 @@ absl::StatusOr<AttentionPath> GpuRingExecutor::EnqueueMerged(
                 q_row * q_row_values * element_bytes_;
   args.q.batch_stride = q_rows * q_row_values;
   args.q.seq_stride = q_row_values;
-  args.k.data = block.k + k_row * k_row_values * element_bytes_;
-  args.v.data = block.v + k_row * k_row_values * element_bytes_;
+  args.k.data = block.k + tile.k_row * k_row_values * element_bytes_;
+  args.v.data = block.v + tile.k_row * k_row_values * element_bytes_;
   args.k.batch_stride = args.v.batch_stride = block.batch_stride;
   args.k.seq_stride = args.v.seq_stride = k_row_values;
   args.o.data = part_o_;
@@ -737,7 +747,7 @@ absl::StatusOr<AttentionPath> GpuRingExecutor::EnqueueMerged(
   args.o.seq_stride = q_row_values;
   args.lse = part_lse_;
   args.scale = spec_.EffectiveScale();
-  args.causal = causal;
+  args.causal = tile.causal;
   args.work = work;
   AccumulatorRows into;
   into.o = queries.o + q_row * q_row_values;
@@ -746,6 +756,7 @@ absl::StatusOr<AttentionPath> GpuRingExecutor::EnqueueMerged(
   into.lse = queries.lse + q_row * spec_.q_heads;
   into.lse_batch_stride = q_rows * spec_.q_heads;
   into.lse_seq_stride = spec_.q_heads;
+  into.fresh = tile.fresh;
   return dispatcher_->ForwardInto(args, into, stream_.get());
 }
 
@@ -754,8 +765,7 @@ absl::Status GpuRingExecutor::EnqueueTile(const AttentionTile& tile,
                                           const KvBlock& block,
                                           GpuRingStats& stats) {
   absl::StatusOr<AttentionPath> path =
-      EnqueueMerged(tile.q_row, tile.q_len, tile.k_row, tile.kv_len,
-                    tile.causal, DeviceWorkList{}, queries, block);
+      EnqueueMerged(tile, DeviceWorkList{}, queries, block);
   if (!path.ok()) return path.status();
   stats.tiles.Add(*path);
   return absl::OkStatus();
@@ -770,9 +780,13 @@ absl::Status GpuRingExecutor::EnqueueLaunch(const WorkListLaunch& launch,
   work.tile_count = launch.tile_count;
   work.spans = device_spans_;
   work.span_count = device_span_count_;
+  AttentionTile rectangle;
+  rectangle.q_row = launch.q_row;
+  rectangle.q_len = launch.q_len;
+  rectangle.k_row = launch.k_row;
+  rectangle.kv_len = launch.kv_len;
   absl::StatusOr<AttentionPath> path =
-      EnqueueMerged(launch.q_row, launch.q_len, launch.k_row, launch.kv_len,
-                    /*causal=*/false, work, queries, block);
+      EnqueueMerged(rectangle, work, queries, block);
   if (!path.ok()) return path.status();
   stats.lists.Add(*path);
   return absl::OkStatus();
@@ -861,10 +875,12 @@ absl::StatusOr<GpuRingStats> GpuRingExecutor::Run(
       CheckCommunicatorRank(communicator, rank_, world_size_));
   RINGATTN_RETURN_IF_ERROR(UseCudaDevice(config_.device));
   const Shape q = q_shape();
-  RINGATTN_RETURN_IF_ERROR(CudaStatus(
-      LaunchClearAccumulators(o_, q.NumElements(), lse_,
-                              q.batch * q.seq * q.heads, stream_.get()),
-      "clearing the accumulators"));
+  if (!stores_first_) {
+    RINGATTN_RETURN_IF_ERROR(CudaStatus(
+        LaunchClearAccumulators(o_, q.NumElements(), lse_,
+                                q.batch * q.seq * q.heads, stream_.get()),
+        "clearing the accumulators"));
+  }
   GpuRingStats stats;
   stats.ring.peak_bytes = static_cast<int64_t>(pool_.bytes());
   RINGATTN_RETURN_IF_ERROR(pass_q_ ? RunPassQ(communicator, options, stats)

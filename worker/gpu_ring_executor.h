@@ -381,13 +381,12 @@ class GpuRingExecutor {
   absl::Status EnqueueLaunch(const WorkListLaunch& launch,
                              const QueryBlock& queries, const KvBlock& block,
                              GpuRingStats& stats);
-  // Enqueues query rows [q_row, q_row + q_len) of `queries` against key rows
-  // [k_row, k_row + kv_len) of `block` (the whole rectangle, causal or not, or
-  // the tiles `work` lists) folded into the accumulators, by the kernel itself
-  // where it can, else through the scratch; returns the path that ran.
-  absl::StatusOr<AttentionPath> EnqueueMerged(int64_t q_row, int64_t q_len,
-                                              int64_t k_row, int64_t kv_len,
-                                              bool causal,
+  // Enqueues the query rows of `tile` in `queries` against its key rows of
+  // `block` (the whole rectangle, causal or not, or the tiles `work` lists)
+  // folded into the accumulators (stored, where the tile is fresh), by the
+  // kernel itself where it can, else through the scratch; returns the path
+  // that ran.
+  absl::StatusOr<AttentionPath> EnqueueMerged(const AttentionTile& tile,
                                               const DeviceWorkList& work,
                                               const QueryBlock& queries,
                                               const KvBlock& block);
@@ -462,6 +461,10 @@ class GpuRingExecutor {
   void* spare_block_ = nullptr;
   void* part_o_ = nullptr;
   float* part_lse_ = nullptr;
+
+  // Whether the accumulators need no clearing before a run: MarkFreshTiles
+  // marked the first tile of every row, which stores instead of folding.
+  bool stores_first_ = false;
 
   CudaStream stream_;
   CudaEvent compute_start_;

@@ -233,6 +233,10 @@ TEST(JoinTilesTest, ZigzagRankRunsEachStepAsOneTile) {
   EXPECT_EQ(steps[0][0], (AttentionTile{0, 32, 0, 32, true}));
   ASSERT_EQ(steps[1].size(), 1u);
   EXPECT_EQ(steps[1][0], (AttentionTile{16, 16, 0, 32, false}));
+  // The own step's tile writes every row first: the rank needs no clear.
+  EXPECT_TRUE(MarkFreshTiles(32, steps));
+  EXPECT_TRUE(steps[0][0].fresh);
+  EXPECT_FALSE(steps[1][0].fresh);
 }
 
 // Tiles join only within the tile sizes.
