@@ -2,8 +2,9 @@
 // (kernels/cpu/reference_attention.h) computed from the same 16-bit-rounded
 // inputs: on one GPU (world size 1; dense and causal, GQA, odd lengths, head
 // dims 64 / 80 / 128, bf16 and fp16, small tiles that force many LSE merges,
-// unequal query and key lengths), and as a two-rank NCCL ring with one thread
-// per GPU (prime N, N < 2, causal zigzag); block-sparse masks of every rule
+// unequal query and key lengths), as a two-rank NCCL ring with one thread
+// per GPU (prime N, N < 2, causal zigzag), and as rings of two to five ranks
+// sharing one GPU (OneGpuRing); block-sparse masks of every rule
 // (local, global, dilated, random, explicit pairs leaving rows with no key),
 // causal or not, odd lengths and block sizes, on one GPU and two. Fault tests:
 // a rank whose peer stops taking part, or whose run is cancelled, fails within
@@ -47,6 +48,7 @@
 #include "worker/device_context_store.h"
 #include "worker/gpu_test_skip.h"
 #include "worker/nccl_communicator.h"
+#include "worker/one_gpu_ring.h"
 
 namespace ringattn {
 namespace {
@@ -92,6 +94,9 @@ struct Case {
   // Where set, every rank's K/V positions (a resident context's pieces), read
   // in place from device memory (resident_kv).
   std::optional<std::vector<std::vector<Range>>> resident_pieces;
+  // Every rank on GPU 0, blocks handed between them by OneGpuRing, rather
+  // than one GPU per rank over NCCL.
+  bool one_gpu = false;
 };
 
 // Random inputs (normal, rounded to the case's dtype), and the reference.
@@ -249,15 +254,16 @@ RankResult RunRank(const Problem& p, const Case& c, int rank, int world_size,
                    RingCommunicator& communicator, const RingOptions& options) {
   RankResult result;
   const absl::Time start = absl::Now();
+  const int device = c.one_gpu ? 0 : rank;
   std::optional<ShardLayout> kv_layout;
   if (c.resident_pieces.has_value()) {
     kv_layout = ShardLayout::FromChunks(c.kv_len, *c.resident_pieces);
   }
   absl::StatusOr<std::unique_ptr<GpuRingExecutor>> executor =
       c.pass_q ? GpuRingExecutor::CreatePassQ(p.spec, rank, world_size,
-                                              ConfigOf(c, rank), kv_layout)
+                                              ConfigOf(c, device), kv_layout)
                : GpuRingExecutor::Create(p.spec, rank, world_size,
-                                         ConfigOf(c, rank), kv_layout);
+                                         ConfigOf(c, device), kv_layout);
   if (!executor.ok()) {
     result.status = executor.status();
     return result;
@@ -286,13 +292,26 @@ RingOptions TestOptions() {
   return options;
 }
 
-// Runs the ring of `world_size` ranks, one thread and GPU each.
+// Runs the ring of `world_size` ranks, one thread and GPU each (all on GPU 0
+// where c.one_gpu).
 std::vector<RankResult> RunRing(const Problem& p, const Case& c,
                                 int world_size) {
   std::vector<RankResult> results(static_cast<size_t>(world_size));
   if (world_size == 1) {
     NoPeers no_peers;
     results[0] = RunRank(p, c, 0, 1, no_peers, TestOptions());
+    return results;
+  }
+  if (c.one_gpu) {
+    OneGpuRing ring(world_size, /*device=*/0);
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < world_size; ++rank) {
+      threads.emplace_back([&, rank] {
+        results[rank] =
+            RunRank(p, c, rank, world_size, ring.Rank(rank), TestOptions());
+      });
+    }
+    for (std::thread& t : threads) t.join();
     return results;
   }
   const absl::StatusOr<ncclUniqueId> id = NewNcclUniqueId();
@@ -613,6 +632,44 @@ TEST(GpuRingExecutorTest, TwoGpuRingMatchesReference) {
   big.sampled_rows = 64;
   cases.push_back(big);
   ExpectMatchesReferenceInBothDtypes(cases, 2);
+}
+
+// Rings of two to five ranks sharing one GPU, so that a one-GPU machine
+// checks the multi-rank ring loop: each step's kernels enqueued behind the
+// last step's, a receive into a block buffer only once the step computing on
+// it is done (three ranks and more), the first tile of each row storing into
+// accumulators never cleared (zigzag causal, dense), and the clear where that
+// cannot be (rows that see no key).
+TEST(GpuRingExecutorTest, RanksSharingOneGpuMatchReference) {
+  SKIP_WITHOUT_GPUS(1);
+  struct Ring {
+    Case c;
+    int world_size;
+  };
+  std::vector<Ring> rings;
+  rings.push_back({Make("causal_prime", 997, 997, true), 3});
+  rings.push_back({Make("dense_prime", 997, 997, false), 4});
+  rings.push_back({Make("causal_fewer_queries", 301, 1000, true), 5});
+  rings.push_back({Make("causal_more_queries", 1000, 301, true), 2});
+  Case small_tiles = Make("causal_small_tiles", 4099, 4099, true);
+  small_tiles.tile_q = small_tiles.tile_kv = 512;
+  rings.push_back({small_tiles, 3});
+  Case own = Make("causal_own_kernel", 3001, 3001, true);
+  own.head_dim = 128;
+  own.own_kernel = true;
+  own.tile_q = own.tile_kv = 1024;
+  rings.push_back({own, 2});
+  Case own_gqa = Make("dense_own_kernel_gqa", 2503, 2503, false);
+  own_gqa.q_heads = 8;
+  own_gqa.kv_heads = 2;
+  own_gqa.head_dim = 128;
+  own_gqa.own_kernel = true;
+  own_gqa.tile_q = own_gqa.tile_kv = 1024;
+  rings.push_back({own_gqa, 3});
+  for (Ring& ring : rings) {
+    ring.c.one_gpu = true;
+    ExpectMatchesReferenceInBothDtypes({ring.c}, ring.world_size);
+  }
 }
 
 TEST(TunedRingConfig, OurKernelOnLargeTilesForDenseAndCausalAtD128Only) {
