@@ -205,15 +205,12 @@ TEST_P(HopperAttentionTest, WorkListCuttingTheBlockMatchesTheWholeBlock) {
   EXPECT_TRUE(problem->OutputsMatchReference()) << "seed " << seed;
 }
 
-// The block's keys in two parts, each folded by the kernel into the same
-// accumulators as it stores its rows, give the whole block's result; the
-// second fold meets rows the first already filled, the first meets empty ones.
-TEST_P(HopperAttentionTest, FoldingKeyPartsIntoAccumulatorsMatchesWholeBlock) {
-  SkipWithoutHopper();
-  if (IsSkipped()) return;
+// Folds the case's two key parts with the kernel into the accumulators
+// `start` says and compares with the whole block's reference.
+void ExpectFoldedKeyPartsMatchWholeBlock(const AttentionCase& c,
+                                         AttentionProblem::Start start) {
   const uint32_t seed = std::random_device()();
-  absl::StatusOr<AttentionProblem> problem =
-      AttentionProblem::Create(GetParam(), seed);
+  absl::StatusOr<AttentionProblem> problem = AttentionProblem::Create(c, seed);
   ASSERT_TRUE(problem.ok()) << problem.status();
   const absl::Status folded = problem->FoldKeyParts(
       [](const DeviceAttentionArgs& args, const AccumulatorRows& into) {
@@ -223,9 +220,20 @@ TEST_P(HopperAttentionTest, FoldingKeyPartsIntoAccumulatorsMatchesWholeBlock) {
         }
         return CudaStatus(LaunchHopperAttentionInto(args, into, nullptr),
                           "LaunchHopperAttentionInto");
-      });
+      },
+      start);
   ASSERT_TRUE(folded.ok()) << folded;
   EXPECT_TRUE(problem->OutputsMatchReference()) << "seed " << seed;
+}
+
+// The block's keys in two parts, each folded by the kernel into the same
+// accumulators as it stores its rows, give the whole block's result; the
+// second fold meets rows the first already filled, the first meets empty ones.
+TEST_P(HopperAttentionTest, FoldingKeyPartsIntoAccumulatorsMatchesWholeBlock) {
+  SkipWithoutHopper();
+  if (IsSkipped()) return;
+  ExpectFoldedKeyPartsMatchWholeBlock(GetParam(),
+                                      AttentionProblem::Start::kCleared);
 }
 
 // The first key part stored into accumulators that hold NaN (never cleared)
@@ -235,18 +243,8 @@ TEST_P(HopperAttentionTest,
        StoringFirstKeyPartIntoUnclearedAccumulatorsMatchesWholeBlock) {
   SkipWithoutHopper();
   if (IsSkipped()) return;
-  const uint32_t seed = std::random_device()();
-  absl::StatusOr<AttentionProblem> problem =
-      AttentionProblem::Create(GetParam(), seed);
-  ASSERT_TRUE(problem.ok()) << problem.status();
-  const absl::Status folded = problem->FoldKeyParts(
-      [](const DeviceAttentionArgs& args, const AccumulatorRows& into) {
-        return CudaStatus(LaunchHopperAttentionInto(args, into, nullptr),
-                          "LaunchHopperAttentionInto");
-      },
-      AttentionProblem::Start::kFresh);
-  ASSERT_TRUE(folded.ok()) << folded;
-  EXPECT_TRUE(problem->OutputsMatchReference()) << "seed " << seed;
+  ExpectFoldedKeyPartsMatchWholeBlock(GetParam(),
+                                      AttentionProblem::Start::kFresh);
 }
 
 TEST(HopperFoldArgsTest, RefusesWorkListsAndOverlappingOrOddAccumulators) {
