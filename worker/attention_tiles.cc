@@ -27,6 +27,23 @@ std::vector<Range> Tiles(int64_t length, int64_t most) {
   return tiles;
 }
 
+// The query rows of AddRectangleTiles: Tiles(length, most), or pieces of
+// whole multiples of `wave_rows` where that is in (0, most] and `length`
+// needs more than two pieces. (With two, the causal diagonal cut in three
+// cost more than the waves saved: one H200, causal 64K, 617-618 TFLOP/s
+// against 624-625.)
+std::vector<Range> QueryTiles(int64_t length, int64_t most, int64_t wave_rows) {
+  if (wave_rows <= 0 || wave_rows > most || length <= 2 * most) {
+    return Tiles(length, most);
+  }
+  const int64_t piece = most / wave_rows * wave_rows;
+  std::vector<Range> tiles;
+  for (int64_t at = 0; at < length; at += piece) {
+    tiles.push_back(Range{at, std::min(length, at + piece)});
+  }
+  return tiles;
+}
+
 // Appends the tiles of rows [q_row, q_row + q_len) against keys [k_row, k_row
 // + kv_len), where local query i sees local key j iff j <= i + shift.
 void AddCausalTiles(int64_t q_row, int64_t q_len, int64_t k_row, int64_t kv_len,
@@ -160,8 +177,8 @@ void JoinTiles(int64_t tile_q_rows, int64_t tile_kv_rows,
 void AddRectangleTiles(int64_t q_row, int64_t q_len, int64_t k_row,
                        int64_t kv_len, bool causal, int64_t shift,
                        int64_t tile_q_rows, int64_t tile_kv_rows,
-                       std::vector<AttentionTile>& tiles) {
-  for (const Range& qt : Tiles(q_len, tile_q_rows)) {
+                       std::vector<AttentionTile>& tiles, int64_t wave_rows) {
+  for (const Range& qt : QueryTiles(q_len, tile_q_rows, wave_rows)) {
     for (const Range& kt : Tiles(kv_len, tile_kv_rows)) {
       if (!causal) {
         tiles.push_back(

@@ -35,10 +35,17 @@ struct AttentionTile {
 // local key j iff j <= i + shift, and the tiles are unmasked ones, ones whose
 // own bottom-right diagonal is the mask's, and none for pairs it hides. Every
 // visible pair lands in exactly one tile. Requires positive tile sizes.
+//
+// With wave_rows in (0, tile_q_rows], query rows that need more than two
+// tiles are cut instead into tiles of the most whole multiples of wave_rows
+// that fit tile_q_rows, the rest in a last, shorter tile: where wave_rows
+// query rows make thread blocks for every SM once, each launch but the last
+// then ends without a part-filled wave.
 void AddRectangleTiles(int64_t q_row, int64_t q_len, int64_t k_row,
                        int64_t kv_len, bool causal, int64_t shift,
                        int64_t tile_q_rows, int64_t tile_kv_rows,
-                       std::vector<AttentionTile>& tiles);
+                       std::vector<AttentionTile>& tiles,
+                       int64_t wave_rows = 0);
 
 // Joins tiles of `tiles` (one step's: the same query rows and key block)
 // into fewer, larger ones where that keeps every pair's visibility: two tiles

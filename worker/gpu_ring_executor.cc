@@ -121,11 +121,11 @@ int64_t Modulo(int64_t x, int64_t m) { return ((x % m) + m) % m; }
 void AddPositionTiles(const AttentionSpec& spec, bool causal, const Range& q,
                       int64_t q_row, const Range& k, int64_t k_row,
                       int64_t tile_q_rows, int64_t tile_kv_rows,
-                      std::vector<AttentionTile>& tiles) {
+                      int64_t wave_rows, std::vector<AttentionTile>& tiles) {
   // Key k is visible from query q iff k <= q + Nk - Nq (global positions).
   AddRectangleTiles(q_row, q.size(), k_row, k.size(), causal,
                     q.begin - k.begin + spec.kv_len - spec.q_len, tile_q_rows,
-                    tile_kv_rows, tiles);
+                    tile_kv_rows, tiles, wave_rows);
 }
 
 // Lends AttentionDispatchers (a cuDNN handle, its plans and workspace) per
@@ -198,13 +198,14 @@ std::vector<AttentionTile> TileTask(const AttentionSpec& spec,
 std::vector<AttentionTile> TileTask(const AttentionSpec& spec,
                                     const BlockMask* blocks,
                                     const AttentionTask& task,
-                                    int64_t tile_q_rows, int64_t tile_kv_rows) {
+                                    int64_t tile_q_rows, int64_t tile_kv_rows,
+                                    int64_t wave_rows) {
   std::vector<AttentionTile> tiles;
   if (task.kind == TaskKind::kDilated) return tiles;  // gpu_dilated_tasks.h
   if (task.kind != TaskKind::kBlockSparse || blocks == nullptr) {
     AddPositionTiles(spec, spec.causal && task.kind != TaskKind::kFull, task.q,
                      task.q_row, task.k, task.k_row, tile_q_rows, tile_kv_rows,
-                     tiles);
+                     wave_rows, tiles);
     return tiles;
   }
   // Block-sparse: per query block, the runs of consecutive allowed key blocks
@@ -222,7 +223,7 @@ std::vector<AttentionTile> TileTask(const AttentionSpec& spec,
       AddPositionTiles(spec, spec.causal, group_q,
                        task.q_row + group_q.begin - task.q.begin, k,
                        task.k_row + k.begin - task.k.begin, tile_q_rows,
-                       tile_kv_rows, tiles);
+                       tile_kv_rows, wave_rows, tiles);
     }
   };
   for (int64_t qb = task.q.begin / size; qb <= (task.q.end - 1) / size; ++qb) {
@@ -432,6 +433,11 @@ absl::Status GpuRingExecutor::Initialize() {
 
 absl::Status GpuRingExecutor::PlanSteps(
     const std::vector<std::vector<AttentionTask>>& step_tasks) {
+  // Tiles our Hopper kernel computes are cut in whole waves of thread blocks.
+  const int64_t wave_rows =
+      config_.prefer_own_kernel
+          ? HopperWaveRows(spec_.batch, spec_.q_heads, spec_.head_dim)
+          : 0;
   // Block-sparse tasks as rectangle tiles, for the route's rule.
   std::vector<std::vector<std::vector<AttentionTile>>> task_tiles;
   std::vector<AttentionTile> rectangles;
@@ -439,7 +445,7 @@ absl::Status GpuRingExecutor::PlanSteps(
     std::vector<std::vector<AttentionTile>>& tiles = task_tiles.emplace_back();
     for (const AttentionTask& task : tasks) {
       tiles.push_back(TileTask(spec_, blocks(), task, config_.tile_q_rows,
-                               KeyRowsPerTile()));
+                               KeyRowsPerTile(), wave_rows));
       if (task.kind == TaskKind::kBlockSparse) {
         rectangles.insert(rectangles.end(), tiles.back().begin(),
                           tiles.back().end());

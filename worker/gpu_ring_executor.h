@@ -141,11 +141,14 @@ int64_t KeyRowsPerTile(const GpuRingConfig& config, int64_t query_rows,
 // diagonal is the task's, and nothing for pairs the mask hides. A
 // block-sparse task is cut at the block boundaries of `blocks` (the spec's
 // mask, required for it), each allowed rectangle then tiled like a dense or,
-// if spec.causal, a causal task. Requires positive tile sizes.
+// if spec.causal, a causal task. Requires positive tile sizes. Query rows are
+// cut in whole multiples of `wave_rows` where it is positive
+// (AddRectangleTiles).
 std::vector<AttentionTile> TileTask(const AttentionSpec& spec,
                                     const BlockMask* blocks,
                                     const AttentionTask& task,
-                                    int64_t tile_q_rows, int64_t tile_kv_rows);
+                                    int64_t tile_q_rows, int64_t tile_kv_rows,
+                                    int64_t wave_rows = 0);
 // TileTask with no block mask, for kFull and kCausal tasks.
 std::vector<AttentionTile> TileTask(const AttentionSpec& spec,
                                     const AttentionTask& task,

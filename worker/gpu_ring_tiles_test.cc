@@ -27,6 +27,7 @@ struct Case {
   int64_t tile_q;
   int64_t tile_kv;
   std::optional<BlockSparseRules> rules = std::nullopt;
+  int64_t wave_rows = 0;  // query tiles in whole multiples of these rows
 };
 
 // The global positions of a shard's rows, in order.
@@ -64,7 +65,7 @@ void CheckJoinedSteps(const Case& c, const RingPlan& plan,
       for (const AttentionTask& task : step.tasks) {
         const std::vector<AttentionTile> task_tiles =
             TileTask(spec, mask.has_value() ? &*mask : nullptr, task, c.tile_q,
-                     c.tile_kv);
+                     c.tile_kv, c.wave_rows);
         tiles.insert(tiles.end(), task_tiles.begin(), task_tiles.end());
       }
       JoinTiles(c.tile_q, c.tile_kv, tiles);
@@ -140,7 +141,7 @@ void CheckPlan(const Case& c) {
             static_cast<size_t>(task.q.size()),
             std::vector<int>(static_cast<size_t>(task.k.size()), 0));
         for (const AttentionTile& tile :
-             TileTask(spec, blocks, task, c.tile_q, c.tile_kv)) {
+             TileTask(spec, blocks, task, c.tile_q, c.tile_kv, c.wave_rows)) {
           ASSERT_GT(tile.q_len, 0);
           ASSERT_GT(tile.kv_len, 0);
           ASSERT_LE(tile.q_len, c.tile_q);
@@ -190,16 +191,50 @@ void CheckPlan(const Case& c) {
 
 TEST(TileTaskTest, CoversEveryVisiblePairOnce) {
   const std::vector<Case> cases = {
-      {1, 1, false, 1, 1, 1},          {37, 37, false, 1, 8, 5},
-      {37, 37, true, 1, 8, 5},         {37, 37, true, 1, 5, 8},
-      {64, 64, true, 2, 16, 16},       {97, 97, true, 2, 7, 11},
-      {97, 97, false, 3, 7, 11},       {101, 101, true, 4, 3, 3},
-      {20, 90, true, 2, 6, 9},         {90, 20, true, 2, 6, 9},
-      {90, 20, false, 3, 9, 6},        {3, 3, true, 4, 1, 2},
-      {5, 200, true, 3, 64, 64},       {200, 5, true, 3, 64, 64},
+      {1, 1, false, 1, 1, 1},
+      {37, 37, false, 1, 8, 5},
+      {37, 37, true, 1, 8, 5},
+      {37, 37, true, 1, 5, 8},
+      {64, 64, true, 2, 16, 16},
+      {97, 97, true, 2, 7, 11},
+      {97, 97, false, 3, 7, 11},
+      {101, 101, true, 4, 3, 3},
+      {20, 90, true, 2, 6, 9},
+      {90, 20, true, 2, 6, 9},
+      {90, 20, false, 3, 9, 6},
+      {3, 3, true, 4, 1, 2},
+      {5, 200, true, 3, 64, 64},
+      {200, 5, true, 3, 64, 64},
       {128, 128, true, 2, 1000, 1000},
+      // Query tiles cut in whole waves: of 6, 12 and 24 rows.
+      {97, 97, true, 1, 20, 11, std::nullopt, 6},
+      {97, 97, false, 1, 20, 11, std::nullopt, 6},
+      {200, 150, true, 2, 40, 50, std::nullopt, 12},
+      {301, 301, true, 3, 64, 64, std::nullopt, 24},
+      {90, 20, true, 2, 30, 9, std::nullopt, 12},
+      {300, 280, true, 1, 40, 64, std::nullopt, 12},
+      {260, 260, true, 2, 30, 40, std::nullopt, 8},
   };
   for (const Case& c : cases) CheckPlan(c);
+}
+
+// Query rows that need more than two tiles are cut in whole waves (here 12
+// rows) as far as the tile size allows, the rest last; rows that fit two
+// tiles are cut evenly, as are rows where a wave is larger than a tile.
+TEST(TileTaskTest, CutsQueryRowsInWholeWaves) {
+  const auto query_cuts = [](int64_t q_len, int64_t tile_q, int64_t wave) {
+    std::vector<AttentionTile> tiles;
+    AddRectangleTiles(0, q_len, 0, 10, false, 0, tile_q, 10, tiles, wave);
+    std::vector<int64_t> cuts;
+    for (const AttentionTile& tile : tiles) cuts.push_back(tile.q_len);
+    return cuts;
+  };
+  EXPECT_EQ(query_cuts(100, 40, 12), (std::vector<int64_t>{36, 36, 28}));
+  EXPECT_EQ(query_cuts(81, 40, 12), (std::vector<int64_t>{36, 36, 9}));
+  EXPECT_EQ(query_cuts(80, 40, 12), (std::vector<int64_t>{40, 40}));
+  EXPECT_EQ(query_cuts(40, 40, 12), (std::vector<int64_t>{40}));
+  EXPECT_EQ(query_cuts(100, 40, 0), (std::vector<int64_t>{34, 33, 33}));
+  EXPECT_EQ(query_cuts(100, 40, 41), (std::vector<int64_t>{34, 33, 33}));
 }
 
 // A causal ring of two zigzag ranks: rank 0 holds chunks 0 and 3 of four.

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <numeric>
 #include <tuple>
 
 #include "kernels/cuda/hopper_attention.h"
@@ -955,6 +956,19 @@ cudaError_t LaunchPrepared(const DeviceAttentionArgs& args,
                    prepared.k_map, prepared.v_map, prepared.grid, stream);
 }
 
+// The SMs of the current device; 0 where that cannot be read.
+int CurrentSmCount() {
+  int device = 0;
+  int sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) !=
+          cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return sms;
+}
+
 // Rows of the key splits' partial results: (batch, query row, head).
 int64_t SplitRows(const DeviceAttentionArgs& args) {
   return args.batch * args.q_len * args.q_heads;
@@ -1022,14 +1036,8 @@ cudaError_t LaunchHopperAttentionInto(const DeviceAttentionArgs& args,
 }
 
 int HopperKeySplits(const DeviceAttentionArgs& args) {
-  int device = 0;
-  int sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) !=
-          cudaSuccess) {
-    cudaGetLastError();
-    return 1;
-  }
+  const int sms = CurrentSmCount();
+  if (sms == 0) return 1;
   if (args.work.tile_count > 0 || args.kv_heads <= 0) return 1;
   const TileShape shape = TileShapeFor(args);
   const int64_t blocks = shape.tiles * args.batch * args.q_heads / shape.pack;
@@ -1058,6 +1066,18 @@ int HopperKeySplits(const DeviceAttentionArgs& args) {
     }
   }
   return best;
+}
+
+int64_t HopperWaveRows(int64_t batch, int64_t q_heads, int64_t head_dim) {
+  const int sms = CurrentSmCount();
+  if (sms == 0 || batch * q_heads <= 0 || !HopperAttentionAvailable(head_dim)) {
+    return 0;
+  }
+  // One thread block per (batch, head) for each kBlockRows query rows.
+  constexpr int64_t kBlockRows = kMostConsumers * kConsumerRows;
+  const int64_t slots = static_cast<int64_t>(sms) *
+                        BlocksPerSm(CompiledHeadDim(head_dim), kMostConsumers);
+  return slots / std::gcd(slots, batch * q_heads) * kBlockRows;
 }
 
 size_t HopperSplitWorkspaceBytes(const DeviceAttentionArgs& args, int splits) {

@@ -76,6 +76,13 @@ cudaError_t LaunchHopperAttentionInto(const DeviceAttentionArgs& args,
 // in 32 splits, 32 thread blocks, against 1.25 on cuDNN.)
 int HopperKeySplits(const DeviceAttentionArgs& args);
 
+// Query rows of a whole block (one too tall to pack heads, no work list) of
+// `batch` x `q_heads` heads at `head_dim` whose thread blocks fill every SM of
+// the current device a whole number of times (at 132 SMs and 32 heads: 4224,
+// 33 tiles of 128 rows); 0 where the kernel does not run here. A launch of a
+// multiple of them ends without a part-filled last wave.
+int64_t HopperWaveRows(int64_t batch, int64_t q_heads, int64_t head_dim);
+
 // Device scratch LaunchHopperAttentionSplit needs for `splits` splits.
 size_t HopperSplitWorkspaceBytes(const DeviceAttentionArgs& args, int splits);
 
