@@ -672,6 +672,22 @@ TEST(GpuRingExecutorTest, RanksSharingOneGpuMatchReference) {
   }
 }
 
+// Query rows of more than two tiles on our kernel, cut in whole waves of
+// thread blocks (on 132 SMs with 4 heads: tiles of 4224 rows, 4224, 4224 and
+// 553 of 9001; other SM counts cut otherwise, or evenly).
+TEST(GpuRingExecutorTest, WholeWaveTilesMatchReference) {
+  SKIP_WITHOUT_GPUS(1);
+  std::vector<Case> cases = {Make("causal_whole_waves", 9001, 9001, true),
+                             Make("dense_whole_waves", 9001, 9001, false)};
+  for (Case& c : cases) {
+    c.head_dim = 128;
+    c.own_kernel = true;
+    c.tile_q = 4224;
+    c.sampled_rows = 64;
+  }
+  ExpectMatchesReferenceInBothDtypes(cases, 1);
+}
+
 TEST(TunedRingConfig, OurKernelOnLargeTilesForDenseAndCausalAtD128Only) {
   AttentionSpec spec;
   spec.q_len = spec.kv_len = 1 << 16;
