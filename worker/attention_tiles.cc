@@ -195,33 +195,36 @@ bool MarkFreshTiles(int64_t rows,
                     std::vector<std::vector<AttentionTile>>& steps) {
   // The rows written so far, as disjoint ranges: begin -> end.
   std::map<int64_t, int64_t> written;
-  // How much of [begin, end) the ranges written so far cover, in rows.
-  const auto covered = [&written](int64_t begin, int64_t end) {
+  // How many rows of `range` those cover.
+  const auto covered = [&written](const Range& range) {
     int64_t count = 0;
-    auto it = written.upper_bound(begin);
+    auto it = written.upper_bound(range.begin);
     if (it != written.begin()) --it;
-    for (; it != written.end() && it->first < end; ++it) {
+    for (; it != written.end() && it->first < range.end; ++it) {
       count += std::max<int64_t>(
-          0, std::min(end, it->second) - std::max(begin, it->first));
+          0, range.Intersect(Range{it->first, it->second}).size());
     }
     return count;
   };
+  // The marked tiles are disjoint: they cover [0, rows) exactly iff their
+  // rows add up to `rows` and lie within it.
   std::vector<AttentionTile*> fresh;
   int64_t fresh_rows = 0;
   for (std::vector<AttentionTile>& step : steps) {
     for (AttentionTile& tile : step) {
-      const int64_t begin = tile.q_row;
-      const int64_t end = tile.q_row + tile.q_len;
       if (tile.q_len <= 0) continue;
-      const int64_t seen = covered(begin, end);
+      const Range tile_rows{tile.q_row, tile.q_row + tile.q_len};
+      const int64_t seen = covered(tile_rows);
       if (seen == tile.q_len) continue;
       if (seen > 0) return false;
       fresh.push_back(&tile);
       fresh_rows += tile.q_len;
-      written[begin] = end;
+      written[tile_rows.begin] = tile_rows.end;
     }
   }
-  if (rows <= 0 || fresh_rows != rows || covered(0, rows) != rows) return false;
+  if (rows <= 0 || fresh_rows != rows || covered(Range{0, rows}) != rows) {
+    return false;
+  }
   for (AttentionTile* tile : fresh) tile->fresh = true;
   return true;
 }
