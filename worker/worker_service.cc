@@ -1047,7 +1047,9 @@ class StoreContextReactor final
 // until the coordinator closes its side, answers how many it stored, then
 // carries the output rows its OutputLanes deal it (or ends as they say). After
 // the rows, `mutex_` orders the writes with the lanes' answer (Start or End),
-// which may come on any thread. Deletes itself in OnDone.
+// which may come on any thread. Deletes itself in OnDone, which may run on a
+// gRPC thread as soon as Finish is called: so Finish comes after the lock is
+// released, and nothing of the stream is touched after it.
 class AttachRowsReactor final
     : public grpc::ServerBidiReactor<v1::ExecuteRequest, v1::ExecuteResponse>,
       public AttachedRowStreams::Waiter,
@@ -1110,44 +1112,48 @@ class AttachRowsReactor final
   }
 
   void Start(std::shared_ptr<OutputDealer> dealer) override {
-    absl::MutexLock lock(&mutex_);
-    dealer_ = std::move(dealer);
-    if (writing_) return;
-    if (ended_.has_value()) {
-      Finish(ToGrpcStatus(*ended_));
-    } else {
-      WriteNextLocked();
+    std::optional<grpc::Status> finish;
+    {
+      absl::MutexLock lock(&mutex_);
+      dealer_ = std::move(dealer);
+      if (writing_) return;
+      finish = ended_.has_value() ? ToGrpcStatus(*ended_) : WriteNextLocked();
     }
+    if (finish.has_value()) Finish(*finish);
   }
 
   void End(absl::Status status) override {
-    absl::MutexLock lock(&mutex_);
-    if (writing_) {
-      ended_ = std::move(status);
-    } else {
-      Finish(ToGrpcStatus(status));
+    {
+      absl::MutexLock lock(&mutex_);
+      if (writing_) {
+        ended_ = std::move(status);
+        return;
+      }
     }
+    Finish(ToGrpcStatus(status));
   }
 
   void OnWriteDone(bool ok) override {
-    absl::MutexLock lock(&mutex_);
-    writing_ = false;
-    if (!ok) {
-      const absl::Status broken = absl::CancelledError(
-          "the stream broke while the output was being sent");
-      // Until the lanes answer, it is theirs to finish.
-      if (dealer_ == nullptr && !ended_.has_value() && !lanes_->Leave(this)) {
-        ended_ = broken;
-        return;
+    std::optional<grpc::Status> finish;
+    {
+      absl::MutexLock lock(&mutex_);
+      writing_ = false;
+      if (!ok) {
+        const absl::Status broken = absl::CancelledError(
+            "the stream broke while the output was being sent");
+        // Until the lanes answer, it is theirs to finish.
+        if (dealer_ == nullptr && !ended_.has_value() && !lanes_->Leave(this)) {
+          ended_ = broken;
+          return;
+        }
+        finish = ToGrpcStatus(broken);
+      } else if (ended_.has_value()) {
+        finish = ToGrpcStatus(*ended_);
+      } else if (dealer_ != nullptr) {
+        finish = WriteNextLocked();
       }
-      Finish(ToGrpcStatus(broken));
-      return;
     }
-    if (ended_.has_value()) {
-      Finish(ToGrpcStatus(*ended_));
-    } else if (dealer_ != nullptr) {
-      WriteNextLocked();
-    }
+    if (finish.has_value()) Finish(*finish);
   }
 
   void OnCancel() override {
@@ -1158,8 +1164,12 @@ class AttachRowsReactor final
           "cancelled while waiting for its Execute stream's header")));
       return;
     }
-    absl::MutexLock lock(&mutex_);
-    if (lanes_ != nullptr && !writing_ && lanes_->Leave(this)) {
+    bool left = false;
+    {
+      absl::MutexLock lock(&mutex_);
+      left = lanes_ != nullptr && !writing_ && lanes_->Leave(this);
+    }
+    if (left) {
       Finish(ToGrpcStatus(
           absl::CancelledError("cancelled while waiting for the output")));
     }
@@ -1168,15 +1178,15 @@ class AttachRowsReactor final
   void OnDone() override { delete this; }
 
  private:
-  // Writes the next output rows, or ends the stream once all are out.
-  void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+  // Starts writing the next output rows; once all are out, the status to
+  // finish with instead.
+  std::optional<grpc::Status> WriteNextLocked()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
     response_.Clear();
-    if (!dealer_->Next(response_.mutable_output())) {
-      Finish(grpc::Status::OK);
-      return;
-    }
+    if (!dealer_->Next(response_.mutable_output())) return grpc::Status::OK;
     writing_ = true;
     StartWrite(&response_);
+    return std::nullopt;
   }
 
   AttachedRowStreams& streams_;
