@@ -56,6 +56,11 @@ class TypedTensor {
   TypedTensor(DType dtype, Shape shape);
   // Takes over an fp32 tensor's memory.
   explicit TypedTensor(Tensor<float> values);
+  // A tensor of `shape` in `dtype` in memory it did not allocate: `data`, of
+  // at least that many bytes, which `owner` keeps until the tensor goes (a
+  // lent page-locked buffer, say). Uninitialized, as above.
+  TypedTensor(DType dtype, Shape shape, char* data, std::shared_ptr<void> owner)
+      : dtype_(dtype), shape_(shape), lent_(std::move(owner)), data_(data) {}
 
   TypedTensor(TypedTensor&&) = default;
   TypedTensor& operator=(TypedTensor&&) = default;
@@ -76,7 +81,8 @@ class TypedTensor {
   DType dtype_ = DType::kFloat32;
   Shape shape_;
   std::vector<float> fp32_;  // storage of an adopted fp32 tensor
-  std::unique_ptr<char[], DeleteInSteps> allocated_;  // storage otherwise
+  std::unique_ptr<char[], DeleteInSteps> allocated_;  // storage it allocated
+  std::shared_ptr<void> lent_;  // keeps storage it was lent
   char* data_ = nullptr;
 };
 

@@ -420,15 +420,38 @@ absl::Status GpuRingExecutor::Initialize() {
   }
   RINGATTN_RETURN_IF_ERROR(PlanSteps(step_tasks));
 
-  if (config_.host_staging) {
-    const DType host = HostDTypeOf(config_.dtype);
+  if (config_.host_staging) StageOnHost();
+  return absl::OkStatus();
+}
+
+void GpuRingExecutor::StageOnHost() {
+  const DType host = HostDTypeOf(config_.dtype);
+  const Shape kv = config_.resident_kv ? Shape() : kv_shape();
+  // Each tensor's start aligned as cudaMalloc aligns.
+  auto aligned_bytes = [host](const Shape& shape) {
+    return (shape.NumElements() * DTypeSize(host) + 255) / 256 * 256;
+  };
+  const int64_t q_bytes = aligned_bytes(q_shape());
+  const int64_t kv_bytes = aligned_bytes(kv);
+  std::optional<PinnedStagingPool::Lease> lease;
+  if (config_.staging_pool != nullptr) {
+    lease = config_.staging_pool->Lend(q_bytes + 2 * kv_bytes);
+  }
+  if (!lease.has_value()) {
     host_q_ = TypedTensor(host, q_shape());
     if (!config_.resident_kv) {
-      host_k_ = TypedTensor(host, kv_shape());
-      host_v_ = TypedTensor(host, kv_shape());
+      host_k_ = TypedTensor(host, kv);
+      host_v_ = TypedTensor(host, kv);
     }
+    return;
   }
-  return absl::OkStatus();
+  staging_lent_ = true;
+  host_q_ = TypedTensor(host, q_shape(), lease->data, lease->keeper);
+  if (!config_.resident_kv) {
+    host_k_ = TypedTensor(host, kv, lease->data + q_bytes, lease->keeper);
+    host_v_ =
+        TypedTensor(host, kv, lease->data + q_bytes + kv_bytes, lease->keeper);
+  }
 }
 
 absl::Status GpuRingExecutor::PlanSteps(

@@ -75,6 +75,7 @@
 #include "worker/device.h"
 #include "worker/device_context_store.h"
 #include "worker/gpu_dilated_tasks.h"
+#include "worker/pinned_staging_pool.h"
 #include "worker/ring_executor.h"
 #include "worker/work_list.h"
 
@@ -100,8 +101,10 @@ struct GpuRingConfig {
   int64_t tile_q_rows = 16384;
   int64_t tile_kv_rows = 16384;
   // Also hold the shard in host tensors of the compute dtype (host_q() ...),
-  // for RunStaged.
+  // for RunStaged: in one buffer lent by this pool where they fit it
+  // (staging_lent()), else in pageable memory.
   bool host_staging = false;
+  PinnedStagingPool* staging_pool = nullptr;
   // The route of block-sparse tasks.
   BlockSparseRoute block_sparse_route = BlockSparseRoute::kAuto;
   // K/V come from a resident context in device memory (UseResidentKv), not
@@ -294,6 +297,8 @@ class GpuRingExecutor {
   TypedView host_q() const { return host_q_.view(); }
   TypedView host_k() const { return host_k_.view(); }
   TypedView host_v() const { return host_v_.view(); }
+  // Whether they lie in a page-locked buffer of config().staging_pool.
+  bool staging_lent() const { return staging_lent_; }
 
   // Copies the host staging tensors to the device, Runs, and brings O back in
   // `output_dtype` (narrowed on the device; a 16-bit O reuses host_q()'s
@@ -341,6 +346,8 @@ class GpuRingExecutor {
   // Allocates the pool, the stream and the events, borrows a dispatcher and
   // tiles the plan.
   absl::Status Initialize();
+  // Makes the host staging tensors (config().host_staging).
+  void StageOnHost();
   // K and V of one block, batches `batch_stride` elements apart.
   struct KvBlock {
     const char* k = nullptr;
@@ -477,6 +484,7 @@ class GpuRingExecutor {
   TypedTensor host_q_;
   TypedTensor host_k_;
   TypedTensor host_v_;
+  bool staging_lent_ = false;
   // With resident_kv: this rank's rows of the context (UseResidentKv).
   ResidentKv resident_;
 };

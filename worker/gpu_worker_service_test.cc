@@ -38,24 +38,33 @@
 #include "kernels/cpu/reference_attention.h"
 #include "proto/spec_conversion.h"
 #include "worker/device.h"
+#include "worker/gpu_test_skip.h"
 #include "worker/nccl_communicator.h"
 #include "worker/worker_service.h"
 
 namespace ringattn {
 namespace {
 
+// Where a test worker stages its requests in host memory.
+enum class Staging {
+  kLentBuffers,  // page-locked buffers of its pool, as a short request's
+  kLockedAfter,  // faulted in and page-locked behind its rows, as a large one's
+};
+
 // One WorkerService on CUDA device `device` behind a gRPC server on
 // 127.0.0.1, meeting other workers in `store`.
 class GpuTestWorker {
  public:
-  GpuTestWorker(gloo::rendezvous::Store& store, int device) {
+  GpuTestWorker(gloo::rendezvous::Store& store, int device,
+                Staging staging = Staging::kLockedAfter) {
     connector_ = std::make_unique<NcclConnector>(store, device);
     WorkerServiceOptions options;
     options.cuda_device = device;
     options.memory_bytes = int64_t{8} << 30;
-    // Every request's staging is faulted in and page-locked behind its rows,
-    // as a large one's is.
-    options.background_page_fault_bytes = 0;
+    if (staging == Staging::kLockedAfter) {
+      options.pinned_staging_buffer_bytes = 0;
+      options.background_page_fault_bytes = 0;
+    }
     service_ = std::make_unique<WorkerService>(*connector_, options);
     grpc::ServerBuilder builder;
     int port = 0;
@@ -160,8 +169,10 @@ Tensor<float> Bf16Normal(std::mt19937& rng, int64_t len, int64_t heads,
 }
 
 // One causal GQA request of `strategy` (PASS_KV or PASS_Q: the same shards)
-// in every wire dtype on min(2, GPUs) workers, against the reference.
-void ExpectRanksOnGpusMatchTheReference(v1::Strategy strategy) {
+// in every wire dtype on min(2, GPUs) workers staging as `staging` says,
+// against the reference.
+void ExpectRanksOnGpusMatchTheReference(
+    v1::Strategy strategy, Staging staging = Staging::kLockedAfter) {
   const int ranks = CudaDeviceCount() >= 2 ? 2 : 1;
   AttentionSpec spec;
   spec.batch = 2;
@@ -200,7 +211,7 @@ void ExpectRanksOnGpusMatchTheReference(v1::Strategy strategy) {
     gloo::rendezvous::HashStore store;
     std::vector<std::unique_ptr<GpuTestWorker>> workers;
     for (int r = 0; r < ranks; ++r) {
-      workers.push_back(std::make_unique<GpuTestWorker>(store, r));
+      workers.push_back(std::make_unique<GpuTestWorker>(store, r, staging));
     }
     const std::string prefix =
         absl::StrCat("gpu-ring-", strategy, "-", DTypeName(dtype));
@@ -222,6 +233,8 @@ void ExpectRanksOnGpusMatchTheReference(v1::Strategy strategy) {
       ASSERT_TRUE(results[r].status.ok())
           << "rank " << r << ": " << results[r].status.error_message();
       ASSERT_TRUE(results[r].responses.back().has_done());
+      EXPECT_EQ(workers[r]->service().staging_buffers(),
+                staging == Staging::kLentBuffers ? 1 : 0);
       const v1::ExecuteDone& done = results[r].responses.back().done();
       EXPECT_EQ(done.ring_steps(), ranks);
       EXPECT_GT(done.peak_bytes(), 0);
@@ -273,6 +286,12 @@ TEST(GpuWorkerServiceTest, RanksOnGpusMatchTheReference) {
   }
   DisableNcclMulticast();
   ExpectRanksOnGpusMatchTheReference(v1::PASS_KV);
+}
+
+TEST(GpuWorkerServiceTest, RanksStagingInLentBuffersMatchTheReference) {
+  SKIP_WITHOUT_GPUS(1);
+  ExpectRanksOnGpusMatchTheReference(v1::PASS_KV, Staging::kLentBuffers);
+  ExpectRanksOnGpusMatchTheReference(v1::PASS_Q, Staging::kLentBuffers);
 }
 
 // PASS_Q forced in the header: CUDA workers run it (they used to answer

@@ -68,6 +68,10 @@ ABSL_FLAG(double, pinned_staging_gib,
           "to the device as DMA; while the request holds it, locked memory "
           "cannot be swapped out or used by anything else on the host "
           "(default: a quarter of this host's memory; 0: never)");
+ABSL_FLAG(int64_t, pinned_staging_buffer_mib, 16,
+          "with --device cuda:N, each of --max_concurrent requests whose host "
+          "staging fits this many MiB stages in a page-locked buffer kept for "
+          "reuse, allocated as first needed (0: none)");
 ABSL_FLAG(double, ring_timeout_seconds, 60,
           "how long a rank waits for its peers when a request sets no "
           "timeout");
@@ -171,6 +175,14 @@ int Main() {
   }
   options.most_pinned_staging_bytes =
       static_cast<int64_t>(pinned_gib * (int64_t{1} << 30));
+  const int64_t staging_buffer_mib =
+      absl::GetFlag(FLAGS_pinned_staging_buffer_mib);
+  if (staging_buffer_mib < 0) {
+    return Usage(
+        absl::StrCat("--pinned_staging_buffer_mib must not be negative, got ",
+                     staging_buffer_mib));
+  }
+  options.pinned_staging_buffer_bytes = staging_buffer_mib << 20;
   // Resident contexts may use as much again as requests in flight.
   options.context_memory_bytes = options.memory_bytes;
 

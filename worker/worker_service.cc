@@ -77,6 +77,7 @@ class ExecuteReactor final
                  ComputeThreads& compute_threads, ContextStore* host_contexts,
                  DeviceContextStore* device_contexts,
                  AttachedRowStreams& attached_rows,
+                 PinnedStagingPool* staging_pool,
                  const WorkerServiceOptions& options,
                  absl::StatusOr<ExecutionBudget::Ticket> ticket)
       : connector_(connector),
@@ -84,6 +85,7 @@ class ExecuteReactor final
         compute_threads_(compute_threads),
         host_contexts_(host_contexts),
         device_contexts_(device_contexts),
+        staging_pool_(staging_pool),
         options_(options),
         deadline_(absl::FromChrono(context->deadline())),
         rows_key_(attached_rows) {
@@ -362,6 +364,7 @@ class ExecuteReactor final
     config.device = options_.cuda_device;
     config.dtype = ComputeDTypeFor(wire_dtype_);
     config.host_staging = true;
+    config.staging_pool = staging_pool_;
     config = TunedRingConfig(spec_, config);
     if (!header.context().empty()) {
       // Computed in the dtype the context is held in, read where it lies.
@@ -517,7 +520,9 @@ class ExecuteReactor final
     }
     intake_ = std::make_shared<ShardIntake>(std::move(targets), wire_dtype_);
     const int64_t staged = q.bytes() + k.bytes() + v.bytes();
-    if (staged >= options_.background_page_fault_bytes) {
+    const bool page_locked =
+        gpu_executor_ != nullptr && gpu_executor_->staging_lent();
+    if (staged >= options_.background_page_fault_bytes && !page_locked) {
       // A CUDA worker's staging is also page-locked once it is in, so that
       // it crosses to the device (and O comes back) as DMA.
       BackgroundPageFaults::Then pin;
@@ -874,6 +879,7 @@ class ExecuteReactor final
   ComputeThreads& compute_threads_;
   ContextStore* const host_contexts_;          // on a CPU worker
   DeviceContextStore* const device_contexts_;  // on a CUDA worker
+  PinnedStagingPool* const staging_pool_;      // on a CUDA worker, or null
   const WorkerServiceOptions& options_;
   const absl::Time deadline_;
   ExecutionBudget::Ticket ticket_;
@@ -1222,6 +1228,11 @@ WorkerService::WorkerService(RingConnector& connector,
   if (options.cuda_device >= 0) {
     device_contexts_ = std::make_unique<DeviceContextStore>(
         options.cuda_device, options.context_memory_bytes);
+    if (options.pinned_staging_buffer_bytes > 0) {
+      staging_pool_ = std::make_unique<PinnedStagingPool>(
+          options.cuda_device, options.pinned_staging_buffer_bytes,
+          options.max_concurrent_executions);
+    }
   } else {
     host_contexts_ =
         std::make_unique<ContextStore>(options.context_memory_bytes);
@@ -1232,8 +1243,8 @@ grpc::ServerBidiReactor<v1::ExecuteRequest, v1::ExecuteResponse>*
 WorkerService::Execute(grpc::CallbackServerContext* context) {
   return new ExecuteReactor(context, connector_, communicators_,
                             compute_threads_, host_contexts_.get(),
-                            device_contexts_.get(), attached_rows_, options_,
-                            budget_.Admit());
+                            device_contexts_.get(), attached_rows_,
+                            staging_pool_.get(), options_, budget_.Admit());
 }
 
 grpc::ServerBidiReactor<v1::ExecuteRequest, v1::ExecuteResponse>*

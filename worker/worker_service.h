@@ -42,6 +42,7 @@
 #include "worker/context_store.h"
 #include "worker/device_context_store.h"
 #include "worker/execution_budget.h"
+#include "worker/pinned_staging_pool.h"
 
 namespace ringattn {
 
@@ -76,6 +77,11 @@ struct WorkerServiceOptions {
   // locked memory cannot be swapped out or given to anything else on the
   // host while the request holds it.
   int64_t most_pinned_staging_bytes = DefaultMostPinnedStagingBytes();
+  // A CUDA worker stages a request whose host staging fits this many bytes
+  // in a page-locked buffer of a PinnedStagingPool, one per execution at
+  // once (max_concurrent_executions), allocated as first needed and kept
+  // (0: none; such requests stage in pageable memory).
+  int64_t pinned_staging_buffer_bytes = kBackgroundPageFaultBytes;
 };
 
 class WorkerService final : public v1::Worker::CallbackService {
@@ -102,6 +108,10 @@ class WorkerService final : public v1::Worker::CallbackService {
 
   // Executions admitted and not yet finished.
   int active_executions() const { return budget_.executions(); }
+  // Page-locked staging buffers allocated so far (PinnedStagingPool).
+  int staging_buffers() const {
+    return staging_pool_ != nullptr ? staging_pool_->allocated() : 0;
+  }
   // Communicators made for communicator keys so far.
   int64_t cached_communicator_creations() const {
     return communicators_.creations();
@@ -118,6 +128,8 @@ class WorkerService final : public v1::Worker::CallbackService {
   // CUDA one (exactly one is set).
   std::unique_ptr<ContextStore> host_contexts_;
   std::unique_ptr<DeviceContextStore> device_contexts_;
+  // A CUDA worker's short requests stage here (nullptr: none).
+  std::unique_ptr<PinnedStagingPool> staging_pool_;
   // Outlives every stream: Execute streams open their shards to it.
   AttachedRowStreams attached_rows_;
   // Last, so that it is destroyed first: its work uses the members above.
