@@ -593,7 +593,22 @@ absl::StatusOr<v1::Summary> Client::AttendStreaming(
     OutputAssembler::Consumer consumer) {
   v1::AttendRequest header;
   *header.mutable_header() = WithWireDType(spec);
-  const v1::AttentionSpec& sent = header.header();
+  return RunStreaming(std::move(header), source, std::move(consumer));
+}
+
+absl::StatusOr<v1::Summary> Client::QueryStreaming(
+    const std::string& context, const v1::AttentionSpec& spec,
+    ChunkSource& source, OutputAssembler::Consumer consumer) {
+  v1::QueryRequest header;
+  header.mutable_header()->set_context(context);
+  *header.mutable_header()->mutable_spec() = WithWireDType(spec);
+  return RunStreaming(std::move(header), source, std::move(consumer));
+}
+
+template <typename Request>
+absl::StatusOr<v1::Summary> Client::RunStreaming(
+    Request header, ChunkSource& source, OutputAssembler::Consumer consumer) {
+  const v1::AttentionSpec& sent = *SpecOf(header);
   absl::StatusOr<DType> output_dtype = OutputDType(sent);
   if (!output_dtype.ok()) return output_dtype.status();
   const Shape q_shape{sent.batch(), sent.q_len(), sent.q_heads(),

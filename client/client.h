@@ -171,6 +171,15 @@ class Client {
                                      const HostTensor& k_new,
                                      const HostTensor& v_new);
 
+  // Query for a Q already in spec.wire_dtype, or too large for host memory:
+  // as AttendStreaming, with `source` yielding the Q chunks alone. Nothing is
+  // widened or narrowed on this side, so a bf16 caller's rows go out as they
+  // are and O comes back in spec.output_dtype. Not retried.
+  absl::StatusOr<v1::Summary> QueryStreaming(const std::string& context,
+                                             const v1::AttentionSpec& spec,
+                                             ChunkSource& source,
+                                             OutputAssembler::Consumer consumer);
+
   absl::Status DeleteContext(const std::string& name);
   absl::StatusOr<std::vector<v1::ContextInfo>> ListContexts();
 
@@ -190,6 +199,11 @@ class Client {
   template <typename Request>
   absl::StatusOr<v1::Summary> Run(Request header, ChunkSource& source,
                                   OutputAssembler& output);
+
+  // Checks the output's shape, then Runs one streaming call.
+  template <typename Request>
+  absl::StatusOr<v1::Summary> RunStreaming(Request header, ChunkSource& source,
+                                           OutputAssembler::Consumer consumer);
 
   // Runs `attempt` (one whole call, which sets `answered` once output came
   // back) up to options_.max_attempts times while it ends with UNAVAILABLE

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "client/chunking.h"
 #include "client/fake_attention.h"
 #include "core/dtype.h"
 #include "grpc/grpc.h"
@@ -347,6 +348,47 @@ TEST_F(ClientTest, ContextsUploadQueryListAndDelete) {
   const absl::Status missing = client->DeleteContext("doc");
   EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(missing.message(), "no context named 'doc'");
+}
+
+TEST_F(ClientTest, QueryStreamingSendsItsSourceAndHandsOnEachOutputChunk) {
+  std::unique_ptr<Client> client = Connect();
+  ASSERT_TRUE(
+      client->CreateContext("doc", k_.view(), v_.view(), v1::BF16).ok());
+  v1::AttentionSpec spec = SpecFor(q_shape_, kv_shape_);
+  spec.set_kv_len(0);
+  spec.set_wire_dtype(v1::BF16);
+  ChunkStream source(DType::kBFloat16, 200);
+  source.Add(v1::Q, q_.view());
+  // The fake echoes Q as O, three rows a chunk, in fp32.
+  std::vector<float> output(q_.values().size(), -1.0f);
+  int chunks = 0;
+  absl::StatusOr<v1::Summary> summary = client->QueryStreaming(
+      "doc", spec, source, [&](const v1::OutputChunk& chunk) {
+        ++chunks;
+        const int64_t row_values = q_shape_.heads * q_shape_.dim;
+        std::memcpy(&output[(chunk.batch() * q_shape_.seq +
+                             chunk.token_offset()) *
+                            row_values],
+                    chunk.data().data(), chunk.data().size());
+        return absl::OkStatus();
+      });
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->request_id(), "fake-1");
+  EXPECT_EQ(chunks, 6);  // 3 + 3 + 1 rows of each of 2 batch entries
+  EXPECT_EQ(service_.received(v1::Q).tensor.values(),
+            Rounded(q_, DType::kBFloat16));
+  EXPECT_EQ(output, Rounded(q_, DType::kBFloat16));
+
+  // The consumer's error ends the call with it.
+  ChunkStream again(DType::kBFloat16, 200);
+  again.Add(v1::Q, q_.view());
+  const absl::StatusOr<v1::Summary> refused = client->QueryStreaming(
+      "doc", spec, again, [](const v1::OutputChunk&) {
+        return absl::DataLossError("disk full");
+      });
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(refused.status().message().find("disk full"), std::string::npos)
+      << refused.status();
 }
 
 // A call that ends with UNAVAILABLE before any output (the coordinator's

@@ -3,7 +3,9 @@
 # context: for each round and each build a coordinator and one worker per GPU
 # start, service_bench uploads the context and times its queries, and both
 # stop. The coordinator and service_bench are the first build's; only the
-# worker changes, so a worker change is measured with all else equal.
+# worker (and FLAGS_A / FLAGS_B, service_bench flags of each side) changes, so
+# a worker change (or a client option: DIR_B = DIR_A) is measured with all
+# else equal.
 #
 #   bench/service/query_ab.sh OUT_DIR DIR_A DIR_B
 #
@@ -29,7 +31,7 @@ port=50171
 mkdir -p "$out"
 
 run_one() {
-  local name=$1 dir=$2 pids=() i rc
+  local name=$1 dir=$2 side_flags=$3 pids=() i rc
   local lib="$dir/lib:${LD_LIBRARY_PATH:-}" first="${dirs[0]}/lib:${LD_LIBRARY_PATH:-}"
   LD_LIBRARY_PATH=$first \
     "${dirs[0]}/ringattn-coordinator" --world_size="$gpus" --host=127.0.0.1 \
@@ -45,7 +47,8 @@ run_one() {
   LD_LIBRARY_PATH=$first timeout 540 \
     "${dirs[0]}/service_bench" --target=127.0.0.1:$port \
     --wait_ready_seconds=120 --lengths="$length" --query_rows="$query_rows" \
-    --query_repeats="$repeats" $flags >"$out/$name.md" 2>"$out/$name.err"
+    --query_repeats="$repeats" $flags $side_flags >"$out/$name.md" \
+    2>"$out/$name.err"
   rc=$?
   kill "${pids[@]}" 2>/dev/null
   wait "${pids[@]}" 2>/dev/null
@@ -57,8 +60,9 @@ run_one() {
 status=0
 for ((r = 1; r <= rounds; r++)); do
   for which in 0 1; do
-    name="r${r}_$([ $which = 0 ] && echo a || echo b)"
-    run_one "$name" "${dirs[$which]}" || status=1
+    side=a side_flags=${FLAGS_A:-}
+    [ $which = 1 ] && side=b side_flags=${FLAGS_B:-}
+    run_one "r${r}_$side" "${dirs[$which]}" "$side_flags" || status=1
   done
 done
 exit $status

@@ -41,6 +41,7 @@
 #include "core/dtype.h"
 #include "core/large_buffers.h"
 #include "core/tensor.h"
+#include "proto/spec_conversion.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "the coordinator");
 ABSL_FLAG(std::string, lengths, "262144",
@@ -70,6 +71,11 @@ ABSL_FLAG(std::string, query_rows, "",
           "with --decode_steps: also time queries of these many rows "
           "(comma-separated, no rows appended) against each context");
 ABSL_FLAG(int, query_repeats, 10, "how often each --query_rows query runs");
+ABSL_FLAG(bool, query_fp32_tensors, false,
+          "send --query_rows queries as fp32 tensors through Client::Query "
+          "(the client narrows Q to bf16 and widens O to fp32) instead of as "
+          "bf16 chunks through Client::QueryStreaming, as a caller holding "
+          "bf16 rows sends them");
 ABSL_FLAG(std::string, query_output_dtype, "BF16",
           "the dtype O of decode steps and --query_rows queries comes back in "
           "(FP32, FP16 or BF16; before the twenty-second session: FP32)");
@@ -139,14 +145,16 @@ struct Shapes {
 
 // The chunks of Q, K and V (batch 1, bf16), generated as they go, in order
 // or any chunk on demand (so that upload streams fill theirs in parallel);
-// from `first_tensor` on (1: only K and V, a context's upload).
+// those of tensors [first_tensor, end_tensor) (1 to 3: only K and V, a
+// context's upload; 0 to 1: only Q, a query's).
 class GeneratedSource : public ChunkSource {
  public:
   GeneratedSource(const RowPool& pool, const Shapes& shapes,
-                  int64_t chunk_bytes, int first_tensor = 0)
-      : pool_(pool), shapes_(shapes), first_tensor_(first_tensor) {
-    for (int tensor = first_tensor; tensor < 3; ++tensor) {
-      const int64_t length = tensor == 0 ? shapes_.nq : shapes_.n;
+                  int64_t chunk_bytes, int first_tensor = 0, int end_tensor = 3)
+      : pool_(pool), shapes_(shapes) {
+    for (int tensor = first_tensor; tensor < end_tensor; ++tensor) {
+      total_bytes_ += 2 * Length(tensor) * shapes_.RowValues(tensor);
+      const int64_t length = Length(tensor);
       const int64_t rows =
           std::max<int64_t>(1, chunk_bytes / (2 * shapes_.RowValues(tensor)));
       for (int64_t row = 0; row < length; row += rows) {
@@ -161,10 +169,7 @@ class GeneratedSource : public ChunkSource {
     return true;
   }
 
-  int64_t total_bytes() const override {
-    return 2 * ((first_tensor_ == 0 ? shapes_.nq * shapes_.RowValues(0) : 0) +
-                2 * shapes_.n * shapes_.RowValues(1));
-  }
+  int64_t total_bytes() const override { return total_bytes_; }
 
   int64_t chunk_count() override {
     return static_cast<int64_t>(places_.size());
@@ -202,9 +207,13 @@ class GeneratedSource : public ChunkSource {
     int64_t rows = 0;
   };
 
+  int64_t Length(int tensor) const {
+    return tensor == 0 ? shapes_.nq : shapes_.n;
+  }
+
   const RowPool& pool_;
   const Shapes shapes_;
-  const int first_tensor_;
+  int64_t total_bytes_ = 0;
   std::vector<Place> places_;
   int64_t next_ = 0;
   mutable std::atomic<int64_t> filled_{0};
@@ -380,12 +389,11 @@ RowCheck CheckRows(const std::vector<double>& want, const float* got,
 
 // Row 0 of a query of `nq` causal rows against `n` keys, checked.
 RowCheck CheckRowZero(const RowPool& pool, Shapes s, int64_t n, int64_t nq,
-                      const Tensor<float>& output, v1::DType output_dtype,
-                      int threads) {
+                      const float* row, v1::DType output_dtype, int threads) {
   s.nq = nq;
   s.n = n;
-  return CheckRows(Reference(pool, s, {0}, threads), output.values().data(),
-                   s.RowValues(0), output_dtype);
+  return CheckRows(Reference(pool, s, {0}, threads), row, s.RowValues(0),
+                   output_dtype);
 }
 
 // The compute seconds of the request's slowest worker.
@@ -414,17 +422,55 @@ struct QueryChoice {
   v1::PartialMerge merge = v1::MERGE_AUTO;
 };
 
+// One query of `spec` against context `name`: through QueryStreaming, its Q
+// rows made from the pool as bf16 chunks and O's row 0 kept, widened, in
+// `row0`; or with `q`, through Query with fp32 tensors (narrowed and widened
+// by the client), O's row 0 then copied into `row0`.
+absl::StatusOr<v1::Summary> QueryOnce(Client& client, const RowPool& pool,
+                                      Shapes s, const std::string& name,
+                                      const v1::AttentionSpec& spec,
+                                      int64_t chunk_bytes,
+                                      const Tensor<float>* q,
+                                      std::vector<float>& row0) {
+  const int64_t row_values = s.RowValues(0);
+  if (q != nullptr) {
+    absl::StatusOr<AttendResult> result = client.Query(name, spec, q->view());
+    if (!result.ok()) return result.status();
+    std::memcpy(row0.data(), result->output.values().data(),
+                sizeof(float) * row_values);
+    return result->summary;
+  }
+  s.nq = spec.q_len();
+  GeneratedSource source(pool, s, chunk_bytes, /*first_tensor=*/0,
+                         /*end_tensor=*/1);
+  absl::StatusOr<DType> dtype = DTypeFromProto(spec.output_dtype());
+  if (!dtype.ok()) return dtype.status();
+  return client.QueryStreaming(
+      name, spec, source, [&](const v1::OutputChunk& chunk) {
+        if (chunk.batch() == 0 && chunk.token_offset() == 0) {
+          ConvertToFloat(*dtype, chunk.data().data(), row0.data(), row_values);
+        }
+        return absl::OkStatus();
+      });
+}
+
 // Times `repeats` queries of `nq` rows (rows of the pool) against context
-// `name` of `n` tokens, no rows appended; returns a table row (p50 end to
-// end, inside the coordinator and the slowest worker's compute, and the share
-// of the time spent outside the GPUs), or the failure.
+// `name` of `n` tokens, no rows appended, sent as bf16 chunks
+// (QueryStreaming) or, with `fp32_tensors`, as fp32 tensors (Query); returns
+// a table row (p50 end to end, inside the coordinator and the slowest
+// worker's compute, and the share of the time spent outside the GPUs), or the
+// failure.
 std::string TimeQueries(Client& client, const RowPool& pool, const Shapes& s,
                         const std::string& name, int64_t n, int64_t nq,
-                        const QueryChoice& choice, int repeats, int threads) {
-  Tensor<float> q(Shape{1, nq, s.hq, s.d});
-  for (int64_t i = 0; i < nq; ++i) {
-    std::memcpy(q.view().Row(0, i, 0), pool.Floats(0, i, s.RowValues(0)),
-                sizeof(float) * s.RowValues(0));
+                        const QueryChoice& choice, int repeats,
+                        int64_t chunk_bytes, bool fp32_tensors, int threads) {
+  std::optional<Tensor<float>> q;
+  if (fp32_tensors) {
+    q.emplace(Shape{1, nq, s.hq, s.d});
+    for (int64_t i = 0; i < nq; ++i) {
+      std::memcpy(q->view().Row(0, i, 0), pool.Floats(0, i, s.RowValues(0)),
+                  sizeof(float) * s.RowValues(0));
+    }
   }
   v1::AttentionSpec spec;
   spec.set_batch(1);
@@ -438,27 +484,28 @@ std::string TimeQueries(Client& client, const RowPool& pool, const Shapes& s,
   spec.set_strategy(choice.strategy);
   spec.set_partial_merge(choice.merge);
   std::vector<double> latencies, coordinator, computes;
-  absl::StatusOr<AttendResult> result;
+  std::vector<float> row0(s.RowValues(0), NAN);
+  absl::StatusOr<v1::Summary> summary;
   for (int i = 0; i < repeats; ++i) {
     const Clock::time_point begin = Clock::now();
-    result = client.Query(name, spec, q.view());
-    if (!result.ok()) {
+    summary = QueryOnce(client, pool, s, name, spec, chunk_bytes,
+                        q.has_value() ? &*q : nullptr, row0);
+    if (!summary.ok()) {
       return absl::StrCat("| ", n, " | ", nq,
-                          " | failed: ", result.status().ToString(), " |");
+                          " | failed: ", summary.status().ToString(), " |");
     }
     latencies.push_back(Seconds(begin, Clock::now()));
-    coordinator.push_back(result->summary.seconds());
-    computes.push_back(SlowestWorkerCompute(result->summary));
+    coordinator.push_back(summary->seconds());
+    computes.push_back(SlowestWorkerCompute(*summary));
   }
-  const RowCheck check = CheckRowZero(pool, s, n, nq, result->output,
+  const RowCheck check = CheckRowZero(pool, s, n, nq, row0.data(),
                                       *QueryOutputDType(), threads);
   const double bytes = 2.0 * n * s.hkv * s.d * 2;
   const double compute = Quantile(computes, 0.5);
   const double latency = Quantile(latencies, 0.5);
-  std::string ran = v1::Strategy_Name(result->summary.strategy());
-  if (result->summary.strategy() == v1::BROADCAST_Q) {
-    absl::StrAppend(&ran, "/",
-                    v1::PartialMerge_Name(result->summary.partial_merge()));
+  std::string ran = v1::Strategy_Name(summary->strategy());
+  if (summary->strategy() == v1::BROADCAST_Q) {
+    absl::StrAppend(&ran, "/", v1::PartialMerge_Name(summary->partial_merge()));
   }
   return absl::StrFormat(
       "| %d | %d | %s | %.3f | %.3f | %.3f | %.3f | %.0f | %.0f%% | %.2g | %s "
@@ -543,7 +590,8 @@ bool RunDecodeSteps(Client& client, const RowPool& pool, Shapes s, int steps,
       for (const QueryChoice& choice : choices) {
         query_lines.push_back(
             TimeQueries(client, pool, s, name, s.n + steps, nq, choice,
-                        absl::GetFlag(FLAGS_query_repeats), threads));
+                        absl::GetFlag(FLAGS_query_repeats), chunk_bytes,
+                        absl::GetFlag(FLAGS_query_fp32_tensors), threads));
       }
     }
   }
@@ -554,7 +602,8 @@ bool RunDecodeSteps(Client& client, const RowPool& pool, Shapes s, int steps,
     return false;
   }
   // The last step's query row saw every key: the context and the new rows.
-  const RowCheck check = CheckRowZero(pool, s, s.n + steps, 1, result->output,
+  const RowCheck check = CheckRowZero(pool, s, s.n + steps, 1,
+                                      result->output.values().data(),
                                       *QueryOutputDType(), threads);
   std::printf(
       "| %lld | %.2f | %.2f | %d | %s | %.2f | %.2f | %.2f | %.2f | %.2f | "
