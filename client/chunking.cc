@@ -8,6 +8,11 @@
 
 namespace ringattn {
 
+int64_t SplitChunkBytes(int64_t chunk_bytes, int64_t total_bytes) {
+  return std::min(chunk_bytes,
+                  std::max(kLeastSplitChunkBytes, total_bytes / 32));
+}
+
 ChunkStream::ChunkStream(DType wire_dtype, int64_t chunk_bytes)
     : wire_dtype_(wire_dtype), chunk_bytes_(chunk_bytes) {}
 
@@ -18,8 +23,7 @@ void ChunkStream::Add(v1::TensorName name, View<const float> tensor) {
 void ChunkStream::Plan() {
   if (planned_) return;
   planned_ = true;
-  const int64_t chunk_bytes = std::min(
-      chunk_bytes_, std::max(kLeastSplitChunkBytes, total_bytes() / 32));
+  const int64_t chunk_bytes = SplitChunkBytes(chunk_bytes_, total_bytes());
   for (size_t e = 0; e < entries_.size(); ++e) {
     const Shape& shape = entries_[e].tensor.shape();
     const int64_t row_bytes =

@@ -42,21 +42,26 @@ class ChunkSource {
   virtual void Fill(int64_t index, v1::TensorChunk* chunk) const {}
 };
 
-// Hands out the chunks of one or more tensors in order: for each tensor, batch
-// entry by batch entry, runs of whole token rows of at most `chunk_bytes` wire
-// bytes (one row per chunk where a single row is larger), converted to the
-// wire dtype. An upload under 128 MiB goes in smaller chunks, about a
-// thirty-second of it each but not under kLeastSplitChunkBytes: the
+inline constexpr int64_t kLeastSplitChunkBytes = int64_t{256} << 10;
+
+// The most wire bytes a chunk of an upload of `total_bytes` carries, under
+// the client's `chunk_bytes`: an upload under 128 MiB goes in smaller chunks,
+// about a thirty-second of it each but not under kLeastSplitChunkBytes. The
 // coordinator forwards a chunk's rows to the workers while the client still
 // sends the next, so the hops overlap instead of each waiting for the whole
 // upload, and each of several streams carries several (2x H200: a 256-row
 // query, 2 MB, took 11.5-11.7 ms in 256 KiB chunks against 12.7-13.3 in one;
 // one H200: a 4096-row query, 32 MiB over 4 streams, 476-479 ms in 1 MiB
-// chunks against 483-486 in 4 MiB ones).
+// chunks against 483-486 in 4 MiB ones). A ChunkSource of the caller's does
+// best to cut its chunks so too.
+int64_t SplitChunkBytes(int64_t chunk_bytes, int64_t total_bytes);
+
+// Hands out the chunks of one or more tensors in order: for each tensor, batch
+// entry by batch entry, runs of whole token rows of at most SplitChunkBytes
+// wire bytes (one row per chunk where a single row is larger), converted to
+// the wire dtype.
 class ChunkStream : public ChunkSource {
  public:
-  static constexpr int64_t kLeastSplitChunkBytes = int64_t{256} << 10;
-
   // Requires chunk_bytes >= 1.
   ChunkStream(DType wire_dtype, int64_t chunk_bytes);
 

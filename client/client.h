@@ -175,10 +175,9 @@ class Client {
   // as AttendStreaming, with `source` yielding the Q chunks alone. Nothing is
   // widened or narrowed on this side, so a bf16 caller's rows go out as they
   // are and O comes back in spec.output_dtype. Not retried.
-  absl::StatusOr<v1::Summary> QueryStreaming(const std::string& context,
-                                             const v1::AttentionSpec& spec,
-                                             ChunkSource& source,
-                                             OutputAssembler::Consumer consumer);
+  absl::StatusOr<v1::Summary> QueryStreaming(
+      const std::string& context, const v1::AttentionSpec& spec,
+      ChunkSource& source, OutputAssembler::Consumer consumer);
 
   absl::Status DeleteContext(const std::string& name);
   absl::StatusOr<std::vector<v1::ContextInfo>> ListContexts();

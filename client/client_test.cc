@@ -366,10 +366,10 @@ TEST_F(ClientTest, QueryStreamingSendsItsSourceAndHandsOnEachOutputChunk) {
       "doc", spec, source, [&](const v1::OutputChunk& chunk) {
         ++chunks;
         const int64_t row_values = q_shape_.heads * q_shape_.dim;
-        std::memcpy(&output[(chunk.batch() * q_shape_.seq +
-                             chunk.token_offset()) *
-                            row_values],
-                    chunk.data().data(), chunk.data().size());
+        std::memcpy(
+            &output[(chunk.batch() * q_shape_.seq + chunk.token_offset()) *
+                    row_values],
+            chunk.data().data(), chunk.data().size());
         return absl::OkStatus();
       });
   ASSERT_TRUE(summary.ok()) << summary.status();
@@ -383,9 +383,8 @@ TEST_F(ClientTest, QueryStreamingSendsItsSourceAndHandsOnEachOutputChunk) {
   ChunkStream again(DType::kBFloat16, 200);
   again.Add(v1::Q, q_.view());
   const absl::StatusOr<v1::Summary> refused = client->QueryStreaming(
-      "doc", spec, again, [](const v1::OutputChunk&) {
-        return absl::DataLossError("disk full");
-      });
+      "doc", spec, again,
+      [](const v1::OutputChunk&) { return absl::DataLossError("disk full"); });
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(refused.status().message().find("disk full"), std::string::npos)
       << refused.status();

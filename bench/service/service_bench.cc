@@ -154,9 +154,13 @@ class GeneratedSource : public ChunkSource {
       : pool_(pool), shapes_(shapes) {
     for (int tensor = first_tensor; tensor < end_tensor; ++tensor) {
       total_bytes_ += 2 * Length(tensor) * shapes_.RowValues(tensor);
+    }
+    // Cut as the client's own ChunkStream cuts.
+    const int64_t most_bytes = SplitChunkBytes(chunk_bytes, total_bytes_);
+    for (int tensor = first_tensor; tensor < end_tensor; ++tensor) {
       const int64_t length = Length(tensor);
       const int64_t rows =
-          std::max<int64_t>(1, chunk_bytes / (2 * shapes_.RowValues(tensor)));
+          std::max<int64_t>(1, most_bytes / (2 * shapes_.RowValues(tensor)));
       for (int64_t row = 0; row < length; row += rows) {
         places_.push_back({tensor, row, std::min(rows, length - row)});
       }
@@ -498,8 +502,8 @@ std::string TimeQueries(Client& client, const RowPool& pool, const Shapes& s,
     coordinator.push_back(summary->seconds());
     computes.push_back(SlowestWorkerCompute(*summary));
   }
-  const RowCheck check = CheckRowZero(pool, s, n, nq, row0.data(),
-                                      *QueryOutputDType(), threads);
+  const RowCheck check =
+      CheckRowZero(pool, s, n, nq, row0.data(), *QueryOutputDType(), threads);
   const double bytes = 2.0 * n * s.hkv * s.d * 2;
   const double compute = Quantile(computes, 0.5);
   const double latency = Quantile(latencies, 0.5);
@@ -602,9 +606,9 @@ bool RunDecodeSteps(Client& client, const RowPool& pool, Shapes s, int steps,
     return false;
   }
   // The last step's query row saw every key: the context and the new rows.
-  const RowCheck check = CheckRowZero(pool, s, s.n + steps, 1,
-                                      result->output.values().data(),
-                                      *QueryOutputDType(), threads);
+  const RowCheck check =
+      CheckRowZero(pool, s, s.n + steps, 1, result->output.values().data(),
+                   *QueryOutputDType(), threads);
   std::printf(
       "| %lld | %.2f | %.2f | %d | %s | %.2f | %.2f | %.2f | %.2f | %.2f | "
       "%.2f | %.2g | %s |\n",
