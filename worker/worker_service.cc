@@ -14,6 +14,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "core/attention_spec.h"
 #include "core/dtype.h"
@@ -88,6 +89,7 @@ class ExecuteReactor final
         staging_pool_(staging_pool),
         options_(options),
         deadline_(absl::FromChrono(context->deadline())),
+        opened_(absl::Now()),
         rows_key_(attached_rows) {
     if (!ticket.ok()) {
       FinishWith(ticket.status());
@@ -392,6 +394,7 @@ class ExecuteReactor final
                  : GpuRingExecutor::DeviceBytesNeeded(spec_, rank_, world_size_,
                                                       config, layout)));
     }
+    const absl::Time creating = absl::Now();
     absl::StatusOr<std::unique_ptr<GpuRingExecutor>> executor =
         broadcast ? GpuRingExecutor::CreateBroadcast(
                         spec_, rank_, world_size_, config, std::move(kv_layout))
@@ -400,6 +403,7 @@ class ExecuteReactor final
                  : GpuRingExecutor::Create(spec_, rank_, world_size_, config,
                                            std::move(kv_layout));
     if (!executor.ok()) return executor.status();
+    const absl::Duration creation = absl::Now() - creating;
     gpu_executor_ = std::move(*executor);
     GpuRingExecutor& e = *gpu_executor_;
     StageShard(header, e.q_layout(), rank, e.host_q(), e.kv_layout(), rank,
@@ -407,8 +411,11 @@ class ExecuteReactor final
     LogHeader(broadcast ? "broadcast-Q"
               : pass_q  ? "pass-Q"
                         : "",
-              absl::StrCat(" on cuda:", config.device, " in ",
-                           DeviceDTypeName(config.dtype)),
+              absl::StrFormat(" on cuda:%d in %s (its executor made in %.3f "
+                              "ms%s)",
+                              config.device, DeviceDTypeName(config.dtype),
+                              absl::ToDoubleMilliseconds(creation),
+                              e.staging_lent() ? ", staging lent" : ""),
               "device bytes");
     return absl::OkStatus();
   }
@@ -558,7 +565,10 @@ class ExecuteReactor final
                      DTypeName(wire_dtype_), "; shard of ",
                      intake_->target(0).rows().shape().seq, " query and ",
                      intake_->target(1).rows().shape().seq, " key rows", where,
-                     ", ", ticket_.reserved_bytes(), " ", unit));
+                     ", ", ticket_.reserved_bytes(), " ", unit,
+                     absl::StrFormat(
+                         "; %.3f ms after the stream opened",
+                         absl::ToDoubleMilliseconds(absl::Now() - opened_))));
   }
 
   // Gives the executor this rank's K/V rows of the resident context of
@@ -882,6 +892,7 @@ class ExecuteReactor final
   PinnedStagingPool* const staging_pool_;      // on a CUDA worker, or null
   const WorkerServiceOptions& options_;
   const absl::Time deadline_;
+  const absl::Time opened_;  // when gRPC made the stream
   ExecutionBudget::Ticket ticket_;
 
   v1::ExecuteRequest request_;

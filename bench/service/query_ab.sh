@@ -14,8 +14,10 @@
 # LD_LIBRARY_PATH. Environment: ROUNDS (default 2), GPUS (default 1), LENGTH
 # (context tokens, default 4194304), QUERY_ROWS (default
 # "16,64,256,1024,4096"), REPEATS (each query's, default 10), BENCH_FLAGS
-# (more service_bench flags, default "--upload_streams=4 --download_streams=4
-# --kv_heads=8 --check_rows=1 --decode_steps=20"). Writes OUT_DIR/ROUND_NAME.md
+# (more service_bench flags, default "--kv_heads=8 --check_rows=1
+# --decode_steps=20": the client's automatic streams, 4 each way from 8 MiB;
+# forcing 4 costs a small query 0.5-1 ms to attach them). Writes
+# OUT_DIR/ROUND_NAME.md
 # (service_bench's tables) and the processes' logs; prints each run's rows.
 set -uo pipefail
 
@@ -26,7 +28,7 @@ gpus=${GPUS:-1}
 length=${LENGTH:-4194304}
 query_rows=${QUERY_ROWS:-16,64,256,1024,4096}
 repeats=${REPEATS:-10}
-flags=${BENCH_FLAGS:---upload_streams=4 --download_streams=4 --kv_heads=8 --check_rows=1 --decode_steps=20}
+flags=${BENCH_FLAGS:---kv_heads=8 --check_rows=1 --decode_steps=20}
 port=50171
 mkdir -p "$out"
 
