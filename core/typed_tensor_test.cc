@@ -2,6 +2,9 @@
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <optional>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -25,6 +28,28 @@ TEST(TypedTensorTest, AdoptsAnFp32TensorWithoutCopying) {
   EXPECT_EQ(t.dtype(), DType::kFloat32);
   EXPECT_EQ(t.floats().data(), storage);
   EXPECT_EQ(t.floats().At(0, 1, 0, 1), 7.5f);
+}
+
+TEST(TypedTensorTest, LentStorageIsKeptUntilTheLastTensorOnItGoes) {
+  std::vector<char> buffer(2 * 3 * 4 * 2 + 100);
+  int returned = 0;
+  std::shared_ptr<void> owner(buffer.data(),
+                              [&returned](void*) { ++returned; });
+  std::optional<TypedTensor> moved;
+  {
+    TypedTensor first(DType::kFloat16, Shape{1, 3, 4, 2}, buffer.data(), owner);
+    TypedTensor second(DType::kFloat16, Shape{1, 3, 4, 2}, buffer.data() + 48,
+                       owner);
+    owner.reset();
+    EXPECT_EQ(first.view().data(), buffer.data());
+    EXPECT_EQ(second.view().Row(0, 1), buffer.data() + 48 + 4 * 2 * 2);
+    moved.emplace(std::move(first));
+  }
+  // `second` went; the moved `first` still holds the storage.
+  EXPECT_EQ(returned, 0);
+  EXPECT_EQ(moved->view().data(), buffer.data());
+  moved.reset();
+  EXPECT_EQ(returned, 1);
 }
 
 TEST(TypedTensorTest, CopyTypedNarrowsAndWidensAsTheScalarConversions) {
