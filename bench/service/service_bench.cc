@@ -430,7 +430,7 @@ struct QueryChoice {
 // rows made from the pool as bf16 chunks and O's row 0 kept, widened, in
 // `row0`; or with `q`, through Query with fp32 tensors (narrowed and widened
 // by the client), O's row 0 then copied into `row0`.
-absl::StatusOr<v1::Summary> QueryOnce(Client& client, const RowPool& pool,
+absl::StatusOr<v1::Summary> SendQuery(Client& client, const RowPool& pool,
                                       Shapes s, const std::string& name,
                                       const v1::AttentionSpec& spec,
                                       int64_t chunk_bytes,
@@ -492,7 +492,7 @@ std::string TimeQueries(Client& client, const RowPool& pool, const Shapes& s,
   absl::StatusOr<v1::Summary> summary;
   for (int i = 0; i < repeats; ++i) {
     const Clock::time_point begin = Clock::now();
-    summary = QueryOnce(client, pool, s, name, spec, chunk_bytes,
+    summary = SendQuery(client, pool, s, name, spec, chunk_bytes,
                         q.has_value() ? &*q : nullptr, row0);
     if (!summary.ok()) {
       return absl::StrCat("| ", n, " | ", nq,
