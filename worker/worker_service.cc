@@ -81,7 +81,8 @@ class ExecuteReactor final
                  PinnedStagingPool* staging_pool,
                  const WorkerServiceOptions& options,
                  absl::StatusOr<ExecutionBudget::Ticket> ticket)
-      : connector_(connector),
+      : context_(context),
+        connector_(connector),
         communicators_(communicators),
         compute_threads_(compute_threads),
         host_contexts_(host_contexts),
@@ -103,9 +104,13 @@ class ExecuteReactor final
 
   void OnReadDone(bool ok) override {
     if (!ok) {
-      FinishWith(absl::InvalidArgumentError(
-          "the stream ended before 'run': send a header, the shard's rows, "
-          "then run"));
+      // A cancel fails the read too, and may come before OnCancel.
+      FinishWith(context_->IsCancelled()
+                     ? absl::CancelledError("the stream was cancelled before "
+                                            "'run'")
+                     : absl::InvalidArgumentError(
+                           "the stream ended before 'run': send a header, "
+                           "the shard's rows, then run"));
       return;
     }
     const absl::Status status = Accept(request_);
@@ -884,6 +889,7 @@ class ExecuteReactor final
     StartWriteAndFinish(&response_, grpc::WriteOptions(), grpc::Status::OK);
   }
 
+  grpc::CallbackServerContext* const context_;  // gRPC's, until OnDone
   RingConnector& connector_;
   CommunicatorCache& communicators_;
   ComputeThreads& compute_threads_;
