@@ -968,11 +968,13 @@ class ExecuteReactor final
 class StoreContextReactor final
     : public grpc::ServerReadReactor<v1::StoreContextRequest> {
  public:
-  StoreContextReactor(ResidentContexts& contexts, ComputeThreads& threads,
+  StoreContextReactor(grpc::CallbackServerContext* context,
+                      ResidentContexts& contexts, ComputeThreads& threads,
                       AttachedRowStreams& attached_rows,
                       const WorkerServiceOptions& options,
                       v1::StoreContextResponse* response)
-      : contexts_(contexts),
+      : context_(context),
+        contexts_(contexts),
         threads_(threads),
         response_(response),
         piece_(options.cuda_device, options.most_pinned_staging_bytes),
@@ -994,7 +996,8 @@ class StoreContextReactor final
     // cancels the stream when the upload failed elsewhere: a piece not yet
     // stored by then is not stored (it drops those that were).
     rows_key_.Close();
-    if (cancelled_) {
+    // A cancel fails the read too, and may come before OnCancel.
+    if (cancelled_ || context_->IsCancelled()) {
       End(absl::CancelledError("the upload was cancelled; nothing stored"));
       return;
     }
@@ -1052,6 +1055,7 @@ class StoreContextReactor final
     return absl::OkStatus();
   }
 
+  grpc::CallbackServerContext* const context_;  // gRPC's, until OnDone
   ResidentContexts& contexts_;
   ComputeThreads& threads_;
   v1::StoreContextResponse* const response_;
@@ -1275,9 +1279,9 @@ ResidentContexts& WorkerService::contexts() {
 }
 
 grpc::ServerReadReactor<v1::StoreContextRequest>* WorkerService::StoreContext(
-    grpc::CallbackServerContext*, v1::StoreContextResponse* response) {
-  return new StoreContextReactor(contexts(), compute_threads_, attached_rows_,
-                                 options_, response);
+    grpc::CallbackServerContext* context, v1::StoreContextResponse* response) {
+  return new StoreContextReactor(context, contexts(), compute_threads_,
+                                 attached_rows_, options_, response);
 }
 
 grpc::ServerUnaryReactor* WorkerService::DropContext(

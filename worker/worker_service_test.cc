@@ -1168,6 +1168,12 @@ class KeyedPieceStream {
     stream_->WritesDone();
     return stream_->Finish();
   }
+  // Cancels the stream instead, as the coordinator does when the upload
+  // failed elsewhere.
+  grpc::Status Cancel() {
+    context_.TryCancel();
+    return stream_->Finish();
+  }
   int64_t bytes() const { return response_.bytes(); }
 
  private:
@@ -1224,6 +1230,32 @@ TEST(WorkerServiceAttachedRows, ContextPieceMissingAttachedRowsStoresNothing) {
   const ExecuteResult query =
       Execute(worker.stub(), QueryOfTenPositions("c", 0.5));
   EXPECT_FALSE(query.status.ok());
+}
+
+// A piece whose stream is cancelled with all its rows in is not stored, and
+// its attached streams end CANCELLED (many rounds: a cancel also fails the
+// stream's read, which gRPC may report before OnCancel).
+TEST(WorkerServiceAttachedRows, CancelledContextPieceStoresNothing) {
+  gloo::rendezvous::HashStore store;
+  TestWorker worker(store, WorkerServiceOptions());
+  for (int round = 0; round < 30; ++round) {
+    SCOPED_TRACE(absl::StrCat("round ", round));
+    const std::string name = absl::StrCat("c", round);
+    const std::string key = absl::StrCat("cancelled-piece/", round);
+    KeyedPieceStream piece(worker.stub(), name, {0, 10}, key);
+    AttachedStream attached(worker.stub(), key,
+                            {ZeroRows(v1::K, 0, 0, 10, kPieceRowBytes),
+                             ZeroRows(v1::V, 0, 0, 10, kPieceRowBytes)});
+    EXPECT_EQ(attached.WaitStored(), 20);
+    EXPECT_EQ(piece.Cancel().error_code(), grpc::StatusCode::CANCELLED);
+    const grpc::Status ended = attached.Join();
+    EXPECT_EQ(ended.error_code(), grpc::StatusCode::CANCELLED)
+        << ended.error_message();
+    const ExecuteResult query =
+        Execute(worker.stub(), QueryOfTenPositions(name, 0.5));
+    EXPECT_EQ(query.status.error_code(), grpc::StatusCode::NOT_FOUND)
+        << query.status.error_message();
+  }
 }
 
 // A piece whose header is refused: the attached streams waiting for its key
