@@ -996,15 +996,13 @@ class StoreContextReactor final
     // cancels the stream when the upload failed elsewhere: a piece not yet
     // stored by then is not stored (it drops those that were).
     rows_key_.Close();
-    // A cancel fails the read too, and may come before OnCancel.
-    if (cancelled_ || context_->IsCancelled()) {
+    // A cancel fails the read too (whether or not OnCancel came yet).
+    if (context_->IsCancelled()) {
       End(absl::CancelledError("the upload was cancelled; nothing stored"));
       return;
     }
     threads_.Run([this] { End(Commit()); });
   }
-
-  void OnCancel() override { cancelled_ = true; }
 
   void OnDone() override { delete this; }
 
@@ -1060,7 +1058,6 @@ class StoreContextReactor final
   ComputeThreads& threads_;
   v1::StoreContextResponse* const response_;
   absl::Time started_;  // when the header came
-  std::atomic<bool> cancelled_{false};
   v1::StoreContextRequest request_;
   ContextPiece piece_;
   // The header's rows_key while attached streams may join.
