@@ -1057,23 +1057,30 @@ TEST(WorkerServiceAttachedRows, StreamCarryingAHeaderIsInvalidArgument) {
   Finish(*stream);
 }
 
-TEST(WorkerServiceAttachedRows, StreamAfterRunIsRefused) {
-  gloo::rendezvous::HashStore store;
-  TestWorker worker(store, WorkerServiceOptions());
+// A whole request of Spec(10, false) for a world of one, zero rows, under
+// `rows_key` (none if empty).
+std::vector<v1::ExecuteRequest> WorldOfOneRequests(
+    const std::string& prefix, const std::string& rows_key) {
   const AttentionSpec spec = Spec(10, false);
-  std::vector<v1::ExecuteRequest> requests =
-      KeyedRingRequests(spec, 0, "late", "", 20);
-  requests.front().mutable_header()->set_world_size(1);
-  requests.front().mutable_header()->set_rows_key("late/0");
+  v1::ExecuteRequest header = KeyedRingRequests(spec, 0, prefix, "", 20)[0];
+  header.mutable_header()->set_world_size(1);
+  header.mutable_header()->set_rows_key(rows_key);
   // A world of one holds every row: rank 0 of two held half.
-  requests = {requests.front()};
+  std::vector<v1::ExecuteRequest> requests = {header};
   for (int64_t b = 0; b < spec.batch; ++b) {
     requests.push_back(ZeroRows(v1::Q, b, 0, 10, 4 * 16 * 4));
     requests.push_back(ZeroRows(v1::K, b, 0, 10, 2 * 16 * 4));
     requests.push_back(ZeroRows(v1::V, b, 0, 10, 2 * 16 * 4));
   }
   requests.push_back(RunMessage());
-  const ExecuteResult result = Execute(worker.stub(), requests);
+  return requests;
+}
+
+TEST(WorkerServiceAttachedRows, StreamAfterRunIsRefused) {
+  gloo::rendezvous::HashStore store;
+  TestWorker worker(store, WorkerServiceOptions());
+  const ExecuteResult result =
+      Execute(worker.stub(), WorldOfOneRequests("late", "late/0"));
   ASSERT_TRUE(result.status.ok()) << result.status.error_message();
   AttachedStream late(worker.stub(), "late/0",
                       {ZeroRows(v1::Q, 0, 0, 1, 4 * 16 * 4)});
@@ -1094,19 +1101,18 @@ TEST(WorkerServiceAttachedRows, CancelledExecuteStreamEndsItsWaitingStreams) {
   for (int round = 0; round < 30; ++round) {
     SCOPED_TRACE(absl::StrCat("round ", round));
     const std::string key = absl::StrCat("cancelled/", round);
-    v1::ExecuteRequest header = KeyedRingRequests(
-        spec, 0, absl::StrCat("cancelled-", round), "", 20)[0];
-    header.mutable_header()->set_world_size(1);
-    header.mutable_header()->set_rows_key(key);
+    const std::vector<v1::ExecuteRequest> requests =
+        WorldOfOneRequests(absl::StrCat("cancelled-", round), key);
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
     auto stream = worker.stub().Execute(&context);
-    ASSERT_TRUE(stream->Write(header));
+    ASSERT_TRUE(stream->Write(requests.front()));
+    // The rows go on attached streams, Q on one, K and V on the other; 'run'
+    // never comes.
     std::vector<v1::ExecuteRequest> queries, keys;
-    for (int64_t b = 0; b < spec.batch; ++b) {
-      queries.push_back(ZeroRows(v1::Q, b, 0, 10, 4 * 16 * 4));
-      keys.push_back(ZeroRows(v1::K, b, 0, 10, 2 * 16 * 4));
-      keys.push_back(ZeroRows(v1::V, b, 0, 10, 2 * 16 * 4));
+    for (const v1::ExecuteRequest& request : requests) {
+      if (!request.has_rows()) continue;
+      (request.rows().tensor() == v1::Q ? queries : keys).push_back(request);
     }
     AttachedStream with_queries(worker.stub(), key, queries);
     AttachedStream with_keys(worker.stub(), key, keys);
@@ -1122,17 +1128,8 @@ TEST(WorkerServiceAttachedRows, CancelledExecuteStreamEndsItsWaitingStreams) {
     EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
   }
   // Every cancelled stream gave its execution slot back.
-  std::vector<v1::ExecuteRequest> whole =
-      KeyedRingRequests(spec, 0, "after", "", 20);
-  whole.front().mutable_header()->set_world_size(1);
-  whole = {whole.front()};
-  for (int64_t b = 0; b < spec.batch; ++b) {
-    whole.push_back(ZeroRows(v1::Q, b, 0, 10, 4 * 16 * 4));
-    whole.push_back(ZeroRows(v1::K, b, 0, 10, 2 * 16 * 4));
-    whole.push_back(ZeroRows(v1::V, b, 0, 10, 2 * 16 * 4));
-  }
-  whole.push_back(RunMessage());
-  const ExecuteResult after = Execute(worker.stub(), whole);
+  const ExecuteResult after =
+      Execute(worker.stub(), WorldOfOneRequests("after", ""));
   EXPECT_TRUE(after.status.ok()) << after.status.error_message();
 }
 
