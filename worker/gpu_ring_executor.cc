@@ -433,11 +433,11 @@ void GpuRingExecutor::StageOnHost() {
   };
   const int64_t q_bytes = aligned_bytes(q_shape());
   const int64_t kv_bytes = aligned_bytes(kv);
-  std::optional<PinnedStagingPool::Lease> lease;
+  std::shared_ptr<char> lease;
   if (config_.staging_pool != nullptr) {
     lease = config_.staging_pool->Lend(q_bytes + 2 * kv_bytes);
   }
-  if (!lease.has_value()) {
+  if (lease == nullptr) {
     host_q_ = TypedTensor(host, q_shape());
     if (!config_.resident_kv) {
       host_k_ = TypedTensor(host, kv);
@@ -446,11 +446,10 @@ void GpuRingExecutor::StageOnHost() {
     return;
   }
   staging_lent_ = true;
-  host_q_ = TypedTensor(host, q_shape(), lease->data, lease->keeper);
+  host_q_ = TypedTensor(host, q_shape(), lease.get(), lease);
   if (!config_.resident_kv) {
-    host_k_ = TypedTensor(host, kv, lease->data + q_bytes, lease->keeper);
-    host_v_ =
-        TypedTensor(host, kv, lease->data + q_bytes + kv_bytes, lease->keeper);
+    host_k_ = TypedTensor(host, kv, lease.get() + q_bytes, lease);
+    host_v_ = TypedTensor(host, kv, lease.get() + q_bytes + kv_bytes, lease);
   }
 }
 

@@ -90,17 +90,12 @@ PinnedStagingPool::PinnedStagingPool(int device, int64_t buffer_bytes,
                                      int most_buffers)
     : buffers_(std::make_shared<Buffers>(device, buffer_bytes, most_buffers)) {}
 
-std::optional<PinnedStagingPool::Lease> PinnedStagingPool::Lend(int64_t bytes) {
-  if (bytes > buffers_->buffer_bytes()) return std::nullopt;
+std::shared_ptr<char> PinnedStagingPool::Lend(int64_t bytes) {
+  if (bytes > buffers_->buffer_bytes()) return nullptr;
   char* buffer = buffers_->Take();
-  if (buffer == nullptr) return std::nullopt;
-  Lease lease;
-  lease.data = buffer;
-  lease.keeper =
-      std::shared_ptr<void>(buffer, [buffers = buffers_](void* lent) {
-        buffers->Give(static_cast<char*>(lent));
-      });
-  return lease;
+  if (buffer == nullptr) return nullptr;
+  return std::shared_ptr<char>(
+      buffer, [buffers = buffers_](char* lent) { buffers->Give(lent); });
 }
 
 int64_t PinnedStagingPool::buffer_bytes() const {

@@ -13,28 +13,21 @@
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 
 namespace ringattn {
 
 class PinnedStagingPool {
  public:
-  // A lent buffer: `data`, buffer_bytes() long, until the last copy of
-  // `keeper` goes, which gives it back.
-  struct Lease {
-    char* data = nullptr;
-    std::shared_ptr<void> keeper;
-  };
-
   PinnedStagingPool(int device, int64_t buffer_bytes, int most_buffers);
 
   PinnedStagingPool(const PinnedStagingPool&) = delete;
   PinnedStagingPool& operator=(const PinnedStagingPool&) = delete;
 
-  // A buffer for `bytes`, or none (the caller stages in pageable memory):
-  // more than buffer_bytes(), every buffer lent, or CUDA could not allocate
-  // one (logged; the thread's CUDA error state is left clear).
-  std::optional<Lease> Lend(int64_t bytes);
+  // A buffer of buffer_bytes() for `bytes`, given back once the last copy of
+  // the pointer goes; null (the caller stages in pageable memory) for more
+  // than buffer_bytes(), with every buffer lent, or where CUDA could not
+  // allocate one (logged; the thread's CUDA error state is left clear).
+  std::shared_ptr<char> Lend(int64_t bytes);
 
   int64_t buffer_bytes() const;
   // Buffers allocated so far, and of them lent now.
