@@ -5,7 +5,8 @@
 # stop. The coordinator and service_bench are the first build's; only the
 # worker (and FLAGS_A / FLAGS_B, service_bench flags of each side) changes, so
 # a worker change (or a client option: DIR_B = DIR_A) is measured with all
-# else equal.
+# else equal. With WHOLE_SIDES=1 each side runs its own coordinator and
+# service_bench too (a client or coordinator change).
 #
 #   bench/service/query_ab.sh OUT_DIR DIR_A DIR_B
 #
@@ -34,9 +35,11 @@ mkdir -p "$out"
 
 run_one() {
   local name=$1 dir=$2 side_flags=$3 pids=() i rc
-  local lib="$dir/lib:${LD_LIBRARY_PATH:-}" first="${dirs[0]}/lib:${LD_LIBRARY_PATH:-}"
+  local lib="$dir/lib:${LD_LIBRARY_PATH:-}" front=${dirs[0]}
+  [ "${WHOLE_SIDES:-0}" = 1 ] && front=$dir
+  local first="$front/lib:${LD_LIBRARY_PATH:-}"
   LD_LIBRARY_PATH=$first \
-    "${dirs[0]}/ringattn-coordinator" --world_size="$gpus" --host=127.0.0.1 \
+    "$front/ringattn-coordinator" --world_size="$gpus" --host=127.0.0.1 \
     --port=$port --http_port=0 --max_request_bytes=$((1 << 40)) \
     --max_inflight_bytes=$((1 << 40)) >"$out/$name.coordinator.log" 2>&1 &
   pids+=($!)
@@ -47,7 +50,7 @@ run_one() {
   done
   # shellcheck disable=SC2086
   LD_LIBRARY_PATH=$first timeout 540 \
-    "${dirs[0]}/service_bench" --target=127.0.0.1:$port \
+    "$front/service_bench" --target=127.0.0.1:$port \
     --wait_ready_seconds=120 --lengths="$length" --query_rows="$query_rows" \
     --query_repeats="$repeats" $flags $side_flags >"$out/$name.md" \
     2>"$out/$name.err"

@@ -36,6 +36,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "client/chunking.h"
 #include "client/client.h"
 #include "core/dtype.h"
@@ -76,6 +78,11 @@ ABSL_FLAG(bool, query_fp32_tensors, false,
           "(the client narrows Q to bf16 and widens O to fp32) instead of as "
           "bf16 chunks through Client::QueryStreaming, as a caller holding "
           "bf16 rows sends them");
+ABSL_FLAG(bool, query_timeline, false,
+          "with --query_rows: write a line to stderr per timed query: its "
+          "request id, and when the client began it, took its first output and "
+          "was done (local time, stamped as the processes' logs stamp theirs; "
+          "bench/service/query_phases.py joins them)");
 ABSL_FLAG(std::string, query_output_dtype, "BF16",
           "the dtype O of decode steps and --query_rows queries comes back in "
           "(FP32, FP16 or BF16; before the twenty-second session: FP32)");
@@ -430,12 +437,10 @@ struct QueryChoice {
 // rows made from the pool as bf16 chunks and O's row 0 kept, widened, in
 // `row0`; or with `q`, through Query with fp32 tensors (narrowed and widened
 // by the client), O's row 0 then copied into `row0`.
-absl::StatusOr<v1::Summary> SendQuery(Client& client, const RowPool& pool,
-                                      Shapes s, const std::string& name,
-                                      const v1::AttentionSpec& spec,
-                                      int64_t chunk_bytes,
-                                      const Tensor<float>* q,
-                                      std::vector<float>& row0) {
+absl::StatusOr<v1::Summary> SendQuery(
+    Client& client, const RowPool& pool, Shapes s, const std::string& name,
+    const v1::AttentionSpec& spec, int64_t chunk_bytes, const Tensor<float>* q,
+    std::vector<float>& row0, absl::Time& first_output) {
   const int64_t row_values = s.RowValues(0);
   if (q != nullptr) {
     absl::StatusOr<AttendResult> result = client.Query(name, spec, q->view());
@@ -451,6 +456,7 @@ absl::StatusOr<v1::Summary> SendQuery(Client& client, const RowPool& pool,
   if (!dtype.ok()) return dtype.status();
   return client.QueryStreaming(
       name, spec, source, [&](const v1::OutputChunk& chunk) {
+        if (first_output == absl::InfiniteFuture()) first_output = absl::Now();
         if (chunk.batch() == 0 && chunk.token_offset() == 0) {
           ConvertToFloat(*dtype, chunk.data().data(), row0.data(), row_values);
         }
@@ -492,11 +498,28 @@ std::string TimeQueries(Client& client, const RowPool& pool, const Shapes& s,
   absl::StatusOr<v1::Summary> summary;
   for (int i = 0; i < repeats; ++i) {
     const Clock::time_point begin = Clock::now();
+    const absl::Time began = absl::Now();
+    absl::Time first_output = absl::InfiniteFuture();
     summary = SendQuery(client, pool, s, name, spec, chunk_bytes,
-                        q.has_value() ? &*q : nullptr, row0);
+                        q.has_value() ? &*q : nullptr, row0, first_output);
     if (!summary.ok()) {
       return absl::StrCat("| ", n, " | ", nq,
                           " | failed: ", summary.status().ToString(), " |");
+    }
+    if (absl::GetFlag(FLAGS_query_timeline)) {
+      const absl::Time done = absl::Now();
+      auto stamp = [](absl::Time t) {
+        return t == absl::InfiniteFuture()
+                   ? std::string("-")
+                   : absl::FormatTime("%Y-%m-%d %H:%M:%E6S", t,
+                                      absl::LocalTimeZone());
+      };
+      std::fprintf(stderr,
+                   "timeline: request %s: %lld rows; began %s, first output "
+                   "%s, done %s\n",
+                   summary->request_id().c_str(), static_cast<long long>(nq),
+                   stamp(began).c_str(), stamp(first_output).c_str(),
+                   stamp(done).c_str());
     }
     latencies.push_back(Seconds(begin, Clock::now()));
     coordinator.push_back(summary->seconds());
