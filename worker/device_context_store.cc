@@ -7,6 +7,7 @@
 #include "core/dtype.h"
 #include "core/status_macros.h"
 #include "worker/compute_dtype.h"
+#include "worker/executor_memory_pool.h"
 #include "worker/pinned_host_regions.h"
 
 namespace ringattn {
@@ -66,6 +67,11 @@ absl::Status DeviceContextStore::Reserve(const std::string& name,
   for (DeviceBuffer* buffer : {&buffers->k, &buffers->v}) {
     absl::StatusOr<DeviceBuffer> allocated =
         DeviceBuffer::Allocate(static_cast<size_t>(new_bytes / 2));
+    if (!allocated.ok()) {
+      // What the executors' pool keeps between requests is the device's too.
+      ReleaseKeptExecutorMemory(device_);
+      allocated = DeviceBuffer::Allocate(static_cast<size_t>(new_bytes / 2));
+    }
     if (!allocated.ok()) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "cuda:", device_, " cannot hold ", new_bytes, " bytes for context '",

@@ -17,6 +17,7 @@
 #include "kernels/cuda/partial_merge.h"
 #include "worker/background_page_faults.h"
 #include "worker/executor_memory.h"
+#include "worker/executor_memory_pool.h"
 #include "worker/kernel_launches.h"
 #include "worker/pinned_host_regions.h"
 #include "worker/task_flops.h"
@@ -359,11 +360,18 @@ GpuRingExecutor::GpuRingExecutor(const AttentionSpec& spec, int rank,
       element_bytes_(2) {}
 
 absl::Status GpuRingExecutor::Initialize() {
+  absl::StatusOr<CudaStream> stream = CudaStream::Create();
+  if (!stream.ok()) return stream.status();
+  stream_ = *std::move(stream);
+  absl::StatusOr<cudaMemPool_t> memory = ExecutorMemoryPool(config_.device);
+  if (!memory.ok()) return memory.status();
+  memory_ = *memory;
   const PoolLayout layout = PoolFor(spec_, rank_, world_size_, config_,
                                     q_layout_, kv_layout_, pass_q_);
   const int64_t total = static_cast<int64_t>(layout.total);
   if (total > 0) {
-    absl::StatusOr<DeviceBuffer> pool = DeviceBuffer::Allocate(total);
+    absl::StatusOr<DeviceBuffer> pool =
+        DeviceBuffer::AllocateFromPool(total, memory_, stream_.get());
     if (!pool.ok()) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "rank ", rank_, " cannot allocate the ", total,
@@ -392,9 +400,6 @@ absl::Status GpuRingExecutor::Initialize() {
         "clearing the spare block buffer"));
   }
 
-  absl::StatusOr<CudaStream> stream = CudaStream::Create();
-  if (!stream.ok()) return stream.status();
-  stream_ = *std::move(stream);
   absl::StatusOr<CudaEvent> start = CudaEvent::Create(/*timing=*/true);
   if (!start.ok()) return start.status();
   compute_start_ = *std::move(start);
@@ -516,8 +521,8 @@ absl::Status GpuRingExecutor::PlanSteps(
   // One buffer: the tiles, then the spans.
   const size_t tile_bytes = work.tiles.size() * sizeof(QueryTile);
   const size_t span_bytes = work.spans.size() * sizeof(KeySpan);
-  absl::StatusOr<DeviceBuffer> memory =
-      DeviceBuffer::Allocate(tile_bytes + span_bytes);
+  absl::StatusOr<DeviceBuffer> memory = DeviceBuffer::AllocateFromPool(
+      tile_bytes + span_bytes, memory_, stream_.get());
   if (!memory.ok()) return memory.status();
   work_list_memory_ = *std::move(memory);
   char* base = work_list_memory_.as<char>();

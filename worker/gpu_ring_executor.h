@@ -439,6 +439,12 @@ class GpuRingExecutor {
   const RingPlan plan_;
   const int64_t element_bytes_;
 
+  // The stream the executor computes on, and the pool its device memory
+  // comes from (executor_memory_pool.h), given back on that stream: it
+  // outlives the buffers below.
+  CudaStream stream_;
+  cudaMemPool_t memory_ = nullptr;
+
   // Per step: its tiles and their FLOPs (task_flops.h); for pass-Q, step s
   // computes the block of owner (rank - s) mod p.
   std::vector<std::vector<AttentionTile>> step_tiles_;
@@ -476,7 +482,6 @@ class GpuRingExecutor {
   // marked the first tile of every row, which stores instead of folding.
   bool stores_first_ = false;
 
-  CudaStream stream_;
   CudaEvent compute_start_;
   CudaEvent compute_end_;
   std::unique_ptr<AttentionDispatcher> dispatcher_;
