@@ -9,16 +9,18 @@ namespace ringattn {
 
 OutputDealer::OutputDealer(TypedTensor o, Tensor<float> lse,
                            std::vector<Range> chunks, bool list_positions,
+                           int64_t first_message_bytes,
                            int64_t max_message_bytes)
     : o_(std::move(o)),
       lse_(std::move(lse)),
       chunks_(std::move(chunks)),
-      list_positions_(list_positions) {
-  const int64_t row_bytes =
-      o_.view().row_bytes() + sizeof(float) * o_.shape().heads;
-  if (row_bytes > 0) {
-    rows_per_message_ = std::max<int64_t>(1, max_message_bytes / row_bytes);
-  }
+      list_positions_(list_positions),
+      row_bytes_(o_.view().row_bytes() + sizeof(float) * o_.shape().heads),
+      first_message_bytes_(std::min(first_message_bytes, max_message_bytes)),
+      max_message_bytes_(max_message_bytes),
+      message_bytes_(first_message_bytes_ / 2) {
+  for (const Range& chunk : chunks_) rows_left_ += chunk.size();
+  rows_left_ *= o_.shape().batch;
 }
 
 bool OutputDealer::SkipDealt() {
@@ -50,8 +52,17 @@ bool OutputDealer::Next(v1::ShardOutput* out) {
     claim.batch = batch_;
     claim.row = chunk_row_ + offset_;
     claim.position = chunk.begin + offset_;
-    claim.count = std::min(rows_per_message_, chunk.size() - offset_);
+    message_bytes_ =
+        std::min({std::max<int64_t>(2 * message_bytes_, 1), max_message_bytes_,
+                  std::max(first_message_bytes_, rows_left_ * row_bytes_ / 2)});
+    const int64_t rows =
+        row_bytes_ > 0 ? std::max<int64_t>(1, message_bytes_ / row_bytes_) : 1;
+    const int64_t chunk_left = chunk.size() - offset_;
+    claim.count = (chunk_left - rows) * row_bytes_ < first_message_bytes_ / 2
+                      ? chunk_left
+                      : rows;
     offset_ += claim.count;
+    rows_left_ -= claim.count;
     ++messages_;
   }
   out->set_batch(claim.batch);

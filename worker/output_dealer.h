@@ -5,7 +5,12 @@
 // at a time to the streams that carry them back to the coordinator (the
 // Execute stream and its attached ones, worker.proto). Each message's rows
 // are claimed under a lock and copied outside it, so several streams fill
-// messages in parallel. Thread-safe.
+// messages in parallel. Messages are small at both ends of the output: the
+// first is the smallest and each next one at most twice the last, none more
+// than half of what is left. The coordinator forwards a message once it has
+// all of it, so its hop to the client overlaps the worker's sending of the
+// next, and the output's first and last bytes wait on small messages only.
+// Thread-safe.
 
 #include <cstdint>
 #include <vector>
@@ -22,12 +27,17 @@ namespace ringattn {
 class OutputDealer {
  public:
   // `o` [B, n, Hq, D] and `lse` [B, n, Hq, 1] hold, for each batch entry, the
-  // rows of `chunks` (positions in masking order) in that order. A message
-  // holds at most `max_message_bytes` of rows (at least one row). With
-  // `list_positions` (a Hilbert-ordered request) messages list each row's
-  // position instead of the first.
+  // rows of `chunks` (positions in masking order) in that order. The first
+  // message holds at most `first_message_bytes` of rows, each next one at
+  // most twice the last and at most half of what is left (though
+  // `first_message_bytes` of it), none more than `max_message_bytes`; each at
+  // least one row, and none leaves less than half of `first_message_bytes` of
+  // its chunk behind (it takes those rows too).
+  // With `list_positions` (a Hilbert-ordered request) messages list each
+  // row's position instead of the first.
   OutputDealer(TypedTensor o, Tensor<float> lse, std::vector<Range> chunks,
-               bool list_positions, int64_t max_message_bytes);
+               bool list_positions, int64_t first_message_bytes,
+               int64_t max_message_bytes);
 
   OutputDealer(const OutputDealer&) = delete;
   OutputDealer& operator=(const OutputDealer&) = delete;
@@ -57,7 +67,9 @@ class OutputDealer {
   const Tensor<float> lse_;
   const std::vector<Range> chunks_;
   const bool list_positions_;
-  int64_t rows_per_message_ = 1;
+  const int64_t row_bytes_;  // O's and the LSE's bytes of one row
+  const int64_t first_message_bytes_;
+  const int64_t max_message_bytes_;
 
   mutable absl::Mutex mutex_;
   int64_t batch_ ABSL_GUARDED_BY(mutex_) = 0;
@@ -65,6 +77,9 @@ class OutputDealer {
   int64_t chunk_row_ ABSL_GUARDED_BY(mutex_) = 0;  // local row of its begin
   int64_t offset_ ABSL_GUARDED_BY(mutex_) = 0;     // rows of it handed out
   int64_t messages_ ABSL_GUARDED_BY(mutex_) = 0;
+  // The last message's most bytes, and the rows not yet handed out.
+  int64_t message_bytes_ ABSL_GUARDED_BY(mutex_) = 0;
+  int64_t rows_left_ ABSL_GUARDED_BY(mutex_) = 0;
 };
 
 }  // namespace ringattn

@@ -23,6 +23,7 @@ constexpr int64_t kRowBytes = kHeads * kDim * 4 + kHeads * 4;
 // An output whose values name their row: o = 1000 * batch + row, and lse
 // the negative of that.
 std::unique_ptr<OutputDealer> NumberedOutput(bool list_positions,
+                                             int64_t first_message_bytes,
                                              int64_t max_message_bytes) {
   TypedTensor o(DType::kFloat32, Shape{kBatch, kRows, kHeads, kDim});
   Tensor<float> lse(Shape{kBatch, kRows, kHeads, 1});
@@ -37,7 +38,8 @@ std::unique_ptr<OutputDealer> NumberedOutput(bool list_positions,
     }
   }
   return std::make_unique<OutputDealer>(std::move(o), std::move(lse), kChunks,
-                                        list_positions, max_message_bytes);
+                                        list_positions, first_message_bytes,
+                                        max_message_bytes);
 }
 
 // The position of local row `row` of kChunks.
@@ -69,7 +71,7 @@ std::vector<std::pair<int64_t, int64_t>> CheckRows(const v1::ShardOutput& out) {
 TEST(OutputDealer, DealsEveryRowOnceInRunsThatStayInsideAChunk) {
   // Two rows per message: chunks of 3 and 4 rows give 2 + 1 + 2 + 2.
   std::unique_ptr<OutputDealer> dealer =
-      NumberedOutput(false, 2 * kRowBytes + 1);
+      NumberedOutput(false, 2 * kRowBytes + 1, 2 * kRowBytes + 1);
   std::vector<std::pair<int64_t, int64_t>> seen;
   std::vector<int64_t> counts;
   v1::ShardOutput out;
@@ -92,8 +94,40 @@ TEST(OutputDealer, DealsEveryRowOnceInRunsThatStayInsideAChunk) {
   EXPECT_EQ(seen, expected);
 }
 
+TEST(OutputDealer, MessagesGrowFromTheFirstSizeAndShrinkTowardTheEnd) {
+  // Of 14 rows in chunks of 3 and 4: one row, then two, then at most four
+  // (inside a chunk), then at most half of what is left, at least one.
+  std::unique_ptr<OutputDealer> dealer =
+      NumberedOutput(false, kRowBytes, 4 * kRowBytes + 1);
+  std::vector<int64_t> counts;
+  std::map<std::pair<int64_t, int64_t>, int> times;
+  v1::ShardOutput out;
+  while (dealer->Next(&out)) {
+    counts.push_back(out.count());
+    for (const auto& row : CheckRows(out)) ++times[row];
+    out.Clear();
+  }
+  EXPECT_EQ(counts, (std::vector<int64_t>{1, 2, 4, 3, 2, 1, 1}));
+  EXPECT_EQ(times.size(), static_cast<size_t>(kBatch * kRows));
+  for (const auto& [row, count] : times) EXPECT_EQ(count, 1);
+}
+
+TEST(OutputDealer, NoMessageLeavesLessThanHalfTheFirstBehindInItsChunk) {
+  // Three rows a message, but a fourth row of a chunk of 4 goes along.
+  std::unique_ptr<OutputDealer> dealer =
+      NumberedOutput(false, 3 * kRowBytes, 3 * kRowBytes);
+  std::vector<int64_t> counts;
+  v1::ShardOutput out;
+  while (dealer->Next(&out)) {
+    counts.push_back(out.count());
+    CheckRows(out);
+    out.Clear();
+  }
+  EXPECT_EQ(counts, (std::vector<int64_t>{3, 4, 3, 4}));
+}
+
 TEST(OutputDealer, ListsPositionsWhenAsked) {
-  std::unique_ptr<OutputDealer> dealer = NumberedOutput(true, 1 << 20);
+  std::unique_ptr<OutputDealer> dealer = NumberedOutput(true, 1 << 20, 1 << 20);
   v1::ShardOutput out;
   ASSERT_TRUE(dealer->Next(&out));
   ASSERT_EQ(out.positions_size(), 3);
@@ -102,7 +136,7 @@ TEST(OutputDealer, ListsPositionsWhenAsked) {
 }
 
 TEST(OutputDealer, StreamsTakingRowsAtOnceGetEachRowOnce) {
-  std::unique_ptr<OutputDealer> dealer = NumberedOutput(false, 1);
+  std::unique_ptr<OutputDealer> dealer = NumberedOutput(false, 1, 1);
   std::vector<std::vector<std::pair<int64_t, int64_t>>> taken(4);
   std::vector<std::thread> threads;
   for (auto& rows : taken) {
@@ -126,7 +160,8 @@ TEST(OutputDealer, StreamsTakingRowsAtOnceGetEachRowOnce) {
 }
 
 TEST(OutputDealer, NoRowsDealsNothing) {
-  OutputDealer dealer(TypedTensor(), Tensor<float>(), {}, false, 1 << 20);
+  OutputDealer dealer(TypedTensor(), Tensor<float>(), {}, false, 1 << 20,
+                      1 << 20);
   v1::ShardOutput out;
   EXPECT_FALSE(dealer.HasMore());
   EXPECT_FALSE(dealer.Next(&out));

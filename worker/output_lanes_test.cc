@@ -26,7 +26,7 @@ class RecordingLane final : public OutputLanes::Lane {
 
 std::shared_ptr<OutputDealer> EmptyDealer() {
   return std::make_shared<OutputDealer>(TypedTensor(), Tensor<float>(),
-                                        std::vector<Range>{}, false, 1);
+                                        std::vector<Range>{}, false, 1, 1);
 }
 
 TEST(OutputLanes, StartReachesLanesThatWaitAndThatJoinLater) {

