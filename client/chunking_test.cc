@@ -156,14 +156,15 @@ std::vector<int64_t> ChunkTokens(int64_t tokens) {
 }
 
 TEST(ChunkStreamTest, SplitsAFewMebibytesIntoChunksThatPipeline) {
-  // 2 MiB: eight chunks of 256 KiB (32 rows), not one of 2 MiB.
-  EXPECT_EQ(ChunkTokens(256), std::vector<int64_t>(8, 32));
+  // 2 MiB: sixteen chunks of 128 KiB (16 rows), not one of 2 MiB.
+  EXPECT_EQ(ChunkTokens(256), std::vector<int64_t>(16, 16));
   // 32 MiB: thirty-seconds of 1 MiB.
   EXPECT_EQ(ChunkTokens(4096), std::vector<int64_t>(32, 128));
   // 160 MiB: the 4 MiB limit.
   EXPECT_EQ(ChunkTokens(20480), std::vector<int64_t>(40, 512));
-  // Under 256 KiB in all: one chunk.
-  EXPECT_EQ(ChunkTokens(20), std::vector<int64_t>{20});
+  // Under 4 MiB: chunks of 128 KiB; under 128 KiB in all: one chunk.
+  EXPECT_EQ(ChunkTokens(20), (std::vector<int64_t>{16, 4}));
+  EXPECT_EQ(ChunkTokens(15), std::vector<int64_t>{15});
 }
 
 v1::OutputChunk OutputRows(int64_t batch, int64_t offset, int64_t count,

@@ -31,6 +31,10 @@ constexpr int kMostUploadStreams = 64;
 // (RunOnThisThread); larger ones overlap their upload and download through
 // gRPC's asynchronous API.
 constexpr int64_t kMostBlockingUploadBytes = 1 << 20;
+// A query's header carries its first chunks, up to about this many bytes:
+// the coordinator starts on a query once it has the header, which a 64-row
+// query (512 KiB) sent whole reached 0.26 ms later (one H200 host).
+constexpr int64_t kMostHeaderChunkBytes = int64_t{128} << 10;
 
 // The first wait between attempts of a call (ClientOptions::max_attempts),
 // doubled each time up to ClientOptions::kLongestRetryWait, each jittered down
@@ -692,11 +696,19 @@ absl::StatusOr<v1::Summary> Client::Run(Request header, ChunkSource& source,
       stream = stub_->Query(&context);
     }
     if constexpr (std::is_same_v<Request, v1::QueryRequest>) {
-      // Its chunks ride in the header: the whole upload is one message.
+      // Its first chunks ride in the header, so that a small query is one
+      // message; the rest follow in messages of their own, each forwarded to
+      // the workers by the coordinator while the next one comes.
       v1::QueryHeader* query = header.mutable_header();
-      while (source.Next(query->add_chunks())) {
+      int64_t carried = 0;
+      while (carried < kMostHeaderChunkBytes) {
+        v1::TensorChunk* chunk = query->add_chunks();
+        if (!source.Next(chunk)) {
+          query->mutable_chunks()->RemoveLast();
+          break;
+        }
+        carried += static_cast<int64_t>(chunk->data().size());
       }
-      query->mutable_chunks()->RemoveLast();
     }
     RequestSequence<Request> requests(std::move(header), &source, &progress);
     ResponseIntake intake(&output, &progress);
