@@ -40,11 +40,15 @@ def seconds(stamp):
     return datetime.datetime.strptime(stamp, TIME_FORMAT).timestamp()
 
 
-def read_lines(path):
+def matches(path, line_re):
+    """The matches of `line_re` in the lines of `path` (none if it is absent)."""
     if not os.path.exists(path):
-        return []
+        return
     with open(path, errors="replace") as f:
-        return f.read().splitlines()
+        for line in f:
+            m = line_re.search(line.rstrip("\n"))
+            if m:
+                yield m
 
 
 def client_timeline(path):
@@ -53,12 +57,10 @@ def client_timeline(path):
         r"timeline: request (\S+): (\d+) rows; began ([\d\- :.]+), "
         r"first output ([\d\- :.]+|-), done ([\d\- :.]+)$")
     queries = {}
-    for line in read_lines(path):
-        m = line_re.search(line)
-        if m:
-            first = None if m.group(4) == "-" else seconds(m.group(4))
-            queries[m.group(1)] = (int(m.group(2)), seconds(m.group(3)),
-                                   first, seconds(m.group(5)))
+    for m in matches(path, line_re):
+        first = None if m.group(4) == "-" else seconds(m.group(4))
+        queries[m.group(1)] = (int(m.group(2)), seconds(m.group(3)), first,
+                               seconds(m.group(5)))
     return queries
 
 
@@ -66,11 +68,9 @@ def coordinator_events(path):
     """request id -> {"uploading": t, "done": t}."""
     line_re = re.compile(STAMP + r" \[info\] request (\S+): .*?(uploading|done in)")
     events = {}
-    for line in read_lines(path):
-        m = line_re.search(line)
-        if m:
-            key = "uploading" if m.group(3) == "uploading" else "done"
-            events.setdefault(m.group(2), {})[key] = seconds(m.group(1))
+    for m in matches(path, line_re):
+        key = "uploading" if m.group(3) == "uploading" else "done"
+        events.setdefault(m.group(2), {})[key] = seconds(m.group(1))
     return events
 
 
@@ -78,10 +78,7 @@ def worker_events(path):
     """request id -> {"opened", "header", "rows", "computed", "gpu", "out"}."""
     line_re = re.compile(STAMP + r" \[info\] request (\S+) rank 0/\d+: (.*)$")
     events = {}
-    for line in read_lines(path):
-        m = line_re.search(line)
-        if not m:
-            continue
+    for m in matches(path, line_re):
         t, request, text = seconds(m.group(1)), m.group(2), m.group(3)
         e = events.setdefault(request, {})
         if text.startswith("header"):
