@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "client/chunking.h"
@@ -348,6 +349,31 @@ TEST_F(ClientTest, ContextsUploadQueryListAndDelete) {
   const absl::Status missing = client->DeleteContext("doc");
   EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(missing.message(), "no context named 'doc'");
+}
+
+TEST_F(ClientTest, QueryHeaderCarriesItsFirst128KiBOfRowsAndTheRestFollow) {
+  std::unique_ptr<Client> client = Connect();
+  const Shape kv{1, 5, 8, 128};
+  const Tensor<float> k = Random(kv, 4);
+  ASSERT_TRUE(client->CreateContext("doc", k.view(), k.view(), v1::BF16).ok());
+  // Rows of 32 heads x 128 in bf16 are 8 KiB: 16 fit the header whole; 64
+  // (512 KiB) go in chunks of 128 KiB, the first inside the header.
+  for (const auto& [rows, carried, chunks] :
+       {std::tuple<int64_t, int, size_t>{16, 1, 1}, {64, 1, 4}}) {
+    const Shape q{1, rows, 32, 128};
+    const Tensor<float> values = Random(q, 5);
+    v1::AttentionSpec spec = SpecFor(q, kv);
+    spec.set_kv_len(0);
+    spec.set_wire_dtype(v1::BF16);
+    absl::StatusOr<AttendResult> result =
+        client->Query("doc", spec, values.view());
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->output.values(), Rounded(values, DType::kBFloat16))
+        << rows << " rows";
+    EXPECT_EQ(service_.header_chunks(), carried) << rows << " rows";
+    EXPECT_EQ(service_.received(v1::Q).chunks.size(), chunks)
+        << rows << " rows";
+  }
 }
 
 TEST_F(ClientTest, QueryStreamingSendsItsSourceAndHandsOnEachOutputChunk) {

@@ -76,6 +76,11 @@ std::vector<v1::TensorName> FakeAttention::chunk_order() {
   return chunk_order_;
 }
 
+int FakeAttention::header_chunks() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return header_chunks_;
+}
+
 grpc::Status FakeAttention::Attend(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::AttendResponse, v1::AttendRequest>* stream) {
@@ -99,6 +104,7 @@ grpc::Status FakeAttention::Query(
           "no context named '" + request.header().context() + "'");
     }
     spec.set_kv_len(it->second.length());
+    header_chunks_ = request.header().chunks_size();
   }
   return Answer(context, spec, request.header().chunks(), stream);
 }

@@ -60,6 +60,8 @@ class FakeAttention final : public v1::Attention::Service {
   // What the last upload sent of tensor `name`, and the order of its chunks.
   ReceivedTensor received(v1::TensorName name);
   std::vector<v1::TensorName> chunk_order();
+  // Chunks the last Query call's header carried (QueryHeader.chunks).
+  int header_chunks();
 
   grpc::Status Attend(
       grpc::ServerContext* context,
@@ -105,6 +107,7 @@ class FakeAttention final : public v1::Attention::Service {
   std::string authorization_;
   std::map<v1::TensorName, ReceivedTensor> received_;
   std::vector<v1::TensorName> chunk_order_;
+  int header_chunks_ = 0;
   std::map<std::string, v1::ContextInfo> contexts_;
   absl::Notification release_;
 };
