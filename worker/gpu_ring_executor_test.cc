@@ -572,6 +572,24 @@ TEST(GpuRingExecutorTest, OneGpuBlockSparseMatchesReferenceOnBothRoutes) {
   ExpectMatchesReferenceInBothDtypes(OnBothRoutes(OneGpuBlockSparseCases()), 1);
 }
 
+// The load run's request that ran into its deadline (thirty-first session): a
+// causal pattern of 16-row blocks over 5789 tokens at D=57, which our Hopper
+// kernel does not take, is 21663 rectangle tiles, which the executor used to
+// join pairwise for about 40 s before computing. It plans at once now.
+TEST(GpuRingExecutorTest, BlockSparseOfManySmallBlocksMatchesReference) {
+  SKIP_WITHOUT_GPUS(1);
+  BlockSparseRules rules = Rules(16);
+  rules.local = 2;
+  rules.dilated = 3;
+  rules.random = 2;
+  rules.seed = 4004344075u;
+  Case c = Sparse("sparse_many_small_blocks_d57", 5789, true, rules);
+  c.q_heads = c.kv_heads = 1;
+  c.head_dim = 57;
+  c.sampled_rows = 64;
+  ExpectMatchesReference(c, 1);
+}
+
 // Block-sparse cases both ring strategies run on two GPUs: a causal local
 // band over a prime length, and explicit block pairs with small tiles.
 std::vector<Case> TwoGpuBlockSparseCases() {

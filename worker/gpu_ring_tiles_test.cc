@@ -39,7 +39,8 @@ std::vector<int64_t> Positions(const ShardLayout& layout, int64_t worker) {
   return positions;
 }
 
-// Each step's tiles, joined (JoinTiles) as the GPU executor joins them, still
+// Each step's tiles, joined (JoinTiles) as the GPU executor joins them (all
+// but block-sparse rectangles, which it leaves as they are), still
 // show every visible pair of the problem exactly once and no hidden one, within
 // the tile sizes, every tile row seeing a key.
 template <typename Visible>
@@ -62,13 +63,17 @@ void CheckJoinedSteps(const Case& c, const RingPlan& plan,
       if (step.tasks.empty()) continue;
       const std::vector<int64_t> keys = Positions(kv_layout, step.kv_owner);
       std::vector<AttentionTile> tiles;
+      std::vector<AttentionTile> rectangles;
       for (const AttentionTask& task : step.tasks) {
         const std::vector<AttentionTile> task_tiles =
             TileTask(spec, mask.has_value() ? &*mask : nullptr, task, c.tile_q,
                      c.tile_kv, c.wave_rows);
-        tiles.insert(tiles.end(), task_tiles.begin(), task_tiles.end());
+        std::vector<AttentionTile>& into =
+            task.kind == TaskKind::kBlockSparse ? rectangles : tiles;
+        into.insert(into.end(), task_tiles.begin(), task_tiles.end());
       }
       JoinTiles(c.tile_q, c.tile_kv, tiles);
+      tiles.insert(tiles.end(), rectangles.begin(), rectangles.end());
       for (const AttentionTile& tile : tiles) {
         ASSERT_LE(tile.q_len, c.tile_q);
         ASSERT_LE(tile.kv_len, c.tile_kv);
