@@ -4,7 +4,6 @@
 
 #include "absl/synchronization/mutex.h"
 #include "core/status_macros.h"
-#include "kernels/cuda/device_buffer.h"
 
 namespace ringattn {
 namespace {
@@ -56,6 +55,14 @@ absl::StatusOr<cudaMemPool_t> ExecutorMemoryPool(int device) {
   absl::StatusOr<cudaMemPool_t> pool = MakePool(device);
   if (pool.ok()) pools.by_device.emplace(device, *pool);
   return pool;
+}
+
+absl::StatusOr<DeviceBuffer> AllocateExecutorMemory(int device, size_t bytes,
+                                                    cudaStream_t stream) {
+  if (bytes < kLeastPooledBytes) return DeviceBuffer::Allocate(bytes);
+  absl::StatusOr<cudaMemPool_t> pool = ExecutorMemoryPool(device);
+  if (!pool.ok()) return pool.status();
+  return DeviceBuffer::AllocateFromPool(bytes, *pool, stream);
 }
 
 void ReleaseKeptExecutorMemory(int device) {

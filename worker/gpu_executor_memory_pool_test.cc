@@ -62,6 +62,37 @@ TEST(ExecutorMemoryPoolTest, AnotherStreamTakesBackWhatOneGaveBack) {
   EXPECT_EQ(Reserved(*pool), reserved);
 }
 
+uint64_t Used(cudaMemPool_t pool) {
+  uint64_t bytes = 0;
+  EXPECT_EQ(
+      cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &bytes),
+      cudaSuccess);
+  return bytes;
+}
+
+TEST(ExecutorMemoryPoolTest, OnlyExecutorsOfAMebibyteOrMoreTakeThePool) {
+  SKIP_WITHOUT_GPUS(1);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  absl::StatusOr<cudaMemPool_t> pool = ExecutorMemoryPool(0);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  absl::StatusOr<CudaStream> stream = CudaStream::Create();
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  const uint64_t before = Used(*pool);
+  absl::StatusOr<DeviceBuffer> small =
+      AllocateExecutorMemory(0, kLeastPooledBytes - 1, stream->get());
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_EQ(Used(*pool), before);
+  absl::StatusOr<DeviceBuffer> large =
+      AllocateExecutorMemory(0, kLeastPooledBytes, stream->get());
+  ASSERT_TRUE(large.ok()) << large.status();
+  EXPECT_GE(Used(*pool), before + kLeastPooledBytes);
+  // Both are usable at once, on any stream.
+  ASSERT_EQ(cudaMemset(small->as<char>(), 1, kLeastPooledBytes - 1),
+            cudaSuccess);
+  ASSERT_EQ(cudaMemset(large->as<char>(), 2, kLeastPooledBytes), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
 TEST(ExecutorMemoryPoolTest, KeepsNoMoreThanItsShareOnceWaitedFor) {
   SKIP_WITHOUT_GPUS(1);
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);

@@ -363,15 +363,12 @@ absl::Status GpuRingExecutor::Initialize() {
   absl::StatusOr<CudaStream> stream = CudaStream::Create();
   if (!stream.ok()) return stream.status();
   stream_ = *std::move(stream);
-  absl::StatusOr<cudaMemPool_t> memory = ExecutorMemoryPool(config_.device);
-  if (!memory.ok()) return memory.status();
-  memory_ = *memory;
   const PoolLayout layout = PoolFor(spec_, rank_, world_size_, config_,
                                     q_layout_, kv_layout_, pass_q_);
   const int64_t total = static_cast<int64_t>(layout.total);
   if (total > 0) {
-    absl::StatusOr<DeviceBuffer> pool =
-        DeviceBuffer::AllocateFromPool(total, memory_, stream_.get());
+    absl::StatusOr<DeviceBuffer> pool = AllocateExecutorMemory(
+        config_.device, static_cast<size_t>(total), stream_.get());
     if (!pool.ok()) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "rank ", rank_, " cannot allocate the ", total,
@@ -530,8 +527,8 @@ absl::Status GpuRingExecutor::PlanSteps(
   // One buffer: the tiles, then the spans.
   const size_t tile_bytes = work.tiles.size() * sizeof(QueryTile);
   const size_t span_bytes = work.spans.size() * sizeof(KeySpan);
-  absl::StatusOr<DeviceBuffer> memory = DeviceBuffer::AllocateFromPool(
-      tile_bytes + span_bytes, memory_, stream_.get());
+  absl::StatusOr<DeviceBuffer> memory = AllocateExecutorMemory(
+      config_.device, tile_bytes + span_bytes, stream_.get());
   if (!memory.ok()) return memory.status();
   work_list_memory_ = *std::move(memory);
   char* base = work_list_memory_.as<char>();

@@ -439,11 +439,10 @@ class GpuRingExecutor {
   const RingPlan plan_;
   const int64_t element_bytes_;
 
-  // The stream the executor computes on, and the pool its device memory
-  // comes from (executor_memory_pool.h), given back on that stream: it
-  // outlives the buffers below.
+  // The stream the executor computes on; the buffers below that come from
+  // the executors' pool (executor_memory_pool.h) go back to it on this
+  // stream, which outlives them.
   CudaStream stream_;
-  cudaMemPool_t memory_ = nullptr;
 
   // Per step: its tiles and their FLOPs (task_flops.h); for pass-Q, step s
   // computes the block of owner (rank - s) mod p.
