@@ -1,16 +1,18 @@
 #ifndef RINGATTN_WORKER_EXECUTOR_MEMORY_POOL_H_
 #define RINGATTN_WORKER_EXECUTOR_MEMORY_POOL_H_
 
-// The device memory a GPU executor holds for one request comes from a CUDA
-// memory pool of its device, which keeps up to kExecutorMemoryKeptBytes of it
-// between requests. A request then takes memory that earlier ones gave back
-// instead of mapping fresh pages (cudaMalloc of a few MiB took 0.2-0.4 ms on
-// an H200 host), and gives it back without waiting for the whole device as
-// cudaFree does. The pool reuses memory only once its earlier user's work is
-// done, never by making one request's stream wait for another's.
+// The device memory a GPU executor holds for one request, where it needs a
+// MiB or more, comes from a CUDA memory pool of its device, which keeps up to
+// kExecutorMemoryKeptBytes of it between requests. A request then takes memory
+// that earlier ones gave back instead of mapping fresh pages (cudaMalloc of a
+// few MiB took 0.2-0.4 ms on an H200 host), and gives it back without waiting
+// for the whole device as cudaFree does. The pool reuses memory only once its
+// earlier user's work is done, never by making one request's stream wait for
+// another's.
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "absl/status/statusor.h"

@@ -13,12 +13,19 @@
 namespace ringattn {
 namespace {
 
-uint64_t Reserved(cudaMemPool_t pool) {
+// The pool's bytes of `attribute` (reserved or used, current or high).
+uint64_t PoolBytes(cudaMemPool_t pool, cudaMemPoolAttr attribute) {
   uint64_t bytes = 0;
-  EXPECT_EQ(
-      cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &bytes),
-      cudaSuccess);
+  EXPECT_EQ(cudaMemPoolGetAttribute(pool, attribute, &bytes), cudaSuccess);
   return bytes;
+}
+
+uint64_t Reserved(cudaMemPool_t pool) {
+  return PoolBytes(pool, cudaMemPoolAttrReservedMemCurrent);
+}
+
+uint64_t Used(cudaMemPool_t pool) {
+  return PoolBytes(pool, cudaMemPoolAttrUsedMemCurrent);
 }
 
 TEST(ExecutorMemoryPoolTest, IsOnePoolPerDevice) {
@@ -60,14 +67,6 @@ TEST(ExecutorMemoryPoolTest, AnotherStreamTakesBackWhatOneGaveBack) {
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->as<void>(), given_back);
   EXPECT_EQ(Reserved(*pool), reserved);
-}
-
-uint64_t Used(cudaMemPool_t pool) {
-  uint64_t bytes = 0;
-  EXPECT_EQ(
-      cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &bytes),
-      cudaSuccess);
-  return bytes;
 }
 
 TEST(ExecutorMemoryPoolTest, OnlyExecutorsOfAMebibyteOrMoreTakeThePool) {
