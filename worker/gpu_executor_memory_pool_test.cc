@@ -13,78 +13,76 @@
 namespace ringattn {
 namespace {
 
-// The pool's bytes of `attribute` (reserved or used, current or high).
-uint64_t PoolBytes(cudaMemPool_t pool, cudaMemPoolAttr attribute) {
-  uint64_t bytes = 0;
-  EXPECT_EQ(cudaMemPoolGetAttribute(pool, attribute, &bytes), cudaSuccess);
-  return bytes;
-}
+// GPU 0's executors' pool and a stream to take its memory on.
+class ExecutorMemoryPoolTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SKIP_WITHOUT_GPUS(1);
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+    absl::StatusOr<cudaMemPool_t> pool = ExecutorMemoryPool(0);
+    ASSERT_TRUE(pool.ok()) << pool.status();
+    pool_ = *pool;
+    absl::StatusOr<CudaStream> stream = CudaStream::Create();
+    ASSERT_TRUE(stream.ok()) << stream.status();
+    stream_ = *std::move(stream);
+  }
 
-uint64_t Reserved(cudaMemPool_t pool) {
-  return PoolBytes(pool, cudaMemPoolAttrReservedMemCurrent);
-}
+  // The pool's bytes of `attribute` (reserved or used, current or high).
+  uint64_t PoolBytes(cudaMemPoolAttr attribute) const {
+    uint64_t bytes = 0;
+    EXPECT_EQ(cudaMemPoolGetAttribute(pool_, attribute, &bytes), cudaSuccess);
+    return bytes;
+  }
+  uint64_t Reserved() const {
+    return PoolBytes(cudaMemPoolAttrReservedMemCurrent);
+  }
+  uint64_t Used() const { return PoolBytes(cudaMemPoolAttrUsedMemCurrent); }
 
-uint64_t Used(cudaMemPool_t pool) {
-  return PoolBytes(pool, cudaMemPoolAttrUsedMemCurrent);
-}
+  cudaMemPool_t pool_ = nullptr;
+  CudaStream stream_;
+};
 
-TEST(ExecutorMemoryPoolTest, IsOnePoolPerDevice) {
-  SKIP_WITHOUT_GPUS(1);
-  absl::StatusOr<cudaMemPool_t> first = ExecutorMemoryPool(0);
-  ASSERT_TRUE(first.ok()) << first.status();
+TEST_F(ExecutorMemoryPoolTest, IsOnePoolPerDevice) {
   absl::StatusOr<cudaMemPool_t> again = ExecutorMemoryPool(0);
   ASSERT_TRUE(again.ok()) << again.status();
-  EXPECT_EQ(*first, *again);
+  EXPECT_EQ(*again, pool_);
 }
 
-TEST(ExecutorMemoryPoolTest, AnotherStreamTakesBackWhatOneGaveBack) {
-  SKIP_WITHOUT_GPUS(1);
-  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
-  absl::StatusOr<cudaMemPool_t> pool = ExecutorMemoryPool(0);
-  ASSERT_TRUE(pool.ok()) << pool.status();
+TEST_F(ExecutorMemoryPoolTest, AnotherStreamTakesBackWhatOneGaveBack) {
   constexpr size_t kBytes = size_t{24} << 20;
   void* given_back = nullptr;
   uint64_t reserved = 0;
   {
-    absl::StatusOr<CudaStream> stream = CudaStream::Create();
-    ASSERT_TRUE(stream.ok()) << stream.status();
     absl::StatusOr<DeviceBuffer> buffer =
-        DeviceBuffer::AllocateFromPool(kBytes, *pool, stream->get());
+        DeviceBuffer::AllocateFromPool(kBytes, pool_, stream_.get());
     ASSERT_TRUE(buffer.ok()) << buffer.status();
-    ASSERT_EQ(cudaMemsetAsync(buffer->as<char>(), 1, kBytes, stream->get()),
+    ASSERT_EQ(cudaMemsetAsync(buffer->as<char>(), 1, kBytes, stream_.get()),
               cudaSuccess);
     given_back = buffer->as<void>();
-    reserved = Reserved(*pool);
+    reserved = Reserved();
     EXPECT_GE(reserved, kBytes);
-    // The buffer goes back in the stream's order, then the stream goes.
-    *buffer = DeviceBuffer();
-    ASSERT_EQ(cudaStreamSynchronize(stream->get()), cudaSuccess);
   }
+  // The buffer went back in the stream's order, once its work was done.
+  ASSERT_EQ(cudaStreamSynchronize(stream_.get()), cudaSuccess);
   absl::StatusOr<CudaStream> other = CudaStream::Create();
   ASSERT_TRUE(other.ok()) << other.status();
   absl::StatusOr<DeviceBuffer> again =
-      DeviceBuffer::AllocateFromPool(kBytes, *pool, other->get());
+      DeviceBuffer::AllocateFromPool(kBytes, pool_, other->get());
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->as<void>(), given_back);
-  EXPECT_EQ(Reserved(*pool), reserved);
+  EXPECT_EQ(Reserved(), reserved);
 }
 
-TEST(ExecutorMemoryPoolTest, OnlyExecutorsOfAMebibyteOrMoreTakeThePool) {
-  SKIP_WITHOUT_GPUS(1);
-  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
-  absl::StatusOr<cudaMemPool_t> pool = ExecutorMemoryPool(0);
-  ASSERT_TRUE(pool.ok()) << pool.status();
-  absl::StatusOr<CudaStream> stream = CudaStream::Create();
-  ASSERT_TRUE(stream.ok()) << stream.status();
-  const uint64_t before = Used(*pool);
+TEST_F(ExecutorMemoryPoolTest, OnlyExecutorsOfAMebibyteOrMoreTakeThePool) {
+  const uint64_t before = Used();
   absl::StatusOr<DeviceBuffer> small =
-      AllocateExecutorMemory(0, kLeastPooledBytes - 1, stream->get());
+      AllocateExecutorMemory(0, kLeastPooledBytes - 1, stream_.get());
   ASSERT_TRUE(small.ok()) << small.status();
-  EXPECT_EQ(Used(*pool), before);
+  EXPECT_EQ(Used(), before);
   absl::StatusOr<DeviceBuffer> large =
-      AllocateExecutorMemory(0, kLeastPooledBytes, stream->get());
+      AllocateExecutorMemory(0, kLeastPooledBytes, stream_.get());
   ASSERT_TRUE(large.ok()) << large.status();
-  EXPECT_GE(Used(*pool), before + kLeastPooledBytes);
+  EXPECT_GE(Used(), before + kLeastPooledBytes);
   // Both are usable at once, on any stream.
   ASSERT_EQ(cudaMemset(small->as<char>(), 1, kLeastPooledBytes - 1),
             cudaSuccess);
@@ -92,31 +90,25 @@ TEST(ExecutorMemoryPoolTest, OnlyExecutorsOfAMebibyteOrMoreTakeThePool) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
-TEST(ExecutorMemoryPoolTest, KeepsNoMoreThanItsShareOnceWaitedFor) {
-  SKIP_WITHOUT_GPUS(1);
-  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
-  absl::StatusOr<cudaMemPool_t> pool = ExecutorMemoryPool(0);
-  ASSERT_TRUE(pool.ok()) << pool.status();
-  absl::StatusOr<CudaStream> stream = CudaStream::Create();
-  ASSERT_TRUE(stream.ok()) << stream.status();
+TEST_F(ExecutorMemoryPoolTest, KeepsNoMoreThanItsShareOnceWaitedFor) {
   constexpr size_t kLarge = 4 * kExecutorMemoryKeptBytes;
   {
     absl::StatusOr<DeviceBuffer> large =
-        DeviceBuffer::AllocateFromPool(kLarge, *pool, stream->get());
+        DeviceBuffer::AllocateFromPool(kLarge, pool_, stream_.get());
     ASSERT_TRUE(large.ok()) << large.status();
-    EXPECT_GE(Reserved(*pool), kLarge);
+    EXPECT_GE(Reserved(), kLarge);
   }
-  ASSERT_EQ(cudaStreamSynchronize(stream->get()), cudaSuccess);
-  EXPECT_LE(Reserved(*pool), kExecutorMemoryKeptBytes);
+  ASSERT_EQ(cudaStreamSynchronize(stream_.get()), cudaSuccess);
+  EXPECT_LE(Reserved(), kExecutorMemoryKeptBytes);
 
   {
     absl::StatusOr<DeviceBuffer> small =
-        DeviceBuffer::AllocateFromPool(size_t{8} << 20, *pool, stream->get());
+        DeviceBuffer::AllocateFromPool(size_t{8} << 20, pool_, stream_.get());
     ASSERT_TRUE(small.ok()) << small.status();
   }
-  ASSERT_EQ(cudaStreamSynchronize(stream->get()), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream_.get()), cudaSuccess);
   ReleaseKeptExecutorMemory(0);
-  EXPECT_EQ(Reserved(*pool), 0u);
+  EXPECT_EQ(Reserved(), 0u);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
