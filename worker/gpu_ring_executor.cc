@@ -190,6 +190,22 @@ int64_t PoolBytesNeeded(const AttentionSpec& spec, int rank, int world_size,
 
 }  // namespace
 
+std::vector<AttentionTile> StepTiles(
+    const std::vector<AttentionTask>& tasks,
+    const std::vector<std::vector<AttentionTile>>& task_tiles,
+    int64_t tile_q_rows, int64_t tile_kv_rows) {
+  std::vector<AttentionTile> tiles;
+  std::vector<AttentionTile> rectangles;
+  for (size_t t = 0; t < tasks.size(); ++t) {
+    std::vector<AttentionTile>& into =
+        tasks[t].kind == TaskKind::kBlockSparse ? rectangles : tiles;
+    into.insert(into.end(), task_tiles[t].begin(), task_tiles[t].end());
+  }
+  JoinTiles(tile_q_rows, tile_kv_rows, tiles);
+  tiles.insert(tiles.end(), rectangles.begin(), rectangles.end());
+  return tiles;
+}
+
 std::vector<AttentionTile> TileTask(const AttentionSpec& spec,
                                     const AttentionTask& task,
                                     int64_t tile_q_rows, int64_t tile_kv_rows) {
@@ -484,30 +500,19 @@ absl::Status GpuRingExecutor::PlanSteps(
   WorkList work;
   for (size_t s = 0; s < step_tasks.size(); ++s) {
     const std::vector<AttentionTask>& tasks = step_tasks[s];
-    std::vector<AttentionTile>& tiles = step_tiles_.emplace_back();
     double& flops = step_flops_.emplace_back(0.0);
     const size_t first_launch = work.launches.size();
-    // A block-sparse task's rectangles are already its mask's runs of
-    // allowed blocks, and joining tiles pairwise costs the square of their
-    // number: a causal pattern of 16-row blocks over 5789 tokens is 21663
-    // rectangles, which took 40 s to join (into 21658) before the request
-    // ever computed. They join none; the other tasks' tiles join.
-    std::vector<AttentionTile> rectangles;
     for (size_t t = 0; t < tasks.size(); ++t) {
       const AttentionTask& task = tasks[t];
-      const bool sparse = task.kind == TaskKind::kBlockSparse;
-      if (lists && sparse) {
+      if (lists && task.kind == TaskKind::kBlockSparse) {
         AddBlockSparseLaunches(spec_, *blocks_, task, config_.tile_q_rows,
                                work);
-      } else {
-        std::vector<AttentionTile>& into = sparse ? rectangles : tiles;
-        into.insert(into.end(), task_tiles[s][t].begin(),
-                    task_tiles[s][t].end());
+        task_tiles[s][t].clear();
       }
       flops += TaskFlops(spec_, blocks(), task);
     }
-    JoinTiles(config_.tile_q_rows, KeyRowsPerTile(), tiles);
-    tiles.insert(tiles.end(), rectangles.begin(), rectangles.end());
+    step_tiles_.push_back(
+        StepTiles(tasks, task_tiles[s], config_.tile_q_rows, KeyRowsPerTile()));
     step_launches_.emplace_back(work.launches.begin() + first_launch,
                                 work.launches.end());
     step_tasks_.push_back(static_cast<int64_t>(tasks.size()));

@@ -39,8 +39,7 @@ std::vector<int64_t> Positions(const ShardLayout& layout, int64_t worker) {
   return positions;
 }
 
-// Each step's tiles, joined (JoinTiles) as the GPU executor joins them (all
-// but block-sparse rectangles, which it leaves as they are), still
+// Each step's tiles, joined as the GPU executor joins them (StepTiles), still
 // show every visible pair of the problem exactly once and no hidden one, within
 // the tile sizes, every tile row seeing a key.
 template <typename Visible>
@@ -62,18 +61,13 @@ void CheckJoinedSteps(const Case& c, const RingPlan& plan,
       const RingStep& step = plan.Step(rank, s);
       if (step.tasks.empty()) continue;
       const std::vector<int64_t> keys = Positions(kv_layout, step.kv_owner);
-      std::vector<AttentionTile> tiles;
-      std::vector<AttentionTile> rectangles;
+      std::vector<std::vector<AttentionTile>> task_tiles;
       for (const AttentionTask& task : step.tasks) {
-        const std::vector<AttentionTile> task_tiles =
-            TileTask(spec, mask.has_value() ? &*mask : nullptr, task, c.tile_q,
-                     c.tile_kv, c.wave_rows);
-        std::vector<AttentionTile>& into =
-            task.kind == TaskKind::kBlockSparse ? rectangles : tiles;
-        into.insert(into.end(), task_tiles.begin(), task_tiles.end());
+        task_tiles.push_back(TileTask(spec, mask.has_value() ? &*mask : nullptr,
+                                      task, c.tile_q, c.tile_kv, c.wave_rows));
       }
-      JoinTiles(c.tile_q, c.tile_kv, tiles);
-      tiles.insert(tiles.end(), rectangles.begin(), rectangles.end());
+      const std::vector<AttentionTile> tiles =
+          StepTiles(step.tasks, task_tiles, c.tile_q, c.tile_kv);
       for (const AttentionTile& tile : tiles) {
         ASSERT_LE(tile.q_len, c.tile_q);
         ASSERT_LE(tile.kv_len, c.tile_kv);

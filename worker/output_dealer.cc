@@ -18,7 +18,7 @@ OutputDealer::OutputDealer(TypedTensor o, Tensor<float> lse,
       row_bytes_(o_.view().row_bytes() + sizeof(float) * o_.shape().heads),
       first_message_bytes_(std::min(first_message_bytes, max_message_bytes)),
       max_message_bytes_(max_message_bytes),
-      message_bytes_(first_message_bytes_ / 2) {
+      growth_bytes_(first_message_bytes_) {
   for (const Range& chunk : chunks_) rows_left_ += chunk.size();
   rows_left_ *= o_.shape().batch;
 }
@@ -52,11 +52,12 @@ bool OutputDealer::Next(v1::ShardOutput* out) {
     claim.batch = batch_;
     claim.row = chunk_row_ + offset_;
     claim.position = chunk.begin + offset_;
-    message_bytes_ =
-        std::min({std::max<int64_t>(2 * message_bytes_, 1), max_message_bytes_,
-                  std::max(first_message_bytes_, rows_left_ * row_bytes_ / 2)});
+    const int64_t most_bytes =
+        std::min(growth_bytes_,
+                 std::max(first_message_bytes_, rows_left_ * row_bytes_ / 2));
+    growth_bytes_ = std::min(2 * growth_bytes_, max_message_bytes_);
     const int64_t rows =
-        row_bytes_ > 0 ? std::max<int64_t>(1, message_bytes_ / row_bytes_) : 1;
+        row_bytes_ > 0 ? std::max<int64_t>(1, most_bytes / row_bytes_) : 1;
     const int64_t chunk_left = chunk.size() - offset_;
     claim.count = (chunk_left - rows) * row_bytes_ < first_message_bytes_ / 2
                       ? chunk_left

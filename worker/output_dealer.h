@@ -77,8 +77,9 @@ class OutputDealer {
   int64_t chunk_row_ ABSL_GUARDED_BY(mutex_) = 0;  // local row of its begin
   int64_t offset_ ABSL_GUARDED_BY(mutex_) = 0;     // rows of it handed out
   int64_t messages_ ABSL_GUARDED_BY(mutex_) = 0;
-  // The last message's most bytes, and the rows not yet handed out.
-  int64_t message_bytes_ ABSL_GUARDED_BY(mutex_) = 0;
+  // The next message's most bytes before the half-of-what-is-left limit
+  // (doubling from the first), and the rows not yet handed out.
+  int64_t growth_bytes_ ABSL_GUARDED_BY(mutex_) = 0;
   int64_t rows_left_ ABSL_GUARDED_BY(mutex_) = 0;
 };
 

@@ -464,6 +464,13 @@ absl::StatusOr<v1::Summary> SendQuery(
       });
 }
 
+// `t` as the processes' logs stamp their lines (local time, microseconds), or
+// "-" for InfiniteFuture (never).
+std::string LogStamp(absl::Time t) {
+  if (t == absl::InfiniteFuture()) return "-";
+  return absl::FormatTime("%Y-%m-%d %H:%M:%E6S", t, absl::LocalTimeZone());
+}
+
 // Times `repeats` queries of `nq` rows (rows of the pool) against context
 // `name` of `n` tokens, no rows appended, sent as bf16 chunks
 // (QueryStreaming) or, with `fp32_tensors`, as fp32 tensors (Query); returns
@@ -507,19 +514,12 @@ std::string TimeQueries(Client& client, const RowPool& pool, const Shapes& s,
                           " | failed: ", summary.status().ToString(), " |");
     }
     if (absl::GetFlag(FLAGS_query_timeline)) {
-      const absl::Time done = absl::Now();
-      auto stamp = [](absl::Time t) {
-        return t == absl::InfiniteFuture()
-                   ? std::string("-")
-                   : absl::FormatTime("%Y-%m-%d %H:%M:%E6S", t,
-                                      absl::LocalTimeZone());
-      };
       std::fprintf(stderr,
                    "timeline: request %s: %lld rows; began %s, first output "
                    "%s, done %s\n",
                    summary->request_id().c_str(), static_cast<long long>(nq),
-                   stamp(began).c_str(), stamp(first_output).c_str(),
-                   stamp(done).c_str());
+                   LogStamp(began).c_str(), LogStamp(first_output).c_str(),
+                   LogStamp(absl::Now()).c_str());
     }
     latencies.push_back(Seconds(begin, Clock::now()));
     coordinator.push_back(summary->seconds());
