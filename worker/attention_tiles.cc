@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <map>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "core/range.h"
@@ -153,24 +154,66 @@ std::optional<AttentionTile> Joined(const AttentionTile& a,
                        around.k.size(), !ShowsAll(around, rule)};
 }
 
+// The cells of a grid of `size`-long sides that starts in [begin, end) touch.
+Range CellsOf(int64_t begin, int64_t end, int64_t size) {
+  return Range{std::max<int64_t>(0, begin) / size, (end - 1) / size + 1};
+}
+
 }  // namespace
 
 void JoinTiles(int64_t tile_q_rows, int64_t tile_kv_rows,
                std::vector<AttentionTile>& tiles) {
+  // Passes of: each live tile in turn takes every later one it joins. A
+  // tile can only join one whose start lies within a tile size of its own,
+  // so the candidates come from the cells of a grid of tile-sized squares
+  // around it (not from every later tile: a 4M-token causal step has ~33K
+  // tiles). A tile changes only while it takes others, and takes only later
+  // ones, so the grid of the pass's start holds every candidate.
   bool joined = true;
   while (joined) {
     joined = false;
+    std::map<std::pair<int64_t, int64_t>, std::vector<size_t>> grid;
     for (size_t i = 0; i < tiles.size(); ++i) {
-      for (size_t j = i + 1; j < tiles.size(); ++j) {
+      grid[{tiles[i].q_row / tile_q_rows, tiles[i].k_row / tile_kv_rows}]
+          .push_back(i);
+    }
+    std::vector<bool> taken(tiles.size(), false);
+    std::vector<size_t> candidates;
+    for (size_t i = 0; i < tiles.size(); ++i) {
+      if (taken[i]) continue;
+      // A later tile's start q lies in [q_end - tile_q_rows, q_row +
+      // tile_q_rows), and its k likewise, or the two exceed the tile size.
+      const AttentionTile& tile = tiles[i];
+      const Range q_cells = CellsOf(tile.q_row + tile.q_len - tile_q_rows,
+                                    tile.q_row + tile_q_rows, tile_q_rows);
+      const Range k_cells = CellsOf(tile.k_row + tile.kv_len - tile_kv_rows,
+                                    tile.k_row + tile_kv_rows, tile_kv_rows);
+      candidates.clear();
+      for (int64_t q = q_cells.begin; q < q_cells.end; ++q) {
+        for (int64_t k = k_cells.begin; k < k_cells.end; ++k) {
+          const auto cell = grid.find({q, k});
+          if (cell == grid.end()) continue;
+          for (size_t j : cell->second) {
+            if (j > i) candidates.push_back(j);
+          }
+        }
+      }
+      std::sort(candidates.begin(), candidates.end());
+      for (size_t j : candidates) {
+        if (taken[j]) continue;
         const std::optional<AttentionTile> both =
             Joined(tiles[i], tiles[j], tile_q_rows, tile_kv_rows);
         if (!both.has_value()) continue;
         tiles[i] = *both;
-        tiles.erase(tiles.begin() + static_cast<std::ptrdiff_t>(j));
+        taken[j] = true;
         joined = true;
-        --j;
       }
     }
+    size_t kept = 0;
+    for (size_t i = 0; i < tiles.size(); ++i) {
+      if (!taken[i]) tiles[kept++] = tiles[i];
+    }
+    tiles.resize(kept);
   }
 }
 
