@@ -4,6 +4,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "core/status_macros.h"
+#include "worker/device.h"
 
 namespace ringattn {
 namespace {
@@ -63,6 +64,20 @@ absl::StatusOr<DeviceBuffer> AllocateExecutorMemory(int device, size_t bytes,
   absl::StatusOr<cudaMemPool_t> pool = ExecutorMemoryPool(device);
   if (!pool.ok()) return pool.status();
   return DeviceBuffer::AllocateFromPool(bytes, *pool, stream);
+}
+
+absl::Status FillExecutorMemoryPool(int device) {
+  absl::StatusOr<cudaMemPool_t> pool = ExecutorMemoryPool(device);
+  if (!pool.ok()) return pool.status();
+  absl::StatusOr<CudaStream> stream = CudaStream::Create();
+  if (!stream.ok()) return stream.status();
+  {
+    absl::StatusOr<DeviceBuffer> kept = DeviceBuffer::AllocateFromPool(
+        kExecutorMemoryKeptBytes, *pool, stream->get());
+    if (!kept.ok()) return kept.status();
+  }
+  return CudaStatus(cudaStreamSynchronize(stream->get()),
+                    "filling the executors' memory pool");
 }
 
 void ReleaseKeptExecutorMemory(int device) {

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/cuda/device_buffer.h"
 
@@ -39,6 +40,12 @@ absl::StatusOr<cudaMemPool_t> ExecutorMemoryPool(int device);
 // kLeastPooledBytes on; else from cudaMalloc. Or the CUDA error. Thread-safe.
 absl::StatusOr<DeviceBuffer> AllocateExecutorMemory(int device, size_t bytes,
                                                     cudaStream_t stream);
+
+// Makes the pool of `device` (the current device) and has it map what it
+// keeps now, at start, rather than in a first request: the first 64-row query
+// of a 4M-token context after an H200 worker started took 16-30 ms instead of
+// its 9.3. Or the CUDA error.
+absl::Status FillExecutorMemoryPool(int device);
 
 // Gives back to `device` what its executors' pool keeps unused (for memory
 // that outlives requests, such as a context's, that could not be had). Does

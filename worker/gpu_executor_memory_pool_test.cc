@@ -90,6 +90,23 @@ TEST_F(ExecutorMemoryPoolTest, OnlyExecutorsOfAMebibyteOrMoreTakeThePool) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
+TEST_F(ExecutorMemoryPoolTest, FilledPoolServesRequestsFromWhatItMapped) {
+  ASSERT_TRUE(FillExecutorMemoryPool(0).ok());
+  const uint64_t reserved = Reserved();
+  EXPECT_GE(reserved, kExecutorMemoryKeptBytes);
+  {
+    absl::StatusOr<DeviceBuffer> first =
+        AllocateExecutorMemory(0, kExecutorMemoryKeptBytes / 2, stream_.get());
+    ASSERT_TRUE(first.ok()) << first.status();
+    absl::StatusOr<DeviceBuffer> second =
+        AllocateExecutorMemory(0, size_t{3} << 20, stream_.get());
+    ASSERT_TRUE(second.ok()) << second.status();
+    EXPECT_EQ(Reserved(), reserved);
+  }
+  ASSERT_EQ(cudaStreamSynchronize(stream_.get()), cudaSuccess);
+  EXPECT_EQ(Reserved(), reserved);
+}
+
 TEST_F(ExecutorMemoryPoolTest, KeepsNoMoreThanItsShareOnceWaitedFor) {
   constexpr size_t kLarge = 4 * kExecutorMemoryKeptBytes;
   {

@@ -30,6 +30,7 @@
 #include "security/tls_credentials.h"
 #include "spdlog/spdlog.h"
 #include "worker/device.h"
+#include "worker/executor_memory_pool.h"
 #include "worker/gloo_communicator.h"
 #include "worker/grpc_store.h"
 #include "worker/membership.h"
@@ -132,6 +133,11 @@ int Main() {
         OpenCudaDevice(device->cuda_index);
     if (!info.ok()) return Usage(std::string(info.status().message()));
     device_memory_bytes = info->free_bytes / 10 * 9;
+    if (absl::Status filled = FillExecutorMemoryPool(device->cuda_index);
+        !filled.ok()) {
+      spdlog::warn("executors' memory pool not filled at start: {}",
+                   filled.ToString());
+    }
     device_description = absl::StrCat(device->Name(), " (", info->name, ", ",
                                       info->total_bytes >> 20, " MiB, ",
                                       info->free_bytes >> 20, " MiB free)");
