@@ -277,11 +277,11 @@ BlockSparseRoute ChooseBlockSparseRoute(
   for (const AttentionTile& tile : rectangles) {
     pairs += static_cast<double>(tile.q_len) * static_cast<double>(tile.kv_len);
   }
-  const bool small =
-      rectangles.empty() || pairs / static_cast<double>(rectangles.size()) <=
-                                kWorkListMostRectanglePairs;
-  return hopper_available && small ? BlockSparseRoute::kWorkList
-                                   : BlockSparseRoute::kRectangles;
+  const double most = hopper_available ? kWorkListMostRectanglePairs
+                                       : kMmaWorkListMostRectanglePairs;
+  const bool small = rectangles.empty() ||
+                     pairs / static_cast<double>(rectangles.size()) <= most;
+  return small ? BlockSparseRoute::kWorkList : BlockSparseRoute::kRectangles;
 }
 
 int64_t GpuRingExecutor::DeviceBytesNeeded(const AttentionSpec& spec, int rank,

@@ -174,14 +174,25 @@ std::vector<AttentionTile> StepTiles(
 // at 580-600 TFLOP/s on one H200, our Hopper kernel at about 550).
 inline constexpr double kWorkListMostRectanglePairs = 4096.0 * 4096.0;
 
+// Below this many pairs per rectangle tile on average, a work list on our
+// mma.sync kernel (one launch) beats a call and a merge per rectangle: on one
+// H200 at blocks of 16, D=80, causal or not (rectangles of 270-540 pairs on
+// average) the list on the mma.sync kernel took 1/24-1/102 of the rectangles'
+// time, level with the Hopper kernel's list (which took 1/13-1/82 of it at
+// blocks of 64, D=80 and 128); each rectangle cost 13-69 us there. At blocks of
+// 1024 the mma.sync list took 1.0-1.6x of the rectangles' time (one H100).
+inline constexpr double kMmaWorkListMostRectanglePairs = 256.0 * 256.0;
+
 // The route `requested` resolves to for block-sparse tasks whose rectangle
-// tiles are `rectangles`: kAuto becomes kWorkList where our Hopper kernel runs
-// the lists (`hopper_available`, HopperAttentionAvailable) and the rectangles
-// average at most kWorkListMostRectanglePairs, else kRectangles; the others
-// stay. Measured on one H100 (bench/gpu/sparse_bench, N = 64K and 256K, blocks
-// of 1024, 3-50% of the pairs, two patterns, causal or not): one Hopper launch
-// per pattern took 0.51-0.82x the time of cuDNN per rectangle with its merges,
-// every case; the same list on the mma.sync kernel took 1.0-1.6x of it.
+// tiles are `rectangles`: kAuto becomes kWorkList where the rectangles
+// average at most kWorkListMostRectanglePairs and our Hopper kernel runs the
+// lists (`hopper_available`, HopperAttentionAvailable), or at most
+// kMmaWorkListMostRectanglePairs (the lists then run on the mma.sync kernel:
+// other GPUs, D above 128 or not a multiple of 8), else kRectangles; the
+// others stay. Measured on one H100 (bench/gpu/sparse_bench, N = 64K and
+// 256K, blocks of 1024, 3-50% of the pairs, two patterns, causal or not): one
+// Hopper launch per pattern took 0.51-0.82x the time of cuDNN per rectangle
+// with its merges, every case.
 BlockSparseRoute ChooseBlockSparseRoute(
     BlockSparseRoute requested, bool hopper_available,
     const std::vector<AttentionTile>& rectangles);

@@ -458,9 +458,11 @@ TEST(KeyRowsPerTileTest, ManyQueryRowsTakeRegularTiles) {
 }
 
 TEST(ChooseBlockSparseRouteTest,
-     ListsForSmallRectanglesWhereTheHopperKernelRunsThemUnlessForced) {
+     ListsForSmallRectanglesAndTinyOnesOnAnyKernelUnlessForced) {
   const std::vector<AttentionTile> small = {{0, 1024, 0, 2048, false},
                                             {1024, 1024, 0, 1024, true}};
+  const std::vector<AttentionTile> tiny = {{0, 16, 0, 64, false},
+                                           {16, 256, 0, 256, true}};
   const std::vector<AttentionTile> large = {{0, 16384, 0, 16384, false},
                                             {16384, 1024, 0, 1024, false}};
   EXPECT_EQ(ChooseBlockSparseRoute(BlockSparseRoute::kAuto, true, small),
@@ -471,6 +473,11 @@ TEST(ChooseBlockSparseRouteTest,
             BlockSparseRoute::kRectangles);
   EXPECT_EQ(ChooseBlockSparseRoute(BlockSparseRoute::kAuto, false, small),
             BlockSparseRoute::kRectangles);
+  // Without the Hopper kernel, lists on the mma.sync kernel for tiny ones.
+  EXPECT_EQ(ChooseBlockSparseRoute(BlockSparseRoute::kAuto, false, tiny),
+            BlockSparseRoute::kWorkList);
+  EXPECT_EQ(ChooseBlockSparseRoute(BlockSparseRoute::kAuto, true, tiny),
+            BlockSparseRoute::kWorkList);
   EXPECT_EQ(ChooseBlockSparseRoute(BlockSparseRoute::kRectangles, true, small),
             BlockSparseRoute::kRectangles);
   EXPECT_EQ(ChooseBlockSparseRoute(BlockSparseRoute::kWorkList, false, large),
