@@ -49,6 +49,25 @@ TEST(PinnedStagingPoolTest, LendsPageLockedBuffersAndTakesThemBack) {
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
+// Fill allocates the buffers not yet there, around those lent, and lends
+// none of them.
+TEST(PinnedStagingPoolTest, FillAllocatesTheRestOfTheBuffers) {
+  SKIP_WITHOUT_GPUS(1);
+  PinnedStagingPool pool(0, 4096, 3);
+  std::shared_ptr<char> held = pool.Lend(4096);
+  ASSERT_NE(held, nullptr);
+  EXPECT_EQ(pool.Fill(), 3);
+  EXPECT_EQ(pool.allocated(), 3);
+  EXPECT_EQ(pool.lent(), 1);
+  std::shared_ptr<char> second = pool.Lend(1);
+  std::shared_ptr<char> third = pool.Lend(1);
+  ASSERT_NE(third, nullptr);
+  EXPECT_TRUE(IsPageLocked(third.get()));
+  EXPECT_EQ(pool.allocated(), 3);
+  EXPECT_EQ(pool.Fill(), 3);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
 TEST(PinnedStagingPoolTest, RefusesMoreThanOneBuffer) {
   SKIP_WITHOUT_GPUS(1);
   PinnedStagingPool pool(0, 4096, 1);

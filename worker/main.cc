@@ -133,8 +133,13 @@ int Main() {
         OpenCudaDevice(device->cuda_index);
     if (!info.ok()) return Usage(std::string(info.status().message()));
     device_memory_bytes = info->free_bytes / 10 * 9;
+    const absl::Time filling = absl::Now();
     if (absl::Status filled = FillExecutorMemoryPool(device->cuda_index);
-        !filled.ok()) {
+        filled.ok()) {
+      spdlog::info("mapped the executors' memory pool ({} MiB) in {}",
+                   kExecutorMemoryKeptBytes >> 20,
+                   absl::FormatDuration(absl::Now() - filling));
+    } else {
       spdlog::warn("executors' memory pool not filled at start: {}",
                    filled.ToString());
     }

@@ -2,6 +2,8 @@
 
 #include <cuda_runtime.h>
 
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -96,6 +98,14 @@ std::shared_ptr<char> PinnedStagingPool::Lend(int64_t bytes) {
   if (buffer == nullptr) return nullptr;
   return std::shared_ptr<char>(
       buffer, [buffers = buffers_](char* lent) { buffers->Give(lent); });
+}
+
+int PinnedStagingPool::Fill() {
+  std::vector<std::shared_ptr<char>> leases;
+  while (std::shared_ptr<char> lease = Lend(0)) {
+    leases.push_back(std::move(lease));
+  }
+  return allocated();
 }
 
 int64_t PinnedStagingPool::buffer_bytes() const {

@@ -29,6 +29,10 @@ class PinnedStagingPool {
   // allocate one (logged; the thread's CUDA error state is left clear).
   std::shared_ptr<char> Lend(int64_t bytes);
 
+  // Allocates now the buffers not yet allocated (or lent), rather than in the
+  // requests that first need them; returns how many are allocated.
+  int Fill();
+
   int64_t buffer_bytes() const;
   // Buffers allocated so far, and of them lent now.
   int allocated() const;

@@ -1255,6 +1255,11 @@ WorkerService::WorkerService(RingConnector& connector,
       staging_pool_ = std::make_unique<PinnedStagingPool>(
           options.cuda_device, options.pinned_staging_buffer_bytes,
           options.max_concurrent_executions);
+      const absl::Time start = absl::Now();
+      const int buffers = staging_pool_->Fill();
+      spdlog::info("page-locked {} staging buffers of {} MiB in {}", buffers,
+                   options.pinned_staging_buffer_bytes >> 20,
+                   absl::FormatDuration(absl::Now() - start));
     }
   } else {
     host_contexts_ =
