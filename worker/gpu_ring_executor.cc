@@ -160,6 +160,11 @@ class DispatcherPool {
     idle_[device].push_back(std::move(dispatcher));
   }
 
+  int Idle(int device) {
+    absl::MutexLock lock(&mutex_);
+    return static_cast<int>(idle_[device].size());
+  }
+
  private:
   absl::Mutex mutex_;
   std::map<int, std::vector<std::unique_ptr<AttentionDispatcher>>> idle_
@@ -189,6 +194,14 @@ int64_t PoolBytesNeeded(const AttentionSpec& spec, int rank, int world_size,
 }
 
 }  // namespace
+
+int PrepareDispatchers(int device, int count) {
+  DispatcherPool& pool = DispatcherPool::Shared();
+  for (int idle = pool.Idle(device); idle < count; ++idle) {
+    pool.Give(device, std::make_unique<AttentionDispatcher>());
+  }
+  return pool.Idle(device);
+}
 
 std::vector<AttentionTile> StepTiles(
     const std::vector<AttentionTask>& tasks,

@@ -197,6 +197,11 @@ BlockSparseRoute ChooseBlockSparseRoute(
     BlockSparseRoute requested, bool hopper_available,
     const std::vector<AttentionTile>& rectangles);
 
+// Makes attention dispatchers (each with its cuDNN handle) for GPU executors
+// of `device`, the current device, to take, until `count` are idle, rather
+// than in the first requests that need them. Returns how many are idle.
+int PrepareDispatchers(int device, int count);
+
 struct GpuRingStats {
   // peak_bytes: the executor's device pool (cuDNN's workspace and NCCL's
   // buffers come on top); compute_seconds: the compute stream's busy time,

@@ -20,6 +20,8 @@
 
 #include "worker/gpu_ring_executor.h"
 
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -762,6 +764,26 @@ TEST(GpuRingExecutorTest, TakesDilatedAndBlockSparseSpecs) {
   EXPECT_NE(
       GpuRingExecutor::Create(spec, 0, 1, GpuRingConfig()).status().code(),
       absl::StatusCode::kUnimplemented);
+}
+
+// Dispatchers made ahead serve the next executors, which give them back.
+TEST(GpuRingExecutorTest, PreparedDispatchersServeTheNextExecutors) {
+  SKIP_WITHOUT_GPUS(1);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  const int idle = PrepareDispatchers(0, 2);
+  EXPECT_GE(idle, 2);
+  EXPECT_EQ(PrepareDispatchers(0, 1), idle);
+  AttentionSpec spec;
+  spec.q_len = spec.kv_len = 64;
+  spec.q_heads = spec.kv_heads = 1;
+  spec.head_dim = 64;
+  {
+    absl::StatusOr<std::unique_ptr<GpuRingExecutor>> executor =
+        GpuRingExecutor::Create(spec, 0, 1, GpuRingConfig());
+    ASSERT_TRUE(executor.ok()) << executor.status();
+    EXPECT_EQ(PrepareDispatchers(0, 0), idle - 1);
+  }
+  EXPECT_EQ(PrepareDispatchers(0, 0), idle);
 }
 
 // Rank 1 joins the communicator but leaves without taking part in the ring:

@@ -32,6 +32,7 @@
 #include "worker/device.h"
 #include "worker/executor_memory_pool.h"
 #include "worker/gloo_communicator.h"
+#include "worker/gpu_ring_executor.h"
 #include "worker/grpc_store.h"
 #include "worker/membership.h"
 #include "worker/nccl_communicator.h"
@@ -196,6 +197,13 @@ int Main() {
   options.pinned_staging_buffer_bytes = staging_buffer_mib << 20;
   // Resident contexts may use as much again as requests in flight.
   options.context_memory_bytes = options.memory_bytes;
+  if (device->is_cuda()) {
+    const absl::Time preparing = absl::Now();
+    const int dispatchers = PrepareDispatchers(
+        device->cuda_index, options.max_concurrent_executions);
+    spdlog::info("made {} attention dispatchers (cuDNN handles) in {}",
+                 dispatchers, absl::FormatDuration(absl::Now() - preparing));
+  }
 
   const std::string tls_cert = absl::GetFlag(FLAGS_tls_cert);
   const std::string tls_key = absl::GetFlag(FLAGS_tls_key);
