@@ -73,7 +73,7 @@ ABSL_FLAG(double, pinned_staging_gib,
 ABSL_FLAG(int64_t, pinned_staging_buffer_mib, 16,
           "with --device cuda:N, each of --max_concurrent requests whose host "
           "staging fits this many MiB stages in a page-locked buffer kept for "
-          "reuse, allocated as first needed (0: none)");
+          "reuse, all page-locked when the worker starts (0: none)");
 ABSL_FLAG(double, ring_timeout_seconds, 60,
           "how long a rank waits for its peers when a request sets no "
           "timeout");

@@ -7,9 +7,9 @@
 // unlocking pages per request. (Locking each request's own staging from
 // 1 MiB saved 1.3-1.8 ms of a 256- to 1024-row query on an H200 host, but
 // cost more than that under concurrent requests.) Buffers are allocated as
-// first needed (with CUDA device `device` current), at most `most_buffers` of
-// `buffer_bytes` each, and kept; each goes once the pool and every lease of it
-// have. Thread-safe.
+// first needed or all at once by Fill (with CUDA device `device` current), at
+// most `most_buffers` of `buffer_bytes` each, and kept; each goes once the pool
+// and every lease of it have. Thread-safe.
 
 #include <cstdint>
 #include <memory>
