@@ -10,7 +10,8 @@
 // three calls after one warm-up, by CUDA events. The table gives the fraction
 // of dense's (query, key) pairs each mask computes next to the speedups over
 // dense, and the largest difference between the two sparse routes' outputs
-// over sampled rows as a sanity check.
+// over sampled rows as a sanity check. Each row prints as soon as it is
+// measured, so a run cut short keeps what it measured.
 //
 //   gpu_sparse_bench [--lengths=65536,262144] [--block_size=1024]
 //                    [--densities=0.05,0.12,0.25,0.5] [--head_dim=128]
@@ -93,13 +94,14 @@ struct Row {
   int64_t n = 0;
   bool causal = false;
   std::string pattern;
-  double pairs = 0;  // fraction of dense's visible pairs
-  double dense_cudnn_ms = 0;
+  double pairs = 0;           // fraction of dense's visible pairs
+  double dense_cudnn_ms = 0;  // NaN where cuDNN refuses the shape
   double dense_ours_ms = 0;
   double list_ms = 0;        // on our own kernel (RunOwnAttention)
   std::string list_path;     // which one that is
   double list_flash_ms = 0;  // on the mma.sync kernel
   double rect_ms = 0;
+  std::string rect_path;  // "cudnn", or our kernel where cuDNN refuses
   int64_t rect_calls = 0;
   int64_t list_tiles = 0;
   double difference = 0;
@@ -163,8 +165,28 @@ absl::StatusOr<double> SampleDifference(const Buffers& b, int64_t n) {
   return worst;
 }
 
-absl::Status Measure(int64_t n, CudnnAttention& cudnn, cudaStream_t stream,
-                     std::vector<Row>& rows) {
+// One line of the table, flushed.
+void PrintRow(const Row& r) {
+  const bool cudnn_runs = !std::isnan(r.dense_cudnn_ms);
+  const std::string dense_cudnn =
+      cudnn_runs ? absl::StrFormat("%.1f", r.dense_cudnn_ms) : "-";
+  const std::string over_dense =
+      cudnn_runs
+          ? absl::StrFormat("%.2fx | %.2fx", r.dense_cudnn_ms / r.list_ms,
+                            r.dense_cudnn_ms / r.rect_ms)
+          : "- | -";
+  std::printf(
+      "| %lld | %s | %s | %.3f | %s | %.1f | %.1f (%s) | %.1f | %.1f "
+      "(%lld, %s) | %s | %.2fx | %.3g |\n",
+      static_cast<long long>(r.n), r.causal ? "causal" : "dense",
+      r.pattern.c_str(), r.pairs, dense_cudnn.c_str(), r.dense_ours_ms,
+      r.list_ms, r.list_path.c_str(), r.list_flash_ms, r.rect_ms,
+      static_cast<long long>(r.rect_calls), r.rect_path.c_str(),
+      over_dense.c_str(), r.rect_ms / r.list_ms, r.difference);
+  std::fflush(stdout);
+}
+
+absl::Status Measure(int64_t n, CudnnAttention& cudnn, cudaStream_t stream) {
   const int64_t d = absl::GetFlag(FLAGS_head_dim);
   const int64_t block_size = absl::GetFlag(FLAGS_block_size);
   const int64_t blocks = (n + block_size - 1) / block_size;
@@ -189,7 +211,14 @@ absl::Status Measure(int64_t n, CudnnAttention& cudnn, cudaStream_t stream,
     absl::StatusOr<double> dense_cudnn =
         MedianMilliseconds([&] { return cudnn.Forward(args, stream); }, stream,
                            kSeconds, kWarmupCalls);
+    if (absl::IsUnimplemented(dense_cudnn.status())) {
+      std::fprintf(stderr, "cuDNN refuses D=%lld: %s\n",
+                   static_cast<long long>(d),
+                   std::string(dense_cudnn.status().message()).c_str());
+      dense_cudnn = std::nan("");
+    }
     if (!dense_cudnn.ok()) return dense_cudnn.status();
+    const bool cudnn_runs = !std::isnan(*dense_cudnn);
     absl::StatusOr<double> dense_ours = MedianMilliseconds(
         [&] { return RunOwnAttention(args, stream).status(); }, stream,
         kSeconds, kWarmupCalls);
@@ -274,6 +303,7 @@ absl::Status Measure(int64_t n, CudnnAttention& cudnn, cudaStream_t stream,
         const std::vector<AttentionTile> tiles =
             TileTask(spec, &mask, task, kTileRows, kTileRows);
         row.rect_calls = static_cast<int64_t>(tiles.size());
+        row.rect_path = cudnn_runs ? "cudnn" : "";
         auto rectangles = [&]() -> absl::Status {
           RINGATTN_RETURN_IF_ERROR(
               CudaStatus(LaunchClearAccumulators(b.acc_o.as<float>(), n * width,
@@ -290,7 +320,13 @@ absl::Status Measure(int64_t n, CudnnAttention& cudnn, cudaStream_t stream,
             t.v.data = b.v.as<const char>() + tile.k_row * width * 2;
             t.o = {b.part_o.as<void>(), tile.q_len * width, width};
             t.lse = b.part_lse.as<float>();
-            RINGATTN_RETURN_IF_ERROR(cudnn.Forward(t, stream));
+            if (cudnn_runs) {
+              RINGATTN_RETURN_IF_ERROR(cudnn.Forward(t, stream));
+            } else {
+              absl::StatusOr<AttentionPath> own = RunOwnAttention(t, stream);
+              if (!own.ok()) return own.status();
+              row.rect_path = AttentionPathName(*own);
+            }
             RINGATTN_RETURN_IF_ERROR(CudaStatus(
                 LaunchMergePartial(DeviceDType::kBFloat16, b.part_o.as<void>(),
                                    b.part_lse.as<float>(), 1,
@@ -309,7 +345,7 @@ absl::Status Measure(int64_t n, CudnnAttention& cudnn, cudaStream_t stream,
         absl::StatusOr<double> difference = SampleDifference(b, n);
         if (!difference.ok()) return difference.status();
         row.difference = *difference;
-        rows.push_back(row);
+        PrintRow(row);
         std::fprintf(stderr,
                      "N=%lld %s %s: %.3f of pairs, list %.2f ms, "
                      "rectangles %.2f ms (%lld calls)\n",
@@ -341,15 +377,6 @@ int Main(int argc, char** argv) {
                      .c_str());
     return 1;
   }
-  std::vector<Row> rows;
-  for (const std::string& text : absl::GetFlag(FLAGS_lengths)) {
-    const int64_t n = std::stoll(text);
-    if (absl::Status s = Measure(n, **cudnn, stream->get(), rows); !s.ok()) {
-      std::fprintf(stderr, "N=%lld: %s\n", static_cast<long long>(n),
-                   std::string(s.message()).c_str());
-      return 1;
-    }
-  }
   std::printf(
       "\nringattn block-sparse attention, %s, cuDNN %s, bf16, D=%d, "
       "Hq=Hkv=%lld, B=1, blocks of %lld (ms, median of 3)\n\n",
@@ -358,19 +385,18 @@ int Main(int argc, char** argv) {
       static_cast<long long>(absl::GetFlag(FLAGS_block_size)));
   std::printf(
       "| N | mask | pattern | pairs of dense | dense cuDNN | dense ours | "
-      "list (1 launch, kernel) | list on the mma.sync kernel | cuDNN per "
-      "rectangle (calls) | list speedup vs dense cuDNN | rectangles speedup "
+      "list (1 launch, kernel) | list on the mma.sync kernel | per rectangle "
+      "(calls, kernel) | list speedup vs dense cuDNN | rectangles speedup "
       "vs dense cuDNN | list vs rectangles | max diff "
       "|\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-  for (const Row& r : rows) {
-    std::printf(
-        "| %lld | %s | %s | %.3f | %.1f | %.1f | %.1f (%s) | %.1f | %.1f "
-        "(%lld) | %.2fx | %.2fx | %.2fx | %.3g |\n",
-        static_cast<long long>(r.n), r.causal ? "causal" : "dense",
-        r.pattern.c_str(), r.pairs, r.dense_cudnn_ms, r.dense_ours_ms,
-        r.list_ms, r.list_path.c_str(), r.list_flash_ms, r.rect_ms,
-        static_cast<long long>(r.rect_calls), r.dense_cudnn_ms / r.list_ms,
-        r.dense_cudnn_ms / r.rect_ms, r.rect_ms / r.list_ms, r.difference);
+  std::fflush(stdout);
+  for (const std::string& text : absl::GetFlag(FLAGS_lengths)) {
+    const int64_t n = std::stoll(text);
+    if (absl::Status s = Measure(n, **cudnn, stream->get()); !s.ok()) {
+      std::fprintf(stderr, "N=%lld: %s\n", static_cast<long long>(n),
+                   std::string(s.message()).c_str());
+      return 1;
+    }
   }
   return 0;
 }
