@@ -1,5 +1,7 @@
 #include "worker/device.h"
 
+#include <stdlib.h>
+
 #include <thread>
 #include <utility>
 
@@ -74,6 +76,8 @@ absl::Status EnterCudaDevice(int index) {
   // Creates the context now, so that a broken device fails here.
   return CudaStatus(cudaFree(nullptr), "creating the context");
 }
+
+void LoadKernelsEagerly() { setenv("CUDA_MODULE_LOADING", "EAGER", 0); }
 
 absl::StatusOr<CudaDeviceInfo> OpenCudaDevice(int index) {
   if (absl::Status s = EnterCudaDevice(index); !s.ok()) return s;

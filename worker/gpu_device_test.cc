@@ -1,5 +1,8 @@
-// --device parsing, CUDA device lookup and event waits. Runs with or without
-// a GPU: without one, opening a device must fail with "no CUDA device N: ...".
+// --device parsing, eager kernel loading, CUDA device lookup and event waits.
+// Runs with or without a GPU: without one, opening a device must fail with "no
+// CUDA device N: ...".
+
+#include <stdlib.h>
 
 #include "gtest/gtest.h"
 #include "kernels/cuda/device_buffer.h"
@@ -31,6 +34,17 @@ TEST(ParseDeviceTest, RejectsOtherForms) {
     EXPECT_EQ(choice.status().code(), absl::StatusCode::kInvalidArgument)
         << text;
   }
+}
+
+TEST(LoadKernelsEagerlyTest, SetsEagerLoadingUnlessTheEnvironmentChose) {
+  unsetenv("CUDA_MODULE_LOADING");
+  LoadKernelsEagerly();
+  ASSERT_NE(getenv("CUDA_MODULE_LOADING"), nullptr);
+  EXPECT_STREQ(getenv("CUDA_MODULE_LOADING"), "EAGER");
+  setenv("CUDA_MODULE_LOADING", "LAZY", 1);
+  LoadKernelsEagerly();
+  EXPECT_STREQ(getenv("CUDA_MODULE_LOADING"), "LAZY");
+  unsetenv("CUDA_MODULE_LOADING");
 }
 
 TEST(OpenCudaDeviceTest, MissingDeviceIsNamed) {

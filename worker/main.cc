@@ -127,9 +127,10 @@ int Main() {
   std::string device_description = "cpu";
   int64_t device_memory_bytes = 0;
   if (device->is_cuda()) {
-    // NCCL reads its environment once, at its first communicator; set it
-    // before any thread starts.
+    // NCCL reads its environment once, at its first communicator, and CUDA
+    // at its first call; set both before any thread starts.
     DisableNcclMulticast();
+    LoadKernelsEagerly();
     const absl::StatusOr<CudaDeviceInfo> info =
         OpenCudaDevice(device->cuda_index);
     if (!info.ok()) return Usage(std::string(info.status().message()));
