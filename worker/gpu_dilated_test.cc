@@ -4,17 +4,16 @@
 // several branches, prime lengths (short last segments), GQA and MQA, head
 // dims 7, 64, 80 and 128, bf16 and fp16, tiny tiles that cut segments and split
 // batches, a batch of 2; on one GPU (world of one) and as a two-rank NCCL ring
-// whose segments span the shard boundary. Host outputs are poisoned with NaN
-// before each download. Tolerances as gpu_ring_executor_test: |O - O_ref| <=
-// tol * (1 + |O_ref|) with tol 2e-2 (bf16) or 1e-2 (fp16), |LSE - LSE_ref| <=
-// 1e-2 * (1 + |LSE_ref|), and rows that see no key exactly O = 0, LSE = -inf.
-// Skips, saying why, where there are too few GPUs.
+// whose segments span the shard boundary. Outputs are poisoned with NaN on
+// the device before each run. Tolerances as gpu_ring_executor_test: |O - O_ref|
+// <= tol * (1 + |O_ref|) with tol 2e-2 (bf16) or 1e-2 (fp16), |LSE - LSE_ref|
+// <= 1e-2 * (1 + |LSE_ref|), and rows that see no key exactly O = 0, LSE =
+// -inf. Skips, saying why, where there are too few GPUs.
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -33,26 +32,13 @@
 #include "kernels/cuda/hopper_attention.h"
 #include "worker/device.h"
 #include "worker/gpu_ring_executor.h"
+#include "worker/gpu_ring_testing.h"
 #include "worker/gpu_test_skip.h"
 #include "worker/nccl_communicator.h"
+#include "worker/solo_communicator.h"
 
 namespace ringattn {
 namespace {
-
-// The communicator of a one-rank ring, which never transfers anything.
-class NoPeers final : public RingCommunicator {
- public:
-  int rank() const override { return 0; }
-  int world_size() const override { return 1; }
-  absl::Status StartSend(const void*, int64_t, int) override {
-    return absl::FailedPreconditionError("a one-rank ring sends nothing");
-  }
-  absl::Status StartReceive(void*, int64_t, int) override {
-    return absl::FailedPreconditionError("a one-rank ring receives nothing");
-  }
-  absl::Status Wait(absl::Time) override { return absl::OkStatus(); }
-  void Abort() override {}
-};
 
 struct Case {
   std::string name;
@@ -95,18 +81,6 @@ struct Problem {
   Tensor<double> o_ref, lse_ref;
 };
 
-Tensor<float> RandomTensor(Shape shape, DeviceDType dtype, uint32_t seed) {
-  Tensor<float> t(shape);
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (float& x : t.values()) {
-    x = dtype == DeviceDType::kBFloat16
-            ? BFloat16ToFloat(FloatToBFloat16(normal(rng)))
-            : HalfToFloat(FloatToHalf(normal(rng)));
-  }
-  return t;
-}
-
 Problem MakeProblem(const Case& c) {
   Problem p;
   p.spec.batch = c.batch;
@@ -117,9 +91,9 @@ Problem MakeProblem(const Case& c) {
   p.spec.causal = c.causal;
   p.spec.dilated = c.branches;
   p.spec.combine = c.combine;
-  p.q = RandomTensor({c.batch, c.n, c.q_heads, c.head_dim}, c.dtype, 1);
-  p.k = RandomTensor({c.batch, c.n, c.kv_heads, c.head_dim}, c.dtype, 2);
-  p.v = RandomTensor({c.batch, c.n, c.kv_heads, c.head_dim}, c.dtype, 3);
+  p.q = RoundedRandomTensor({c.batch, c.n, c.q_heads, c.head_dim}, c.dtype, 1);
+  p.k = RoundedRandomTensor({c.batch, c.n, c.kv_heads, c.head_dim}, c.dtype, 2);
+  p.v = RoundedRandomTensor({c.batch, c.n, c.kv_heads, c.head_dim}, c.dtype, 3);
   p.o_ref = Tensor<double>(p.q.shape());
   p.lse_ref = Tensor<double>({c.batch, c.n, c.q_heads, 1});
   if (c.sampled_rows == 0 || c.sampled_rows >= c.n) {
@@ -139,32 +113,6 @@ Problem MakeProblem(const Case& c) {
   return p;
 }
 
-// The rows of `full` at the positions `chunks` cover, in chunk order.
-Tensor<float> Gather(const Tensor<float>& full,
-                     const std::vector<Range>& chunks) {
-  Shape shape = full.shape();
-  shape.seq = 0;
-  for (const Range& c : chunks) shape.seq += c.size();
-  Tensor<float> shard(shape);
-  int64_t row = 0;
-  for (const Range& c : chunks) {
-    CopyView(full.view().Slice(c.begin, c.end),
-             shard.view().Slice(row, row + c.size()));
-    row += c.size();
-  }
-  return shard;
-}
-
-void Scatter(const Tensor<float>& shard, const std::vector<Range>& chunks,
-             Tensor<float>& full) {
-  int64_t row = 0;
-  for (const Range& c : chunks) {
-    CopyView(shard.view().Slice(row, row + c.size()),
-             full.view().Slice(c.begin, c.end));
-    row += c.size();
-  }
-}
-
 struct RankResult {
   absl::Status status;
   Tensor<float> o;
@@ -173,7 +121,7 @@ struct RankResult {
 };
 
 // Loads rank `rank`'s shard of `p`, runs it over `communicator` and
-// downloads the output into NaN-poisoned tensors.
+// downloads the output, poisoned with NaN on the device before the run.
 RankResult RunRank(const Problem& p, const Case& c, int rank, int world_size,
                    RingCommunicator& communicator) {
   RankResult result;
@@ -190,10 +138,11 @@ RankResult RunRank(const Problem& p, const Case& c, int rank, int world_size,
     return result;
   }
   GpuRingExecutor& e = **executor;
-  const Tensor<float> q = Gather(p.q, e.q_layout().Chunks(rank));
-  const Tensor<float> k = Gather(p.k, e.kv_layout().Chunks(rank));
-  const Tensor<float> v = Gather(p.v, e.kv_layout().Chunks(rank));
+  const Tensor<float> q = GatherChunks(p.q, e.q_layout().Chunks(rank));
+  const Tensor<float> k = GatherChunks(p.k, e.kv_layout().Chunks(rank));
+  const Tensor<float> v = GatherChunks(p.v, e.kv_layout().Chunks(rank));
   result.status = e.Upload(q.view(), k.view(), v.view());
+  if (result.status.ok()) result.status = PoisonOutput(e);
   if (!result.status.ok()) return result;
   RingOptions options;
   options.step_timeout = absl::Seconds(60);
@@ -207,12 +156,6 @@ RankResult RunRank(const Problem& p, const Case& c, int rank, int world_size,
   Shape lse_shape = e.q_shape();
   lse_shape.dim = 1;
   result.lse = Tensor<float>(lse_shape);
-  for (float& x : result.o.values()) {
-    x = std::numeric_limits<float>::quiet_NaN();
-  }
-  for (float& x : result.lse.values()) {
-    x = std::numeric_limits<float>::quiet_NaN();
-  }
   result.status = e.Download(result.o.view(), result.lse.view());
   return result;
 }
@@ -222,8 +165,8 @@ std::vector<RankResult> RunRing(const Problem& p, const Case& c,
                                 int world_size) {
   std::vector<RankResult> results(static_cast<size_t>(world_size));
   if (world_size == 1) {
-    NoPeers no_peers;
-    results[0] = RunRank(p, c, 0, 1, no_peers);
+    SoloCommunicator solo;
+    results[0] = RunRank(p, c, 0, 1, solo);
     return results;
   }
   const absl::StatusOr<ncclUniqueId> id = NewNcclUniqueId();
@@ -265,8 +208,10 @@ void ExpectMatchesReference(const Case& c, int world_size) {
   for (int r = 0; r < world_size; ++r) {
     ASSERT_TRUE(results[r].status.ok())
         << "rank " << r << ": " << results[r].status;
-    Scatter(results[r].o, q_layout.Chunks(r), o);
-    Scatter(results[r].lse, q_layout.Chunks(r), lse);
+    ASSERT_EQ(FirstNaN(results[r].o, results[r].lse), "")
+        << "rank " << r << " left it unwritten";
+    ScatterChunks(results[r].o, q_layout.Chunks(r), o);
+    ScatterChunks(results[r].lse, q_layout.Chunks(r), lse);
     const GpuRingStats& s = results[r].stats;
     std::printf(
         "  rank %d: %lld steps, %lld transfers, launches: %lld cuDNN, %lld "

@@ -12,11 +12,12 @@
 // two: dense and causal, prime N, N < 2, D = 80 and 128, Hq != Hkv,
 // block-sparse and dilated, K/V read in place from resident context pieces of
 // uneven sizes, and agreeing with pass-KV and broadcast-Q on the same inputs
-// (each within the tolerance below of the other). Tolerances: |O - O_ref| <=
-// tol * (1 + |O_ref|) with tol 2e-2 (bf16) or 1e-2 (fp16), |LSE
-// - LSE_ref| <= 1e-2 * (1
-// + |LSE_ref|), and rows that see no key exactly O = 0, LSE = -inf. Skips,
-// saying why, where there are too few GPUs.
+// (each within the tolerance below of the other). Every run's output is
+// poisoned with NaN on the device first, and no row may keep it.
+// Tolerances: |O - O_ref| <= tol * (1 + |O_ref|) with tol 2e-2 (bf16) or
+// 1e-2 (fp16), |LSE - LSE_ref| <= 1e-2 * (1 + |LSE_ref|), and rows that see
+// no key exactly O = 0, LSE = -inf. Skips, saying why, where there are too
+// few GPUs.
 
 #include "worker/gpu_ring_executor.h"
 
@@ -48,27 +49,14 @@
 #include "worker/compute_dtype.h"
 #include "worker/device.h"
 #include "worker/device_context_store.h"
+#include "worker/gpu_ring_testing.h"
 #include "worker/gpu_test_skip.h"
 #include "worker/nccl_communicator.h"
 #include "worker/one_gpu_ring.h"
+#include "worker/solo_communicator.h"
 
 namespace ringattn {
 namespace {
-
-// The communicator of a one-rank ring, which never transfers anything.
-class NoPeers final : public RingCommunicator {
- public:
-  int rank() const override { return 0; }
-  int world_size() const override { return 1; }
-  absl::Status StartSend(const void*, int64_t, int) override {
-    return absl::FailedPreconditionError("a one-rank ring sends nothing");
-  }
-  absl::Status StartReceive(void*, int64_t, int) override {
-    return absl::FailedPreconditionError("a one-rank ring receives nothing");
-  }
-  absl::Status Wait(absl::Time) override { return absl::OkStatus(); }
-  void Abort() override {}
-};
 
 struct Case {
   std::string name;
@@ -109,18 +97,6 @@ struct Problem {
   Tensor<double> o_ref, lse_ref;
 };
 
-Tensor<float> RandomTensor(Shape shape, DeviceDType dtype, uint32_t seed) {
-  Tensor<float> t(shape);
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (float& x : t.values()) {
-    x = dtype == DeviceDType::kBFloat16
-            ? BFloat16ToFloat(FloatToBFloat16(normal(rng)))
-            : HalfToFloat(FloatToHalf(normal(rng)));
-  }
-  return t;
-}
-
 Problem MakeProblem(const Case& c) {
   Problem p;
   p.spec.batch = c.batch;
@@ -133,9 +109,12 @@ Problem MakeProblem(const Case& c) {
   p.spec.block_sparse = c.block_sparse;
   p.spec.dilated = c.dilated;
   p.spec.combine = c.combine;
-  p.q = RandomTensor({c.batch, c.q_len, c.q_heads, c.head_dim}, c.dtype, 1);
-  p.k = RandomTensor({c.batch, c.kv_len, c.kv_heads, c.head_dim}, c.dtype, 2);
-  p.v = RandomTensor({c.batch, c.kv_len, c.kv_heads, c.head_dim}, c.dtype, 3);
+  p.q = RoundedRandomTensor({c.batch, c.q_len, c.q_heads, c.head_dim}, c.dtype,
+                            1);
+  p.k = RoundedRandomTensor({c.batch, c.kv_len, c.kv_heads, c.head_dim},
+                            c.dtype, 2);
+  p.v = RoundedRandomTensor({c.batch, c.kv_len, c.kv_heads, c.head_dim},
+                            c.dtype, 3);
   p.o_ref = Tensor<double>(p.q.shape());
   p.lse_ref = Tensor<double>({c.batch, c.q_len, c.q_heads, 1});
   if (c.sampled_rows == 0 || c.sampled_rows >= c.q_len) {
@@ -153,32 +132,6 @@ Problem MakeProblem(const Case& c) {
                            p.o_ref.view(), p.lse_ref.view());
   }
   return p;
-}
-
-// The rows of `full` at the positions `chunks` cover, in chunk order.
-Tensor<float> Gather(const Tensor<float>& full,
-                     const std::vector<Range>& chunks) {
-  Shape shape = full.shape();
-  shape.seq = 0;
-  for (const Range& c : chunks) shape.seq += c.size();
-  Tensor<float> shard(shape);
-  int64_t row = 0;
-  for (const Range& c : chunks) {
-    CopyView(full.view().Slice(c.begin, c.end),
-             shard.view().Slice(row, row + c.size()));
-    row += c.size();
-  }
-  return shard;
-}
-
-void Scatter(const Tensor<float>& shard, const std::vector<Range>& chunks,
-             Tensor<float>& full) {
-  int64_t row = 0;
-  for (const Range& c : chunks) {
-    CopyView(shard.view().Slice(row, row + c.size()),
-             full.view().Slice(c.begin, c.end));
-    row += c.size();
-  }
 }
 
 struct RankResult {
@@ -222,9 +175,9 @@ absl::StatusOr<DeviceBuffer> ToDevice(const Tensor<float>& t,
 // straight into device_q().
 absl::Status LoadShard(const Problem& p, const Case& c, int rank,
                        GpuRingExecutor& e) {
-  const Tensor<float> q = Gather(p.q, e.q_layout().Chunks(rank));
-  const Tensor<float> k = Gather(p.k, e.kv_layout().Chunks(rank));
-  const Tensor<float> v = Gather(p.v, e.kv_layout().Chunks(rank));
+  const Tensor<float> q = GatherChunks(p.q, e.q_layout().Chunks(rank));
+  const Tensor<float> k = GatherChunks(p.k, e.kv_layout().Chunks(rank));
+  const Tensor<float> v = GatherChunks(p.v, e.kv_layout().Chunks(rank));
   if (!c.resident_pieces.has_value()) {
     return e.Upload(q.view(), k.view(), v.view());
   }
@@ -272,6 +225,7 @@ RankResult RunRank(const Problem& p, const Case& c, int rank, int world_size,
   }
   GpuRingExecutor& e = **executor;
   result.status = LoadShard(p, c, rank, e);
+  if (result.status.ok()) result.status = PoisonOutput(e);
   if (!result.status.ok()) return result;
   absl::StatusOr<GpuRingStats> stats = e.Run(communicator, options);
   result.elapsed = absl::Now() - start;
@@ -300,8 +254,8 @@ std::vector<RankResult> RunRing(const Problem& p, const Case& c,
                                 int world_size) {
   std::vector<RankResult> results(static_cast<size_t>(world_size));
   if (world_size == 1) {
-    NoPeers no_peers;
-    results[0] = RunRank(p, c, 0, 1, no_peers, TestOptions());
+    SoloCommunicator solo;
+    results[0] = RunRank(p, c, 0, 1, solo, TestOptions());
     return results;
   }
   if (c.one_gpu) {
@@ -350,8 +304,10 @@ void RunAndAssemble(const Problem& p, const Case& c, int world_size,
   for (int r = 0; r < world_size; ++r) {
     ASSERT_TRUE(results[r].status.ok())
         << "rank " << r << ": " << results[r].status;
-    Scatter(results[r].o, q_layout.Chunks(r), o);
-    Scatter(results[r].lse, q_layout.Chunks(r), lse);
+    ASSERT_EQ(FirstNaN(results[r].o, results[r].lse), "")
+        << "rank " << r << " left it unwritten";
+    ScatterChunks(results[r].o, q_layout.Chunks(r), o);
+    ScatterChunks(results[r].lse, q_layout.Chunks(r), lse);
     const GpuRingStats& s = results[r].stats;
     std::printf(
         "  rank %d: %lld steps, %lld transfers, %lld tiles cuDNN, "
@@ -828,8 +784,8 @@ void ExpectCancelledRunStops(Case c) {
   std::atomic<bool> cancelled{true};
   RingOptions options = TestOptions();
   options.cancelled = &cancelled;
-  NoPeers no_peers;
-  const RankResult result = RunRank(p, c, 0, 1, no_peers, options);
+  SoloCommunicator solo;
+  const RankResult result = RunRank(p, c, 0, 1, solo, options);
   EXPECT_EQ(result.status.code(), absl::StatusCode::kCancelled)
       << result.status;
 }
@@ -964,15 +920,17 @@ void RunBroadcastAndMerge(const Problem& p, const Case& c, int world_size,
         GpuRingExecutor::CreateBroadcast(p.spec, r, world_size, ConfigOf(c, r));
     ASSERT_TRUE(executor.ok()) << executor.status();
     GpuRingExecutor& e = **executor;
-    const Tensor<float> k = Gather(p.k, e.kv_layout().Chunks(0));
-    const Tensor<float> v = Gather(p.v, e.kv_layout().Chunks(0));
+    const Tensor<float> k = GatherChunks(p.k, e.kv_layout().Chunks(0));
+    const Tensor<float> v = GatherChunks(p.v, e.kv_layout().Chunks(0));
     ASSERT_TRUE(e.Upload(p.q.view(), k.view(), v.view()).ok());
-    NoPeers no_peers;
-    const absl::StatusOr<GpuRingStats> stats = e.Run(no_peers, TestOptions());
+    ASSERT_TRUE(PoisonOutput(e).ok());
+    SoloCommunicator solo;
+    const absl::StatusOr<GpuRingStats> stats = e.Run(solo, TestOptions());
     ASSERT_TRUE(stats.ok()) << stats.status();
     Tensor<float> part_o(p.q.shape());
     Tensor<float> part_lse({c.batch, c.q_len, c.q_heads, 1});
     ASSERT_TRUE(e.Download(part_o.view(), part_lse.view()).ok());
+    ASSERT_EQ(FirstNaN(part_o, part_lse), "") << "rank " << r;
     MergeWithLse(o.view(), lse.view(), part_o.view(), part_lse.view());
   }
 }
