@@ -7,8 +7,14 @@
 // Prints a Markdown table: GB/s, and the CPU seconds per GB of the sender and
 // of the receiver (all their threads, kernel time included).
 //
+// With --round_trips=N it first times N round trips of one message to a
+// server that writes it back (Echo), at each of --round_trip_bytes: each on a
+// call of its own (as every ringattn query opens its calls) and all on one
+// open stream. The difference is what a call costs beyond its bytes.
+//
 //   grpc_floor_bench [--streams=1,2,4] [--gigabytes=4]
-//                    [--message_bytes=4194304]
+//                    [--message_bytes=4194304] [--round_trips=0]
+//                    [--round_trip_bytes=8192,131072,2097152]
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -44,6 +50,11 @@ ABSL_FLAG(int64_t, message_bytes, 4 << 20,
 ABSL_FLAG(std::vector<std::string>, channel_args, {},
           "integer gRPC arguments NAME=VALUE set on both ends, e.g. "
           "grpc.http2.max_frame_size=16777215");
+ABSL_FLAG(int32_t, round_trips, 0,
+          "round trips to time at each of --round_trip_bytes (0: none)");
+ABSL_FLAG(std::vector<std::string>, round_trip_bytes,
+          (std::vector<std::string>{"8192", "131072", "2097152"}),
+          "data bytes of the round trips' messages");
 ABSL_FLAG(bool, serve, false,
           "run as the receiving server (started by the bench itself)");
 
@@ -77,6 +88,16 @@ class ByteSink final : public bench::ByteSink::Service {
     int64_t bytes = 0;
     while (reader->Read(&chunk)) bytes += chunk.data().size();
     summary->set_bytes(bytes);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Echo(grpc::ServerContext* /*context*/,
+                    grpc::ServerReaderWriter<v1::TensorChunk, v1::TensorChunk>*
+                        stream) override {
+    v1::TensorChunk chunk;
+    while (stream->Read(&chunk)) {
+      if (!stream->Write(chunk)) break;
+    }
     return grpc::Status::OK;
   }
 };
@@ -192,6 +213,109 @@ Rates Send(const std::string& target, pid_t receiver, int streams,
   return rates;
 }
 
+// A chunk of `bytes` random data bytes.
+v1::TensorChunk RandomChunk(int64_t bytes) {
+  v1::TensorChunk chunk;
+  chunk.set_tensor(v1::K);
+  chunk.set_token_count(1);
+  std::string data(static_cast<size_t>(bytes), '\0');
+  std::mt19937_64 random(1);
+  for (size_t i = 0; i + 8 <= data.size(); i += 8) {
+    const uint64_t word = random();
+    data.replace(i, 8, reinterpret_cast<const char*>(&word), 8);
+  }
+  chunk.set_data(std::move(data));
+  return chunk;
+}
+
+struct RoundTrips {
+  double p50_us = 0;
+  double p99_us = 0;
+  bool ok = true;
+};
+
+RoundTrips Percentiles(std::vector<double> micros, bool ok) {
+  std::sort(micros.begin(), micros.end());
+  RoundTrips r;
+  r.ok = ok && !micros.empty();
+  if (!r.ok) return r;
+  r.p50_us = micros[micros.size() / 2];
+  r.p99_us = micros[std::min(micros.size() - 1, micros.size() * 99 / 100)];
+  return r;
+}
+
+// `count` round trips of `chunk` through Echo, each a call of its own (it
+// writes, half-closes, reads the echo and finishes).
+RoundTrips CallPerRoundTrip(bench::ByteSink::Stub& stub,
+                            const v1::TensorChunk& chunk, int count) {
+  std::vector<double> micros;
+  v1::TensorChunk echo;
+  for (int i = 0; i < count; ++i) {
+    const absl::Time start = absl::Now();
+    grpc::ClientContext context;
+    auto stream = stub.Echo(&context);
+    const bool ok = stream->Write(chunk) && stream->WritesDone() &&
+                    stream->Read(&echo) && stream->Finish().ok();
+    if (!ok || echo.data().size() != chunk.data().size()) {
+      return Percentiles(micros, false);
+    }
+    micros.push_back(absl::ToDoubleMicroseconds(absl::Now() - start));
+  }
+  return Percentiles(micros, true);
+}
+
+// `count` round trips of `chunk` on one Echo stream opened before the first.
+RoundTrips RoundTripsOnOneStream(bench::ByteSink::Stub& stub,
+                                 const v1::TensorChunk& chunk, int count) {
+  std::vector<double> micros;
+  v1::TensorChunk echo;
+  grpc::ClientContext context;
+  auto stream = stub.Echo(&context);
+  bool ok = true;
+  for (int i = 0; ok && i < count; ++i) {
+    const absl::Time start = absl::Now();
+    ok = stream->Write(chunk) && stream->Read(&echo) &&
+         echo.data().size() == chunk.data().size();
+    if (ok) micros.push_back(absl::ToDoubleMicroseconds(absl::Now() - start));
+  }
+  ok = stream->WritesDone() && stream->Finish().ok() && ok;
+  return Percentiles(micros, ok);
+}
+
+// The round-trip table (--round_trips); the number of cases that failed.
+int TimeRoundTrips(const std::string& target) {
+  const int count = absl::GetFlag(FLAGS_round_trips);
+  std::unique_ptr<bench::ByteSink::Stub> stub =
+      bench::ByteSink::NewStub(NewConnection(target, 0));
+  std::printf(
+      "| message bytes | a call per round trip, p50 / p99 us | one open "
+      "stream, p50 / p99 us | a call's own cost, p50 us |\n"
+      "| --- | --- | --- | --- |\n");
+  int failures = 0;
+  for (const std::string& text : absl::GetFlag(FLAGS_round_trip_bytes)) {
+    int64_t bytes = 0;
+    if (!absl::SimpleAtoi(text, &bytes) || bytes < 1 ||
+        bytes > kMaxMessageBytes - 1024) {
+      std::fprintf(stderr, "--round_trip_bytes: not in [1, %d]: %s\n",
+                   kMaxMessageBytes - 1024, text.c_str());
+      return failures + 1;
+    }
+    const v1::TensorChunk chunk = RandomChunk(bytes);
+    // Warm: the connection, its windows, the server's threads.
+    RoundTripsOnOneStream(*stub, chunk, std::max(1, count / 10));
+    const RoundTrips calls = CallPerRoundTrip(*stub, chunk, count);
+    const RoundTrips stream = RoundTripsOnOneStream(*stub, chunk, count);
+    failures += (calls.ok ? 0 : 1) + (stream.ok ? 0 : 1);
+    std::printf("| %lld | %.0f / %.0f | %.0f / %.0f | %.0f |%s\n",
+                static_cast<long long>(bytes), calls.p50_us, calls.p99_us,
+                stream.p50_us, stream.p99_us, calls.p50_us - stream.p50_us,
+                calls.ok && stream.ok ? "" : " failed");
+    std::fflush(stdout);
+  }
+  std::printf("\n");
+  return failures;
+}
+
 int Run(const char* self) {
   const int64_t message_bytes = absl::GetFlag(FLAGS_message_bytes);
   if (message_bytes < 1 || message_bytes > kMaxMessageBytes - 1024) {
@@ -236,16 +360,9 @@ int Run(const char* self) {
   }
   const std::string target = absl::StrCat("127.0.0.1:", port);
 
-  v1::TensorChunk chunk;
-  chunk.set_tensor(v1::K);
-  chunk.set_token_count(1);
-  std::string data(static_cast<size_t>(message_bytes), '\0');
-  std::mt19937_64 random(1);
-  for (size_t i = 0; i + 8 <= data.size(); i += 8) {
-    const uint64_t word = random();
-    data.replace(i, 8, reinterpret_cast<const char*>(&word), 8);
-  }
-  chunk.set_data(std::move(data));
+  int failures =
+      absl::GetFlag(FLAGS_round_trips) > 0 ? TimeRoundTrips(target) : 0;
+  const v1::TensorChunk chunk = RandomChunk(message_bytes);
   const int64_t bytes =
       static_cast<int64_t>(absl::GetFlag(FLAGS_gigabytes) * 1e9);
 
@@ -254,7 +371,6 @@ int Run(const char* self) {
   std::printf(
       "| streams | connections | GB/s | sender CPU s per GB | receiver CPU s "
       "per GB |\n| --- | --- | --- | --- | --- |\n");
-  int failures = 0;
   for (int streams : stream_counts) {
     for (bool separate : {false, true}) {
       if (separate && streams == 1) continue;
