@@ -11,11 +11,9 @@
 // -inf. Skips, saying why, where there are too few GPUs.
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
-#include <random>
 #include <string>
 #include <thread>
 #include <utility>
@@ -28,7 +26,6 @@
 #include "core/shard_layout.h"
 #include "core/tensor.h"
 #include "gtest/gtest.h"
-#include "kernels/cpu/reference_attention.h"
 #include "kernels/cuda/hopper_attention.h"
 #include "worker/device.h"
 #include "worker/gpu_ring_executor.h"
@@ -73,44 +70,17 @@ std::string Describe(const Case& c) {
       DeviceDTypeName(c.dtype));
 }
 
-// Random inputs (normal, rounded to the case's dtype), and the reference.
-struct Problem {
+ReferenceProblem MakeProblem(const Case& c) {
   AttentionSpec spec;
-  Tensor<float> q, k, v;
-  std::vector<int64_t> rows;  // the query rows the reference holds
-  Tensor<double> o_ref, lse_ref;
-};
-
-Problem MakeProblem(const Case& c) {
-  Problem p;
-  p.spec.batch = c.batch;
-  p.spec.q_len = p.spec.kv_len = c.n;
-  p.spec.q_heads = c.q_heads;
-  p.spec.kv_heads = c.kv_heads;
-  p.spec.head_dim = c.head_dim;
-  p.spec.causal = c.causal;
-  p.spec.dilated = c.branches;
-  p.spec.combine = c.combine;
-  p.q = RoundedRandomTensor({c.batch, c.n, c.q_heads, c.head_dim}, c.dtype, 1);
-  p.k = RoundedRandomTensor({c.batch, c.n, c.kv_heads, c.head_dim}, c.dtype, 2);
-  p.v = RoundedRandomTensor({c.batch, c.n, c.kv_heads, c.head_dim}, c.dtype, 3);
-  p.o_ref = Tensor<double>(p.q.shape());
-  p.lse_ref = Tensor<double>({c.batch, c.n, c.q_heads, 1});
-  if (c.sampled_rows == 0 || c.sampled_rows >= c.n) {
-    for (int64_t i = 0; i < c.n; ++i) p.rows.push_back(i);
-    ReferenceAttention(p.spec, p.q.view(), p.k.view(), p.v.view(),
-                       p.o_ref.view(), p.lse_ref.view());
-  } else {
-    std::mt19937 rng(4);
-    std::uniform_int_distribution<int64_t> any(0, c.n - 1);
-    p.rows = {0, c.n - 1};
-    while (static_cast<int64_t>(p.rows.size()) < c.sampled_rows) {
-      p.rows.push_back(any(rng));
-    }
-    ReferenceAttentionRows(p.spec, p.q.view(), p.k.view(), p.v.view(), p.rows,
-                           p.o_ref.view(), p.lse_ref.view());
-  }
-  return p;
+  spec.batch = c.batch;
+  spec.q_len = spec.kv_len = c.n;
+  spec.q_heads = c.q_heads;
+  spec.kv_heads = c.kv_heads;
+  spec.head_dim = c.head_dim;
+  spec.causal = c.causal;
+  spec.dilated = c.branches;
+  spec.combine = c.combine;
+  return MakeReferenceProblem(spec, c.dtype, c.sampled_rows);
 }
 
 struct RankResult {
@@ -122,8 +92,8 @@ struct RankResult {
 
 // Loads rank `rank`'s shard of `p`, runs it over `communicator` and
 // downloads the output, poisoned with NaN on the device before the run.
-RankResult RunRank(const Problem& p, const Case& c, int rank, int world_size,
-                   RingCommunicator& communicator) {
+RankResult RunRank(const ReferenceProblem& p, const Case& c, int rank,
+                   int world_size, RingCommunicator& communicator) {
   RankResult result;
   GpuRingConfig config;
   config.device = rank;
@@ -161,7 +131,7 @@ RankResult RunRank(const Problem& p, const Case& c, int rank, int world_size,
 }
 
 // Runs the ring of `world_size` ranks, one thread and GPU each.
-std::vector<RankResult> RunRing(const Problem& p, const Case& c,
+std::vector<RankResult> RunRing(const ReferenceProblem& p, const Case& c,
                                 int world_size) {
   std::vector<RankResult> results(static_cast<size_t>(world_size));
   if (world_size == 1) {
@@ -199,7 +169,7 @@ void ExpectMatchesReference(const Case& c, int world_size) {
   // Out before the ranks start: an abort in a two-rank run (seen once, ninth
   // session) should name its case.
   std::fflush(stdout);
-  const Problem p = MakeProblem(c);
+  const ReferenceProblem p = MakeProblem(c);
   ASSERT_TRUE(p.spec.Validate().ok()) << p.spec.Validate();
   const std::vector<RankResult> results = RunRing(p, c, world_size);
   const ShardLayout q_layout = LayoutFor(p.spec, c.n, world_size);
@@ -228,41 +198,11 @@ void ExpectMatchesReference(const Case& c, int world_size) {
     }
   }
   const double tol = c.dtype == DeviceDType::kBFloat16 ? 2e-2 : 1e-2;
-  double worst = 0;
-  for (int64_t b = 0; b < c.batch; ++b) {
-    for (const int64_t i : p.rows) {
-      for (int64_t h = 0; h < c.q_heads; ++h) {
-        const double want_lse = p.lse_ref.view().At(b, i, h, 0);
-        const float got_lse = lse.view().At(b, i, h, 0);
-        if (std::isinf(want_lse)) {
-          ASSERT_EQ(got_lse, -INFINITY) << "batch " << b << " row " << i
-                                        << " head " << h << " sees no key";
-          for (int64_t d = 0; d < c.head_dim; ++d) {
-            ASSERT_EQ(o.view().At(b, i, h, d), 0.0f)
-                << "batch " << b << " row " << i << " head " << h
-                << " sees no key; O[" << d << "]";
-          }
-          continue;
-        }
-        ASSERT_NEAR(got_lse, want_lse, 1e-2 * (1 + std::fabs(want_lse)))
-            << "LSE of batch " << b << " row " << i << " head " << h;
-        for (int64_t d = 0; d < c.head_dim; ++d) {
-          const double want = p.o_ref.view().At(b, i, h, d);
-          const double got = o.view().At(b, i, h, d);
-          ASSERT_FALSE(std::isnan(got))
-              << "O of batch " << b << " row " << i << " head " << h
-              << " value " << d << " was never written";
-          const double error = std::fabs(got - want) / (1 + std::fabs(want));
-          ASSERT_LE(error, tol)
-              << "O of batch " << b << " row " << i << " head " << h
-              << " value " << d << ": got " << got << ", want " << want;
-          worst = std::max(worst, error);
-        }
-      }
-    }
-  }
+  ReferenceError error;
+  ASSERT_NO_FATAL_FAILURE(CompareWithReference(p, o, lse, &error));
+  EXPECT_LE(error.worst, tol) << error.where;
   std::printf("  worst |O - O_ref| / (1 + |O_ref|) = %.2e (tolerance %.0e)\n",
-              worst, tol);
+              error.worst, tol);
 }
 
 Case Make(std::string name, int64_t n, bool causal, DilatedCombine combine) {

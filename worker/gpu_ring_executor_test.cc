@@ -30,7 +30,6 @@
 #include <functional>
 #include <memory>
 #include <optional>
-#include <random>
 #include <string>
 #include <thread>
 #include <utility>
@@ -44,7 +43,6 @@
 #include "core/status_macros.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/merge_with_lse.h"
-#include "kernels/cpu/reference_attention.h"
 #include "kernels/cuda/device_buffer.h"
 #include "worker/compute_dtype.h"
 #include "worker/device.h"
@@ -89,49 +87,19 @@ struct Case {
   bool one_gpu = false;
 };
 
-// Random inputs (normal, rounded to the case's dtype), and the reference.
-struct Problem {
+ReferenceProblem MakeProblem(const Case& c) {
   AttentionSpec spec;
-  Tensor<float> q, k, v;
-  std::vector<int64_t> rows;  // the query rows the reference holds
-  Tensor<double> o_ref, lse_ref;
-};
-
-Problem MakeProblem(const Case& c) {
-  Problem p;
-  p.spec.batch = c.batch;
-  p.spec.q_len = c.q_len;
-  p.spec.kv_len = c.kv_len;
-  p.spec.q_heads = c.q_heads;
-  p.spec.kv_heads = c.kv_heads;
-  p.spec.head_dim = c.head_dim;
-  p.spec.causal = c.causal;
-  p.spec.block_sparse = c.block_sparse;
-  p.spec.dilated = c.dilated;
-  p.spec.combine = c.combine;
-  p.q = RoundedRandomTensor({c.batch, c.q_len, c.q_heads, c.head_dim}, c.dtype,
-                            1);
-  p.k = RoundedRandomTensor({c.batch, c.kv_len, c.kv_heads, c.head_dim},
-                            c.dtype, 2);
-  p.v = RoundedRandomTensor({c.batch, c.kv_len, c.kv_heads, c.head_dim},
-                            c.dtype, 3);
-  p.o_ref = Tensor<double>(p.q.shape());
-  p.lse_ref = Tensor<double>({c.batch, c.q_len, c.q_heads, 1});
-  if (c.sampled_rows == 0 || c.sampled_rows >= c.q_len) {
-    for (int64_t i = 0; i < c.q_len; ++i) p.rows.push_back(i);
-    ReferenceAttention(p.spec, p.q.view(), p.k.view(), p.v.view(),
-                       p.o_ref.view(), p.lse_ref.view());
-  } else {
-    std::mt19937 rng(4);
-    std::uniform_int_distribution<int64_t> any(0, c.q_len - 1);
-    p.rows = {0, c.q_len - 1};
-    while (static_cast<int64_t>(p.rows.size()) < c.sampled_rows) {
-      p.rows.push_back(any(rng));
-    }
-    ReferenceAttentionRows(p.spec, p.q.view(), p.k.view(), p.v.view(), p.rows,
-                           p.o_ref.view(), p.lse_ref.view());
-  }
-  return p;
+  spec.batch = c.batch;
+  spec.q_len = c.q_len;
+  spec.kv_len = c.kv_len;
+  spec.q_heads = c.q_heads;
+  spec.kv_heads = c.kv_heads;
+  spec.head_dim = c.head_dim;
+  spec.causal = c.causal;
+  spec.block_sparse = c.block_sparse;
+  spec.dilated = c.dilated;
+  spec.combine = c.combine;
+  return MakeReferenceProblem(spec, c.dtype, c.sampled_rows);
 }
 
 struct RankResult {
@@ -173,7 +141,7 @@ absl::StatusOr<DeviceBuffer> ToDevice(const Tensor<float>& t,
 // Puts the rank's shard on the device: Upload, or for a resident context its
 // K/V rows in device buffers of their own (UseResidentKv) and Q copied
 // straight into device_q().
-absl::Status LoadShard(const Problem& p, const Case& c, int rank,
+absl::Status LoadShard(const ReferenceProblem& p, const Case& c, int rank,
                        GpuRingExecutor& e) {
   const Tensor<float> q = GatherChunks(p.q, e.q_layout().Chunks(rank));
   const Tensor<float> k = GatherChunks(p.k, e.kv_layout().Chunks(rank));
@@ -205,8 +173,9 @@ absl::Status LoadShard(const Problem& p, const Case& c, int rank,
 
 // Loads rank `rank`'s shard of `p`, runs it over `communicator` and
 // downloads the output.
-RankResult RunRank(const Problem& p, const Case& c, int rank, int world_size,
-                   RingCommunicator& communicator, const RingOptions& options) {
+RankResult RunRank(const ReferenceProblem& p, const Case& c, int rank,
+                   int world_size, RingCommunicator& communicator,
+                   const RingOptions& options) {
   RankResult result;
   const absl::Time start = absl::Now();
   const int device = c.one_gpu ? 0 : rank;
@@ -250,7 +219,7 @@ RingOptions TestOptions() {
 
 // Runs the ring of `world_size` ranks, one thread and GPU each (all on GPU 0
 // where c.one_gpu).
-std::vector<RankResult> RunRing(const Problem& p, const Case& c,
+std::vector<RankResult> RunRing(const ReferenceProblem& p, const Case& c,
                                 int world_size) {
   std::vector<RankResult> results(static_cast<size_t>(world_size));
   if (world_size == 1) {
@@ -295,7 +264,7 @@ std::vector<RankResult> RunRing(const Problem& p, const Case& c,
 
 // Runs `c` on `world_size` ranks and gathers every rank's rows into `o` and
 // `lse` (of the full query shapes).
-void RunAndAssemble(const Problem& p, const Case& c, int world_size,
+void RunAndAssemble(const ReferenceProblem& p, const Case& c, int world_size,
                     Tensor<float>& o, Tensor<float>& lse) {
   const std::vector<RankResult> results = RunRing(p, c, world_size);
   const ShardLayout q_layout = QueryLayoutFor(p.spec, world_size);
@@ -337,39 +306,16 @@ void ExpectMatchesReference(const Case& c, int world_size) {
   SCOPED_TRACE(absl::StrCat(c.name, c.pass_q ? " (pass-Q)" : "", ", ",
                             DeviceDTypeName(c.dtype), ", ", world_size,
                             " rank(s)"));
-  const Problem p = MakeProblem(c);
+  const ReferenceProblem p = MakeProblem(c);
   Tensor<float> o;
   Tensor<float> lse;
   ASSERT_NO_FATAL_FAILURE(RunAndAssemble(p, c, world_size, o, lse));
   const double tol = ToleranceOf(c);
-  double worst = 0;
-  for (int64_t b = 0; b < c.batch; ++b) {
-    for (const int64_t i : p.rows) {
-      for (int64_t h = 0; h < c.q_heads; ++h) {
-        const double want_lse = p.lse_ref.view().At(b, i, h, 0);
-        const float got_lse = lse.view().At(b, i, h, 0);
-        if (std::isinf(want_lse)) {
-          ASSERT_EQ(got_lse, -INFINITY) << "row " << i << " sees no key";
-          for (int64_t d = 0; d < c.head_dim; ++d) {
-            ASSERT_EQ(o.view().At(b, i, h, d), 0.0f) << "row " << i;
-          }
-          continue;
-        }
-        ASSERT_NEAR(got_lse, want_lse, 1e-2 * (1 + std::fabs(want_lse)))
-            << "LSE of batch " << b << " row " << i << " head " << h;
-        for (int64_t d = 0; d < c.head_dim; ++d) {
-          const double want = p.o_ref.view().At(b, i, h, d);
-          const double got = o.view().At(b, i, h, d);
-          ASSERT_FALSE(std::isnan(got)) << "row " << i;
-          worst =
-              std::max(worst, std::fabs(got - want) / (1 + std::fabs(want)));
-        }
-      }
-    }
-  }
-  EXPECT_LE(worst, tol);
+  ReferenceError error;
+  ASSERT_NO_FATAL_FAILURE(CompareWithReference(p, o, lse, &error));
+  EXPECT_LE(error.worst, tol) << error.where;
   std::printf("  worst |O - O_ref| / (1 + |O_ref|) = %.2e (tolerance %.0e)\n",
-              worst, tol);
+              error.worst, tol);
 }
 
 Case Make(std::string name, int64_t q_len, int64_t kv_len, bool causal) {
@@ -747,7 +693,7 @@ TEST(GpuRingExecutorTest, PreparedDispatchersServeTheNextExecutors) {
 TEST(GpuRingExecutorTest, PeerThatLeavesFailsTheOtherRankInTime) {
   SKIP_WITHOUT_GPUS(2);
   Case c = Make("dense", 4096, 4096, false);
-  const Problem p = MakeProblem(c);
+  const ReferenceProblem p = MakeProblem(c);
   const absl::StatusOr<ncclUniqueId> id = NewNcclUniqueId();
   ASSERT_TRUE(id.ok()) << id.status();
   RingOptions options;
@@ -780,7 +726,7 @@ TEST(GpuRingExecutorTest, PeerThatLeavesFailsTheOtherRankInTime) {
 // A run whose cancel flag is already set stops with CANCELLED.
 void ExpectCancelledRunStops(Case c) {
   c.tile_q = c.tile_kv = 256;
-  const Problem p = MakeProblem(c);
+  const ReferenceProblem p = MakeProblem(c);
   std::atomic<bool> cancelled{true};
   RingOptions options = TestOptions();
   options.cancelled = &cancelled;
@@ -909,8 +855,9 @@ TEST(GpuPassQTest, GpuPassQReadsUnevenResidentContextPiecesInPlace) {
 
 // Broadcast-Q on `world_size` ranks, one GPU each in turn: every rank's
 // partial (O, LSE) over its K/V, merged by LSE on the host.
-void RunBroadcastAndMerge(const Problem& p, const Case& c, int world_size,
-                          Tensor<float>& o, Tensor<float>& lse) {
+void RunBroadcastAndMerge(const ReferenceProblem& p, const Case& c,
+                          int world_size, Tensor<float>& o,
+                          Tensor<float>& lse) {
   o = Tensor<float>(p.q.shape());
   lse = Tensor<float>({c.batch, c.q_len, c.q_heads, 1});
   std::fill(o.values().begin(), o.values().end(), 0.0f);
@@ -971,7 +918,7 @@ TEST(GpuPassQTest, GpuPassQAgreesWithPassKvAndBroadcastQ) {
       WithHeads(Make("dense_prime_d80_mqa", 257, 257, false), 4, 1, 80));
   for (const Case& base : cases) {
     SCOPED_TRACE(absl::StrCat(base.name, ", ", world_size, " rank(s)"));
-    const Problem p = MakeProblem(base);
+    const ReferenceProblem p = MakeProblem(base);
     Tensor<float> o_q, lse_q, o_kv, lse_kv, o_b, lse_b;
     ASSERT_NO_FATAL_FAILURE(
         RunAndAssemble(p, PassQ(base), world_size, o_q, lse_q));

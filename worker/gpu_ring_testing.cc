@@ -9,6 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "core/dtype.h"
 #include "core/status_macros.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/reference_attention.h"
 #include "kernels/cuda/device_buffer.h"
 
 namespace ringattn {
@@ -24,6 +26,73 @@ Tensor<float> RoundedRandomTensor(Shape shape, DeviceDType dtype,
             : HalfToFloat(FloatToHalf(normal(rng)));
   }
   return t;
+}
+
+ReferenceProblem MakeReferenceProblem(const AttentionSpec& spec,
+                                      DeviceDType dtype, int64_t sampled_rows) {
+  ReferenceProblem p;
+  p.spec = spec;
+  p.q = RoundedRandomTensor(
+      {spec.batch, spec.q_len, spec.q_heads, spec.head_dim}, dtype, 1);
+  p.k = RoundedRandomTensor(
+      {spec.batch, spec.kv_len, spec.kv_heads, spec.head_dim}, dtype, 2);
+  p.v = RoundedRandomTensor(
+      {spec.batch, spec.kv_len, spec.kv_heads, spec.head_dim}, dtype, 3);
+  p.o_ref = Tensor<double>(p.q.shape());
+  p.lse_ref = Tensor<double>({spec.batch, spec.q_len, spec.q_heads, 1});
+  if (sampled_rows == 0 || sampled_rows >= spec.q_len) {
+    for (int64_t i = 0; i < spec.q_len; ++i) p.rows.push_back(i);
+    ReferenceAttention(spec, p.q.view(), p.k.view(), p.v.view(), p.o_ref.view(),
+                       p.lse_ref.view());
+    return p;
+  }
+  std::mt19937 rng(4);
+  std::uniform_int_distribution<int64_t> any(0, spec.q_len - 1);
+  p.rows = {0, spec.q_len - 1};
+  while (static_cast<int64_t>(p.rows.size()) < sampled_rows) {
+    p.rows.push_back(any(rng));
+  }
+  ReferenceAttentionRows(spec, p.q.view(), p.k.view(), p.v.view(), p.rows,
+                         p.o_ref.view(), p.lse_ref.view());
+  return p;
+}
+
+void CompareWithReference(const ReferenceProblem& p, const Tensor<float>& o,
+                          const Tensor<float>& lse, ReferenceError* error) {
+  *error = ReferenceError();
+  const AttentionSpec& s = p.spec;
+  for (int64_t b = 0; b < s.batch; ++b) {
+    for (const int64_t i : p.rows) {
+      for (int64_t h = 0; h < s.q_heads; ++h) {
+        auto row = [&] {
+          return absl::StrCat("batch ", b, " row ", i, " head ", h);
+        };
+        const double want_lse = p.lse_ref.view().At(b, i, h, 0);
+        const float got_lse = lse.view().At(b, i, h, 0);
+        if (std::isinf(want_lse)) {
+          ASSERT_EQ(got_lse, -INFINITY) << row() << " sees no key";
+          for (int64_t d = 0; d < s.head_dim; ++d) {
+            ASSERT_EQ(o.view().At(b, i, h, d), 0.0f)
+                << row() << " sees no key; O[" << d << "]";
+          }
+          continue;
+        }
+        ASSERT_NEAR(got_lse, want_lse, 1e-2 * (1 + std::fabs(want_lse)))
+            << "LSE of " << row();
+        for (int64_t d = 0; d < s.head_dim; ++d) {
+          const double want = p.o_ref.view().At(b, i, h, d);
+          const double got = o.view().At(b, i, h, d);
+          ASSERT_FALSE(std::isnan(got)) << "O of " << row() << " value " << d;
+          const double e = std::fabs(got - want) / (1 + std::fabs(want));
+          if (e > error->worst) {
+            error->worst = e;
+            error->where = absl::StrCat("O of ", row(), " value ", d, ": got ",
+                                        got, ", want ", want);
+          }
+        }
+      }
+    }
+  }
 }
 
 Tensor<float> GatherChunks(const Tensor<float>& full,
