@@ -5,7 +5,10 @@
 #   bench/ring/run_ring_bench.sh bundle [DIR]   on the build machine: builds the
 #       binaries and copies them, their non-system libraries and these scripts
 #       into DIR (default bin/gpu-ring, git-ignored); ONLY="worker/x_test ..."
-#       bundles just those of BINARIES (a quicker build, a smaller bundle)
+#       bundles just those of BINARIES (a quicker build, a smaller bundle), and
+#       ONLY=gpu-tests every test tagged gpu (with STAGES=tests, a run checks a
+#       GPU machine end to end) but gpu_load_run_test, which needs the service's
+#       binaries as runfiles
 #   bench/ring/run_ring_bench.sh run [DIR]      on the GPU machine: runs them all
 #       from DIR (default: this script's own folder if it is a bundle, else
 #       bin/gpu-ring); logs go to $OUT (default ./ring-run)
@@ -55,6 +58,11 @@ if [ -n "${ONLY:-}" ]; then read -ra BINARIES <<<"$ONLY"; fi
 bundle() {
   local dest=${1:-bin/gpu-ring}
   cd "$HERE/../.." || exit 1
+  if [ "${ONLY:-}" = gpu-tests ]; then
+    mapfile -t BINARIES < <(bazel query --noshow_progress \
+      'attr(tags, gpu, tests(//...)) except //bench/load:gpu_load_run_test' |
+      sed 's|^//||; s|:|/|')
+  fi
   local targets=()
   for b in "${BINARIES[@]}"; do targets+=("//${b%/*}:${b##*/}"); done
   bazel build --noshow_progress --ui_event_filters=-info "${targets[@]}" || exit 1
