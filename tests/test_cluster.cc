@@ -1,34 +1,16 @@
 #include "tests/test_cluster.h"
 
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "client/free_port.h"
 #include "httplib.h"
 
 namespace ringattn {
 namespace {
-
-// A port nobody listens on right now (the kernel's pick for an ephemeral bind).
-absl::StatusOr<int> FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return absl::InternalError("socket() failed");
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  const bool ok =
-      bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0;
-  close(fd);
-  if (!ok) return absl::InternalError("cannot find a free port");
-  return ntohs(address.sin_port);
-}
 
 // Where Bazel put the binary `package/name` this test depends on.
 std::string RunfilePath(const std::string& package_and_name) {

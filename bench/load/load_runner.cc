@@ -1,9 +1,6 @@
 #include "bench/load/load_runner.h"
 
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -22,27 +19,11 @@
 #include "bench/load/request_mix.h"
 #include "client/child_process.h"
 #include "client/client.h"
+#include "client/free_port.h"
 #include "proto/spec_conversion.h"
 
 namespace ringattn {
 namespace {
-
-// A port nobody listens on right now (the kernel's pick for an ephemeral
-// bind).
-absl::StatusOr<int> FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return absl::InternalError("socket() failed");
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  const bool ok =
-      bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0;
-  close(fd);
-  if (!ok) return absl::InternalError("cannot find a free port");
-  return ntohs(address.sin_port);
-}
 
 // VmRSS and VmHWM of `pid` in bytes (0 where unreadable).
 std::pair<int64_t, int64_t> ReadMemory(pid_t pid) {
