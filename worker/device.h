@@ -47,10 +47,10 @@ struct CudaDeviceInfo {
 // Asks CUDA to load every kernel when the process's first context starts
 // (CUDA_MODULE_LOADING=EAGER) rather than each at its first launch, unless
 // the environment already chooses; call it before the first CUDA call. On one
-// H200 a worker's first decode step against a 4M-token context took 4.52-4.55
-// ms of GPU time with kernels loading on first use and 3.91 eagerly (later
-// steps 3.85 either way), while the worker served 0.28 s after it started
-// against 0.30, with 4 MiB more device memory in use.
+// H200 a worker's first decode step against a 4M-token context took 4.36-4.60
+// ms of GPU time with kernels loading on first use and 3.85-3.91 eagerly
+// (later steps 3.77-3.87 either way), while the worker served 0.28 s after it
+// started against 0.30, with 4 MiB more device memory in use.
 void LoadKernelsEagerly();
 
 // Makes CUDA device `index` current on the calling thread (creating its
