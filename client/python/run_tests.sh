@@ -58,6 +58,14 @@ if [[ "$(cat "$deps_stamp" 2>/dev/null)" != "$deps_hash" ]]; then
       # OSError, which pytest.importorskip does not skip, and pip would take
       # it as installed next time.
       "${pip[@]}" uninstall -y torch >/dev/null 2>&1 || true
+      # pip removes only what it recorded; an install cut short before its
+      # record leaves files that still fail to import.
+      if ! "$venv/bin/python" -c 'import torch' >/dev/null 2>&1; then
+        site="$("$venv/bin/python" -c \
+          'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+        rm -rf "$site/torch" "$site/torchgen" "$site/functorch" \
+          "$site"/torch-*.dist-info
+      fi
       complete=0  # try again next time
     fi
   fi
