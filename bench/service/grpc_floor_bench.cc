@@ -40,6 +40,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "bench/service/byte_sink.grpc.pb.h"
+#include "bench/service/quantile.h"
 #include "client/child_process.h"
 #include "grpcpp/grpcpp.h"
 
@@ -237,12 +238,11 @@ struct RoundTrips {
 };
 
 RoundTrips Percentiles(std::vector<double> micros, bool ok) {
-  std::sort(micros.begin(), micros.end());
   RoundTrips r;
   r.ok = ok && !micros.empty();
   if (!r.ok) return r;
-  r.p50_us = micros[micros.size() / 2];
-  r.p99_us = micros[std::min(micros.size() - 1, micros.size() * 99 / 100)];
+  r.p50_us = Quantile(micros, 0.5);
+  r.p99_us = Quantile(micros, 0.99);
   return r;
 }
 

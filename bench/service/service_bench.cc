@@ -38,6 +38,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "bench/service/quantile.h"
 #include "client/chunking.h"
 #include "client/client.h"
 #include "core/dtype.h"
@@ -316,13 +317,6 @@ Tensor<float> PoolRow(const RowPool& pool, const Shapes& s, int tensor,
   std::memcpy(t.data(), pool.Floats(tensor, row, values),
               sizeof(float) * values);
   return t;
-}
-
-// The `quantile` of `values` (sorted in place).
-double Quantile(std::vector<double>& values, double quantile) {
-  std::sort(values.begin(), values.end());
-  return values[std::min(values.size() - 1,
-                         static_cast<size_t>(quantile * values.size()))];
 }
 
 // Times `calls` GetClusterInfo round trips; prints their p50 and p99.
