@@ -334,6 +334,11 @@ int Run(const char* self) {
                  absl::GetFlag(FLAGS_gigabytes));
     return 2;
   }
+  if (absl::GetFlag(FLAGS_round_trips) < 0) {
+    std::fprintf(stderr, "--round_trips must not be negative, got %d\n",
+                 absl::GetFlag(FLAGS_round_trips));
+    return 2;
+  }
   std::vector<int> stream_counts;
   for (const std::string& text : absl::GetFlag(FLAGS_streams)) {
     int streams = 0;
