@@ -27,7 +27,9 @@
 #include "client/local_cluster.h"
 #include "client/npy.h"
 #include "client/progress_bar.h"
+#include "core/dtype.h"
 #include "core/large_buffers.h"
+#include "proto/spec_conversion.h"
 
 namespace ringattn {
 namespace {
@@ -338,13 +340,37 @@ int RunInfo(const std::vector<std::string>& args) {
   return 0;
 }
 
+// "fp32", "bf16", ...; "-" for a part that holds no rows (or a worker that
+// did not say).
+std::string PartDTypeName(v1::DType dtype) {
+  absl::StatusOr<DType> known = DTypeFromProto(dtype);
+  return known.ok() ? DTypeName(*known) : "-";
+}
+
+// The context's line (its shape, the dtype its workers hold it in, "mixed"
+// where they differ, and its bytes), then a line per worker.
 void PrintContext(const v1::ContextInfo& info) {
-  std::printf("%s: batch %lld, length %lld, kv_heads %lld, head_dim %lld, %s\n",
-              info.name().c_str(), static_cast<long long>(info.batch()),
-              static_cast<long long>(info.length()),
-              static_cast<long long>(info.kv_heads()),
-              static_cast<long long>(info.head_dim()),
-              FormatBytes(info.bytes()).c_str());
+  std::set<std::string> dtypes;
+  for (const v1::ContextPart& part : info.parts()) {
+    if (DTypeFromProto(part.dtype()).ok()) {
+      dtypes.insert(PartDTypeName(part.dtype()));
+    }
+  }
+  const std::string dtype = dtypes.size() == 1 ? *dtypes.begin()
+                            : dtypes.empty()   ? "-"
+                                               : "mixed";
+  std::printf(
+      "%s: batch %lld, length %lld, kv_heads %lld, head_dim %lld, %s, %s\n",
+      info.name().c_str(), static_cast<long long>(info.batch()),
+      static_cast<long long>(info.length()),
+      static_cast<long long>(info.kv_heads()),
+      static_cast<long long>(info.head_dim()), dtype.c_str(),
+      FormatBytes(info.bytes()).c_str());
+  for (const v1::ContextPart& part : info.parts()) {
+    std::printf("  rank %d  %s  %s  %s\n", part.rank(), part.address().c_str(),
+                FormatBytes(part.bytes()).c_str(),
+                PartDTypeName(part.dtype()).c_str());
+  }
 }
 
 int RunContextUpload(bool create, const std::vector<std::string>& args) {

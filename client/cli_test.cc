@@ -145,8 +145,14 @@ TEST_F(CliTest, LocalClusterServesTheOtherCommands) {
               dir + "q.npy", "--out", dir + "o2.npy"});
   EXPECT_EQ(query.exit_code, 0) << query.output;
   EXPECT_EQ(ReadNpy(dir + "o2.npy")->values, q);
-  EXPECT_TRUE(Contains(RunCli({"context", "list", "--target", target}).output,
-                       "doc: batch 1"));
+  // The dtype the workers hold it in, and a line per worker (the fake's one).
+  const std::string listed =
+      RunCli({"context", "list", "--target", target}).output;
+  EXPECT_TRUE(Contains(
+      listed, "doc: batch 1, length 2, kv_heads 1, head_dim 3, fp32, "))
+      << listed;
+  EXPECT_TRUE(Contains(listed, "\n  rank 0  fake-worker:1  48 B  fp32\n"))
+      << listed;
   EXPECT_EQ(RunCli({"context", "delete", "--target", target, "--name", "doc"})
                 .exit_code,
             0);

@@ -127,6 +127,11 @@ grpc::Status FakeAttention::CreateContext(
   info->set_kv_heads(header.kv_heads());
   info->set_head_dim(header.head_dim());
   info->set_bytes(2 * shape.NumElements() * sizeof(float));
+  // One part, held as the fp32 the fake keeps.
+  v1::ContextPart& part = *info->add_parts();
+  part.set_address(kFakeWorkerAddress);
+  part.set_bytes(info->bytes());
+  part.set_dtype(v1::FP32);
   std::lock_guard<std::mutex> lock(mu_);
   contexts_[header.name()] = *info;
   return grpc::Status::OK;

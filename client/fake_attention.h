@@ -27,6 +27,9 @@ enum class FakeBehavior {
   kHang,          // wait for Release(), then INTERNAL
 };
 
+// The one worker the fake's contexts name as holding them.
+inline constexpr char kFakeWorkerAddress[] = "fake-worker:1";
+
 inline constexpr char kFakeFailMessage[] =
     "the request needs 12 GiB; the limit is 8 GiB";
 inline constexpr char kFakeNotReadyMessage[] =

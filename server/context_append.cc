@@ -310,8 +310,12 @@ absl::Status ContextAppend::Finish() {
   finished_ = true;
   if (!first.ok()) return first;
   std::vector<int64_t> held;
-  for (const auto& link : links_) held.push_back(link->response.bytes());
-  CountBytes(held);
+  std::vector<v1::DType> dtypes;
+  for (const auto& link : links_) {
+    held.push_back(link->response.bytes());
+    dtypes.push_back(link->response.dtype());
+  }
+  CountHoldings(held, dtypes);
   return absl::OkStatus();
 }
 
@@ -330,6 +334,7 @@ absl::Status ContextAppend::FinishWithQuery(
     const std::vector<v1::ExecuteDone>& done) {
   finished_ = true;
   std::vector<int64_t> held;
+  std::vector<v1::DType> dtypes;
   for (const auto& link : links_) {
     const int rank = link->member.rank;
     if (rank >= static_cast<int>(done.size()) ||
@@ -339,15 +344,19 @@ absl::Status ContextAppend::FinishWithQuery(
                        ") did not report storing the rows the query appended"));
     }
     held.push_back(done[rank].context_bytes());
+    dtypes.push_back(done[rank].context_dtype());
   }
-  CountBytes(held);
+  CountHoldings(held, dtypes);
   return absl::OkStatus();
 }
 
-void ContextAppend::CountBytes(const std::vector<int64_t>& held) {
+void ContextAppend::CountHoldings(const std::vector<int64_t>& held,
+                                  const std::vector<v1::DType>& dtypes) {
   after_.worker_bytes.resize(after_.chunks.size());
+  after_.worker_dtypes.resize(after_.chunks.size(), v1::DTYPE_UNSPECIFIED);
   for (size_t i = 0; i < links_.size(); ++i) {
     after_.worker_bytes[links_[i]->member.rank] = held[i];
+    after_.worker_dtypes[links_[i]->member.rank] = dtypes[i];
   }
   after_.bytes = 0;
   for (int64_t bytes : after_.worker_bytes) after_.bytes += bytes;

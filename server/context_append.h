@@ -49,7 +49,7 @@ class ContextAppend {
   // each worker that gets at least `row_streams_min_bytes`; with
   // kWithQuery (an append only) it opens none and collects each worker's
   // rows for TakeRowsFor. `before` must have one entry per member in chunks,
-  // addresses and worker_bytes.
+  // addresses, worker_bytes and worker_dtypes.
   static absl::StatusOr<std::unique_ptr<ContextAppend>> Start(
       const std::vector<Cluster::Member>& members,
       const ResidentContext& before, bool create, int64_t count,
@@ -100,8 +100,10 @@ class ContextAppend {
   // Sends `link`'s row streams' last rows and waits until the worker says it
   // stored them.
   absl::Status EndRowStreams(Link& link);
-  // The context's bytes from what each worker given rows now holds.
-  void CountBytes(const std::vector<int64_t>& held);
+  // The context's bytes from what each worker given rows now holds, in
+  // `dtypes` (by link, as `held`).
+  void CountHoldings(const std::vector<int64_t>& held,
+                     const std::vector<v1::DType>& dtypes);
 
   const ResidentContext before_;
   const int64_t count_;

@@ -15,6 +15,13 @@ v1::ContextInfo ResidentContext::Info() const {
   info.set_kv_heads(kv_heads);
   info.set_head_dim(head_dim);
   info.set_bytes(bytes);
+  for (size_t rank = 0; rank < addresses.size(); ++rank) {
+    v1::ContextPart& part = *info.add_parts();
+    part.set_rank(static_cast<int32_t>(rank));
+    part.set_address(addresses[rank]);
+    if (rank < worker_bytes.size()) part.set_bytes(worker_bytes[rank]);
+    if (rank < worker_dtypes.size()) part.set_dtype(worker_dtypes[rank]);
+  }
   return info;
 }
 

@@ -28,14 +28,16 @@ struct ResidentContext {
   int64_t length = 0;
   int64_t bytes = 0;  // over all workers
   std::vector<std::vector<Range>>
-      chunks;                          // positions each rank holds, in order
-  std::vector<std::string> addresses;  // the worker of each rank
-  std::vector<int64_t> worker_bytes;   // what each rank holds
+      chunks;                            // positions each rank holds, in order
+  std::vector<std::string> addresses;    // the worker of each rank
+  std::vector<int64_t> worker_bytes;     // what each rank holds
+  std::vector<v1::DType> worker_dtypes;  // the dtype each rank holds it in
   // Appends undone so far (queries that appended and failed): every append
   // tells the workers this count, and every undo raises it, so that a worker
   // refuses rows of an undone append that reach it after the undo.
   int64_t undone_appends = 0;
 
+  // The listing's view, with a part per rank.
   v1::ContextInfo Info() const;
 };
 

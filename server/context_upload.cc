@@ -137,6 +137,7 @@ absl::Status Upload::Start() {
     before_.head_dim = header_.head_dim();
     before_.chunks.assign(members->size(), {});
     before_.worker_bytes.assign(members->size(), 0);
+    before_.worker_dtypes.assign(members->size(), v1::DTYPE_UNSPECIFIED);
     for (const Cluster::Member& member : *members) {
       before_.addresses.push_back(member.address);
     }

@@ -208,10 +208,11 @@ int64_t WorkersPeakBytes(const v1::Summary& summary) {
 }
 
 // Decode steps of every strategy against contexts uploaded in bf16 and fp32:
-// a context is held at its width (bf16 takes half the bytes), broadcast-Q and
-// pass-Q read it in place (their peak memory for a query holds no copy of
-// it), pass-KV copies it into ring blocks of its width, and the results match
-// the reference on the same bf16 values.
+// a context is held at its width (bf16 takes half the bytes; the listing
+// names each worker's part and its dtype), broadcast-Q and pass-Q read it in
+// place (their peak memory for a query holds no copy of it), pass-KV copies
+// it into ring blocks of its width, and the results match the reference on
+// the same bf16 values.
 TEST_F(Contexts, ContextsAreHeldAtTheirWidthAndReadInPlace) {
   const int64_t n = 223, steps = 6;
   const AttentionSpec full = ContextSpec(n + steps, n + steps, true);
@@ -266,6 +267,22 @@ TEST_F(Contexts, ContextsAreHeldAtTheirWidthAndReadInPlace) {
   const v1::ContextInfo& fp32 =
       (*listed)[0].name() == "bf16" ? (*listed)[1] : (*listed)[0];
   EXPECT_EQ(2 * bf16.bytes(), fp32.bytes());
+  // Each worker's part, in the dtype it was uploaded in, after appends by
+  // their own streams (the creation) and inside queries (the decode steps).
+  for (const v1::ContextInfo* info : {&bf16, &fp32}) {
+    SCOPED_TRACE(info->name());
+    ASSERT_EQ(info->parts_size(), 3);
+    int64_t bytes = 0;
+    for (int rank = 0; rank < 3; ++rank) {
+      const v1::ContextPart& part = info->parts(rank);
+      EXPECT_EQ(part.rank(), rank);
+      EXPECT_FALSE(part.address().empty());
+      EXPECT_GT(part.bytes(), 0);
+      EXPECT_EQ(part.dtype(), info == &bf16 ? v1::BF16 : v1::FP32);
+      bytes += part.bytes();
+    }
+    EXPECT_EQ(bytes, info->bytes());
+  }
   for (const char* name : {"bf16", "fp32"}) {
     EXPECT_TRUE(client->DeleteContext(name).ok());
   }

@@ -161,7 +161,7 @@ int64_t ContextStore::bytes_in_use() {
   return HeldBytes();
 }
 
-absl::StatusOr<DType> ContextStore::DTypeOf(const std::string& name) {
+absl::StatusOr<DType> ContextStore::HeldDType(const std::string& name) {
   absl::MutexLock lock(&mutex_);
   absl::StatusOr<const Context*> context = Lookup(name);
   if (!context.ok()) return context.status();

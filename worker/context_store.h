@@ -45,10 +45,8 @@ class ContextStore final : public ResidentContexts {
                               TypedTensor k, TypedTensor v) override;
   void Drop(const std::string& name, int64_t keep_length = 0) override;
   int64_t bytes_in_use() override;
-
-  // The dtype context `name` is held in (fp32 or bf16); NOT_FOUND for an
-  // unknown context.
-  absl::StatusOr<DType> DTypeOf(const std::string& name);
+  // bf16 for a context created from bf16 rows, fp32 otherwise.
+  absl::StatusOr<DType> HeldDType(const std::string& name) override;
 
   // The rows of `chunks` (context positions, in order), which must be held
   // here as one run of rows (a query's chunks of this worker are). NOT_FOUND

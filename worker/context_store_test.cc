@@ -200,7 +200,7 @@ TEST(ContextStore, HoldsBf16ContextsInBf16AndOthersInFp32) {
                   .Add("b", false, kLayout, {1, 2}, TypedTensor(fine),
                        TypedTensor(Tensor<float>({1, 1, 1, 2})))
                   .ok());
-  EXPECT_EQ(*store.DTypeOf("b"), DType::kBFloat16);
+  EXPECT_EQ(*store.HeldDType("b"), DType::kBFloat16);
   absl::StatusOr<ResidentRows> rows = store.Find("b", {{0, 2}});
   ASSERT_TRUE(rows.ok()) << rows.status();
   ASSERT_TRUE(rows->k.is_bf16());
@@ -214,9 +214,9 @@ TEST(ContextStore, HoldsBf16ContextsInBf16AndOthersInFp32) {
   ConvertFromFloat(DType::kFloat16, values, h2.view().data(), 2);
   ASSERT_TRUE(
       store.Add("h", true, kLayout, {0, 1}, std::move(h), std::move(h2)).ok());
-  EXPECT_EQ(*store.DTypeOf("h"), DType::kFloat32);
+  EXPECT_EQ(*store.HeldDType("h"), DType::kFloat32);
   EXPECT_EQ(store.Find("h", {{0, 1}})->k.f32().At(0, 0, 0, 1), -2.0f);
-  EXPECT_EQ(store.DTypeOf("other").status().code(),
+  EXPECT_EQ(store.HeldDType("other").status().code(),
             absl::StatusCode::kNotFound);
 }
 

@@ -170,6 +170,12 @@ int64_t DeviceContextStore::bytes_in_use() {
   return HeldBytes();
 }
 
+absl::StatusOr<DType> DeviceContextStore::HeldDType(const std::string& name) {
+  absl::StatusOr<DeviceDType> dtype = DTypeOf(name);
+  if (!dtype.ok()) return dtype.status();
+  return HostDTypeOf(*dtype);
+}
+
 absl::StatusOr<DeviceDType> DeviceContextStore::DTypeOf(
     const std::string& name) {
   absl::MutexLock lock(&mutex_);

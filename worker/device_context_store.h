@@ -61,6 +61,8 @@ class DeviceContextStore final : public ResidentContexts {
                               TypedTensor k, TypedTensor v) override;
   void Drop(const std::string& name, int64_t keep_length = 0) override;
   int64_t bytes_in_use() override;
+  // The host dtype of the same bits as DTypeOf's.
+  absl::StatusOr<DType> HeldDType(const std::string& name) override;
 
   // The dtype context `name` is held in; NOT_FOUND for an unknown context.
   absl::StatusOr<DeviceDType> DTypeOf(const std::string& name);

@@ -218,6 +218,10 @@ TEST(DeviceContextStoreTest, RefusesWhatItCannotHold) {
   EXPECT_EQ(store.Find("d", {{10, 12}}).status().code(),
             absl::StatusCode::kNotFound);
   EXPECT_EQ(store.DTypeOf("d").status().code(), absl::StatusCode::kNotFound);
+  // What the worker reports to the coordinator's listing: the host dtype of
+  // the same bits.
+  EXPECT_EQ(*store.HeldDType("c"), DType::kBFloat16);
+  EXPECT_EQ(store.HeldDType("d").status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace

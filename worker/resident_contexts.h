@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/dtype.h"
 #include "core/range.h"
 #include "core/typed_tensor.h"
 
@@ -45,6 +46,10 @@ class ResidentContexts {
 
   // Bytes all contexts hold here.
   virtual int64_t bytes_in_use() = 0;
+
+  // The dtype context `name`'s K and V rows are held in here; NOT_FOUND for
+  // an unknown context.
+  virtual absl::StatusOr<DType> HeldDType(const std::string& name) = 0;
 
   // Add for the rows of an append (or create) that started once
   // `undone_appends` appends to `name` had been undone: ABORTED, storing

@@ -67,6 +67,13 @@ absl::Status PeerTimeoutAsUnavailable(absl::Status status,
   return absl::UnavailableError(status.message());
 }
 
+// The dtype this worker holds context `name` in, for the coordinator's
+// listing; unspecified if a drop raced the commit that just stored rows.
+v1::DType HeldDTypeProto(ResidentContexts& contexts, const std::string& name) {
+  absl::StatusOr<DType> dtype = contexts.HeldDType(name);
+  return dtype.ok() ? DTypeToProto(*dtype) : v1::DTYPE_UNSPECIFIED;
+}
+
 // One Execute stream: reads the header and the shard, runs the ring on a
 // thread of the service's ComputeThreads, then writes the output. gRPC
 // serializes the reactions that matter here: reads happen before the
@@ -436,7 +443,7 @@ class ExecuteReactor final
   DType CopiedKvDType(const v1::ExecuteHeader& header) const {
     if (!spec_.dilated.empty()) return DType::kFloat32;
     if (!header.context().empty()) {
-      absl::StatusOr<DType> held = host_contexts_->DTypeOf(header.context());
+      absl::StatusOr<DType> held = host_contexts_->HeldDType(header.context());
       return held.ok() ? *held : DType::kFloat32;
     }
     return wire_dtype_ == DType::kBFloat16 ? DType::kBFloat16 : DType::kFloat32;
@@ -613,6 +620,7 @@ class ExecuteReactor final
     absl::StatusOr<int64_t> bytes = append_->Commit(contexts());
     if (!bytes.ok()) return bytes.status();
     context_bytes_ = *bytes;
+    context_dtype_ = HeldDTypeProto(contexts(), append_->name());
     Log(spdlog::level::info,
         absl::StrCat("context '", append_->name(), "': holds ", *bytes,
                      " bytes after positions [", append_->positions().begin,
@@ -883,6 +891,7 @@ class ExecuteReactor final
     done->set_ring_steps(stats.steps);
     done->set_transfers(stats.transfers);
     done->set_context_bytes(context_bytes_);
+    done->set_context_dtype(context_dtype_);
     for (const auto& [kernel, launches] : stats.launches.Named()) {
       (*done->mutable_kernel_launches())[kernel] = launches;
     }
@@ -945,6 +954,7 @@ class ExecuteReactor final
   bool kv_read_in_place_ = false;
   std::optional<ContextPiece> append_;  // rows the query appends
   int64_t context_bytes_ = 0;  // held for the context once they are stored
+  v1::DType context_dtype_ = v1::DTYPE_UNSPECIFIED;  // ... and its dtype
   bool run_requested_ = false;
 
   // The computation.
@@ -1049,6 +1059,7 @@ class StoreContextReactor final
     absl::StatusOr<int64_t> bytes = piece_.Commit(contexts_);
     if (!bytes.ok()) return bytes.status();
     response_->set_bytes(*bytes);
+    response_->set_dtype(HeldDTypeProto(contexts_, piece_.name()));
     spdlog::info(
         "context '{}': holds {} bytes after positions [{}, {}); rows arrived "
         "in {:.3f} s, stored in {:.3f} s",

@@ -16,6 +16,7 @@ import ringattn
 from ringattn import client as client_module
 from ringattn import reference
 from ringattn._tensors import round_to_wire
+from ringattn.v1 import attention_pb2 as pb
 
 from conftest import random_qkv
 
@@ -403,8 +404,13 @@ def test_decode_steps_append_and_attend_in_one_call(client, rng):
             ro, rl = reference.attention(q, k, v, causal=True)
             np.testing.assert_allclose(o, ro, atol=2e-5, rtol=1e-4)
             np.testing.assert_allclose(lse, rl, atol=1e-4, rtol=1e-5)
-        lengths = {c.name: c.length for c in client.list_contexts()}
-        assert lengths["pytest-decode"] == 23 + 5
+        info = {c.name: c for c in client.list_contexts()}["pytest-decode"]
+        assert info.length == 23 + 5
+        # A part per worker, each held in fp32 as it was uploaded, the
+        # decode steps' rows counted in.
+        assert [p.rank for p in info.parts] == list(range(WORKERS))
+        assert sum(p.bytes for p in info.parts) == info.bytes
+        assert {p.dtype for p in info.parts} == {pb.FP32}
         # A step the server refuses (three K/V heads against the context's
         # two) leaves the context as it was.
         q, k_new, v_new = random_qkv(rng, 1, 1, 3, 8, hkv=3)
