@@ -18,7 +18,7 @@ from ringattn import reference
 from ringattn._tensors import round_to_wire
 from ringattn.v1 import attention_pb2 as pb
 
-from conftest import random_qkv
+from conftest import WORKERS, random_qkv
 
 
 def check(client, q, k, v, atol=2e-5, wire=None, **kwargs):
