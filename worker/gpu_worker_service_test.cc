@@ -480,13 +480,14 @@ v1::ShardRows RowsOf(v1::TensorName name, const Tensor<float>& t, int64_t first,
   return rows;
 }
 
-// Stores positions `piece` of k and v as a piece of context `name`.
+// Stores positions `piece` of k and v as a piece of context `name`; the
+// worker answers in `response`.
 grpc::Status StorePiece(v1::Worker::Stub& stub, const std::string& name,
                         bool create, const Range& piece, const Tensor<float>& k,
-                        const Tensor<float>& v) {
+                        const Tensor<float>& v,
+                        v1::StoreContextResponse* response) {
   grpc::ClientContext context;
-  v1::StoreContextResponse response;
-  auto stream = stub.StoreContext(&context, &response);
+  auto stream = stub.StoreContext(&context, response);
   v1::StoreContextRequest request;
   v1::StoreContextHeader* header = request.mutable_header();
   header->set_name(name);
@@ -579,10 +580,14 @@ TEST(GpuWorkerServiceTest, ResidentContextOnGpuMatchesTheReference) {
       const Range part{
           piece.begin + r * share,
           r + 1 == ranks ? piece.end : piece.begin + (r + 1) * share};
+      v1::StoreContextResponse response;
       const grpc::Status stored =
-          StorePiece(workers[r]->stub(), "book", create, part, k, v);
+          StorePiece(workers[r]->stub(), "book", create, part, k, v, &response);
       ASSERT_TRUE(stored.ok())
           << "rank " << r << ": " << stored.error_message();
+      // What the coordinator lists: the bytes held and the dtype, bf16.
+      EXPECT_GT(response.bytes(), 0);
+      EXPECT_EQ(response.dtype(), v1::BF16);
       if (!part.empty()) held[r].push_back(part);
     }
     create = false;
