@@ -900,9 +900,6 @@ cudaError_t Prepare(const DeviceAttentionArgs& args, Prepared& prepared) {
   if (FindAttentionArgsProblem(args) != nullptr) return cudaErrorInvalidValue;
   if (!HopperAttentionTakes(args)) return cudaErrorInvalidValue;
   const bool listed = args.work.tile_count > 0;
-  if (listed && (args.work.tiles == nullptr || args.work.spans == nullptr)) {
-    return cudaErrorInvalidValue;
-  }
   const TileShape shape = TileShapeFor(args);
   const int keys = KeysPerStep(CompiledHeadDim(args.head_dim), shape.consumers);
   for (const auto& [map, tensor, seq, heads, box_heads, rows] :
