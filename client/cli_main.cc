@@ -352,8 +352,8 @@ std::string PartDTypeName(v1::DType dtype) {
 void PrintContext(const v1::ContextInfo& info) {
   std::set<std::string> dtypes;
   for (const v1::ContextPart& part : info.parts()) {
-    if (DTypeFromProto(part.dtype()).ok()) {
-      dtypes.insert(PartDTypeName(part.dtype()));
+    if (std::string name = PartDTypeName(part.dtype()); name != "-") {
+      dtypes.insert(std::move(name));
     }
   }
   const std::string dtype = dtypes.size() == 1 ? *dtypes.begin()
