@@ -38,10 +38,17 @@ using device::WarpgroupFence;
 using device::WarpgroupWait;
 
 // A thread block is one producer warpgroup, whose first thread issues the TMA
-// copies, and kConsumers warpgroups that compute 64 query rows each: two, or
-// one where the whole query fits 64 rows (a few rows against many keys), so
-// that no warpgroup idles beside the other.
-constexpr int kMostConsumers = 2;
+// copies, and kConsumers warpgroups that compute 64 query rows each: two (a
+// work list's tiles are two warpgroups' rows), three for a whole block at head
+// dims up to 64, or one where the whole query fits 64 rows (a few rows against
+// many keys), so that no warpgroup idles beside the others. At D=64 a step's
+// exponentials take about as long as its products, and a third warpgroup's
+// products keep the tensor cores busy while two run their softmax
+// (FlashAttention-3 runs 192-row tiles at D=64 too). One H200, TFLOP/s dense
+// / causal, three consumers against two: 16K 511 / 472 against 436 / 428, 256K
+// 491 / 492 against 422 / 438.
+constexpr int kListConsumers = 2;
+constexpr int kWideConsumers = 3;
 constexpr int kConsumerRows = 64;
 // Packed rows up to which the heads sharing a K/V head are packed into one
 // tile. On one H100 at 1M keys, Hq=32, Hkv=8 (split keys): packed, 1 and 16
@@ -59,13 +66,21 @@ constexpr int kBlockN = 176;
 // in two stages instead, so that two thread blocks share an SM and each SM
 // keeps two streams of K/V loads in flight.
 constexpr int kSoloBlockN = 64;
+// Three consumers take 128 keys a step: the S tile of 176 and its P would not
+// fit the 160 registers each of their threads has.
+constexpr int kWideBlockN = 128;
 // The head dim of the kernel compiled for `head_dim` (smaller dims are padded
 // to 64 or 128).
 constexpr int CompiledHeadDim(int64_t head_dim) {
   return head_dim <= 64 ? 64 : 128;
 }
+// Consumers of a thread block of a whole block taller than two warpgroups.
+constexpr int WholeBlockConsumers(int compiled_head_dim) {
+  return compiled_head_dim <= 64 ? kWideConsumers : kListConsumers;
+}
 // Keys per step of the kernel compiled for head dim kHeadDim (64 or 128).
 constexpr int KeysPerStep(int compiled_head_dim, int consumers) {
+  if (consumers == kWideConsumers) return kWideBlockN;
   return consumers == 1 && compiled_head_dim > 64 ? kSoloBlockN : kBlockN;
 }
 // Thread blocks an SM holds at once for that kernel.
@@ -74,12 +89,15 @@ constexpr int BlocksPerSm(int compiled_head_dim, int consumers) {
 }
 // Registers per thread after the split. The sum over a block stays within
 // what it starts with: 65536 / 384 = 170 a thread with two consumers (128 *
-// 40 + 256 * 232), and 65536 / 512 = 128 with one and two blocks an SM (128 *
-// 24 + 128 * 232).
-constexpr int ProducerRegisters(int blocks_per_sm) {
+// 40 + 256 * 232), 65536 / 512 = 128 with three (128 * 32 + 384 * 160) and
+// with one and two blocks an SM (128 * 24 + 128 * 232).
+constexpr int ProducerRegisters(int consumers, int blocks_per_sm) {
+  if (consumers == kWideConsumers) return 32;
   return blocks_per_sm > 1 ? 24 : 40;
 }
-constexpr int kConsumerRegisters = 232;
+constexpr int ConsumerRegisters(int consumers) {
+  return consumers == kWideConsumers ? 160 : 232;
+}
 constexpr int kMaxBatchHeads = 65535;
 // Key splits: at least this many keys each; at most kWaveKeySplits where
 // that many fill a wave, else one thread block per slot (BlocksPerSm an SM);
@@ -99,7 +117,7 @@ constexpr float kStaleMaxSlack = 8.0f;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-static_assert(kMostConsumers * kConsumerRows == kWorkListTileRows,
+static_assert(kListConsumers * kConsumerRows == kWorkListTileRows,
               "a work list's query tile is one thread block's rows");
 
 // Shared memory for one head dim: the Q tile, kStages K tiles, kStages V
@@ -121,7 +139,8 @@ struct Layout {
       (kQElements + 2 * kStages * kKvElements) * 2 + kBarrierBytes + 1024;
 };
 static_assert(2 * (Layout<128, 1>::kSharedBytes + 1024) <= 228 * 1024 &&
-                  Layout<128, 2>::kSharedBytes <= 227 * 1024,
+                  Layout<128, 2>::kSharedBytes <= 227 * 1024 &&
+                  Layout<64, kWideConsumers>::kSharedBytes <= 227 * 1024,
               "a thread block's shared memory fits an SM (two single-consumer "
               "blocks at D=128)");
 
@@ -267,8 +286,9 @@ __device__ __forceinline__ float TreeReduce(const float* v, Op op) {
 // kKeys-column S tile: elements 4j + 2r and 4j + 2r + 1 of each 8-column
 // chunk j. The exponentials wait on the max, so at D=128 a tree keeps the
 // chain of 43 dependent maxima off the softmax's path (one H200, dense 64K:
-// 619 against 606-609 TFLOP/s); at D=64 the chain was faster (438 against
-// 446), so it stays there.
+// 619 against 606-609 TFLOP/s), and so it does for three consumers at D=64
+// (dense 16K 515 against 507, causal 473 against 456); for two at D=64 the
+// chain was faster (446 against 438), so it stays there.
 template <int kHeadDim, int kKeys, typename Op>
 __device__ __forceinline__ float RowReduce(const float (&s)[kKeys / 2], int r) {
   float row[kKeys / 4];
@@ -277,7 +297,7 @@ __device__ __forceinline__ float RowReduce(const float (&s)[kKeys / 2], int r) {
     row[2 * j] = s[4 * j + 2 * r];
     row[2 * j + 1] = s[4 * j + 2 * r + 1];
   }
-  if constexpr (kHeadDim > 64) {
+  if constexpr (kHeadDim > 64 || kKeys == kWideBlockN) {
     return TreeReduce<kKeys / 4>(row, Op());
   } else {
     float folded = row[0];
@@ -355,7 +375,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128,
     // The producer warpgroup: one thread issues every copy, each step's K
     // (V) tile into the stage whose K (V) the consumers released L::kStages
     // steps before.
-    LowerRegisters<ProducerRegisters(L::kBlocksPerSm)>();
+    LowerRegisters<ProducerRegisters(kConsumers, L::kBlocksPerSm)>();
     if (threadIdx.x != 0 || !any_keys) return;
     constexpr int kQBlockBytes = kBlockM * 64 * 2;
     ArriveExpectingBytes(q_full, kHeadDim / 64 * kQBlockBytes);
@@ -377,7 +397,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128,
     }
     return;
   }
-  RaiseRegisters<kConsumerRegisters>();
+  RaiseRegisters<ConsumerRegisters(kConsumers)>();
 
   const int consumer = threadIdx.x / 128 - 1;
   const int warp = threadIdx.x % 128 / 32;
@@ -516,21 +536,23 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128,
     keep_probabilities(s);
   };
 
-  // Two consumers take turns at the tensor cores: each issues its products
-  // (S of this step, P V of the one before) while the other runs its
-  // softmax. Named barrier 1 + c opens consumer c's turn; consumer 0 goes
-  // first. A single consumer has every turn.
+  // The consumers take turns at the tensor cores: each issues its products
+  // (S of this step, P V of the one before) while the others run their
+  // softmax. Named barrier 1 + c opens consumer c's turn, which consumer c - 1
+  // hands over (the last one to consumer 0; of two, each to the other);
+  // consumer 0 goes first. A single consumer has every turn.
   const int own_turn = 1 + consumer;
-  const int other_turn = 1 + (1 - consumer);
+  const int next_turn =
+      kConsumers == 2 ? 2 - consumer : 1 + (consumer + 1) % kConsumers;
   const auto wait_for_turn = [&] {
-    if constexpr (kConsumers == 2) SyncNamedBarrier(own_turn, 256);
+    if constexpr (kConsumers > 1) SyncNamedBarrier(own_turn, 256);
   };
   const auto hand_over_turn = [&] {
-    if constexpr (kConsumers == 2) ArriveNamedBarrier(other_turn, 256);
+    if constexpr (kConsumers > 1) ArriveNamedBarrier(next_turn, 256);
   };
   if (any_keys) {
     WaitBarrier(q_full, 0);
-    if (consumer == 1) hand_over_turn();
+    if (consumer == kConsumers - 1) hand_over_turn();
   }
   // Each step issues S = Q K^T of its keys and, as a second group, O += P V
   // of the step before, then runs the softmax of S while that P V is still
@@ -597,8 +619,8 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128,
     }
   }
   if (step > 0) {
-    // O += P V of the last step, in a last turn (consumer 1 opens no further
-    // one: nobody would take it).
+    // O += P V of the last step, in a last turn (the last consumer opens no
+    // further one: nobody would take it).
     WaitBarrier(&v_full[last_stage], ((step - 1) / L::kStages) & 1);
     fold_in(s, rescale);
     wait_for_turn();
@@ -606,7 +628,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128,
     WarpgroupFence();
     add_values(last_stage);
     WarpgroupCommit();
-    if (consumer == 0) hand_over_turn();
+    if (consumer < kConsumers - 1) hand_over_turn();
     WarpgroupWait<0>();
     PinRegisters(o_acc);
   }
@@ -848,10 +870,16 @@ cudaError_t LaunchForConsumers(int consumers, const Params& params,
                                const CUtensorMap& k_map,
                                const CUtensorMap& v_map, dim3 grid,
                                cudaStream_t stream) {
-  return consumers == 1
-             ? LaunchForHeadDim<T, 1>(params, q_map, k_map, v_map, grid, stream)
-             : LaunchForHeadDim<T, 2>(params, q_map, k_map, v_map, grid,
-                                      stream);
+  switch (consumers) {
+    case 1:
+      return LaunchForHeadDim<T, 1>(params, q_map, k_map, v_map, grid, stream);
+    case kWideConsumers:
+      return Launch<T, 64, kWideConsumers>(params, q_map, k_map, v_map, grid,
+                                           stream);
+    default:
+      return LaunchForHeadDim<T, kListConsumers>(params, q_map, k_map, v_map,
+                                                 grid, stream);
+  }
 }
 
 // How a launch cuts the query rows into thread blocks.
@@ -862,7 +890,8 @@ struct TileShape {
   // work list's tiles are rows of one head).
   int pack;
   // Consumer warpgroups per thread block: one where the whole query fits one
-  // warpgroup's rows, packed or not; two otherwise and for work lists.
+  // warpgroup's rows, packed or not; two for work lists and where it fits
+  // two; otherwise WholeBlockConsumers (three at head dims up to 64).
   int consumers;
   int64_t rows;   // query rows per tile, of each of its `pack` heads
   int64_t tiles;  // tiles along the query rows (a work list's own count)
@@ -877,8 +906,13 @@ TileShape TileShapeFor(const DeviceAttentionArgs& args) {
                        args.q_len * group <= kMostPackedRows
                    ? static_cast<int>(group)
                    : 1;
-  shape.consumers =
-      !listed && args.q_len * shape.pack <= kConsumerRows ? 1 : kMostConsumers;
+  const int64_t packed_rows = args.q_len * shape.pack;
+  if (listed || packed_rows <= kListConsumers * kConsumerRows) {
+    shape.consumers =
+        !listed && packed_rows <= kConsumerRows ? 1 : kListConsumers;
+  } else {
+    shape.consumers = WholeBlockConsumers(CompiledHeadDim(args.head_dim));
+  }
   shape.rows = shape.consumers * kConsumerRows / shape.pack;
   shape.tiles = listed ? args.work.tile_count
                        : (args.q_len + shape.rows - 1) / shape.rows;
@@ -1070,11 +1104,12 @@ int64_t HopperWaveRows(int64_t batch, int64_t q_heads, int64_t head_dim) {
   if (sms == 0 || batch * q_heads <= 0 || !HopperAttentionAvailable(head_dim)) {
     return 0;
   }
-  // One thread block per (batch, head) for each kBlockRows query rows.
-  constexpr int64_t kBlockRows = kMostConsumers * kConsumerRows;
+  // One thread block per (batch, head) for each block_rows query rows.
+  const int consumers = WholeBlockConsumers(CompiledHeadDim(head_dim));
+  const int64_t block_rows = consumers * kConsumerRows;
   const int64_t slots = static_cast<int64_t>(sms) *
-                        BlocksPerSm(CompiledHeadDim(head_dim), kMostConsumers);
-  return slots / std::gcd(slots, batch * q_heads) * kBlockRows;
+                        BlocksPerSm(CompiledHeadDim(head_dim), consumers);
+  return slots / std::gcd(slots, batch * q_heads) * block_rows;
 }
 
 size_t HopperSplitWorkspaceBytes(const DeviceAttentionArgs& args, int splits) {
