@@ -593,8 +593,8 @@ void* GpuRingExecutor::device_v() const {
 }
 
 GpuRingConfig TunedRingConfig(const AttentionSpec& spec, GpuRingConfig config) {
-  if (spec.head_dim == 128 && !spec.block_sparse.has_value() &&
-      spec.dilated.empty()) {
+  if ((spec.head_dim == 64 || spec.head_dim == 128) &&
+      !spec.block_sparse.has_value() && spec.dilated.empty()) {
     config.prefer_own_kernel = true;
     config.tile_q_rows = 32768;
     config.tile_kv_rows = 131072;

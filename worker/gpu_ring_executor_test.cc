@@ -581,6 +581,10 @@ TEST(GpuRingExecutorTest, RanksSharingOneGpuMatchReference) {
   own.own_kernel = true;
   own.tile_q = own.tile_kv = 1024;
   rings.push_back({own, 2});
+  Case own_d64 = Make("causal_own_kernel_d64", 3001, 3001, true);
+  own_d64.own_kernel = true;
+  own_d64.tile_q = own_d64.tile_kv = 1024;
+  rings.push_back({own_d64, 3});
   Case own_gqa = Make("dense_own_kernel_gqa", 2503, 2503, false);
   own_gqa.q_heads = 8;
   own_gqa.kv_heads = 2;
@@ -595,38 +599,49 @@ TEST(GpuRingExecutorTest, RanksSharingOneGpuMatchReference) {
 }
 
 // Query rows of more than two tiles on our kernel, cut in whole waves of
-// thread blocks (on 132 SMs with 4 heads: tiles of 4224 rows, 4224, 4224 and
-// 553 of 9001; other SM counts cut otherwise, or evenly).
+// thread blocks (on 132 SMs with 4 heads: at D=128 tiles of 4224 rows, 4224,
+// 4224 and 553 of 9001; at D=64, of three consumers' 192 rows, 6336, 6336 and
+// 2329 of 15001; other SM counts cut otherwise, or evenly).
 TEST(GpuRingExecutorTest, WholeWaveTilesMatchReference) {
   SKIP_WITHOUT_GPUS(1);
   std::vector<Case> cases = {Make("causal_whole_waves", 9001, 9001, true),
                              Make("dense_whole_waves", 9001, 9001, false)};
   for (Case& c : cases) {
     c.head_dim = 128;
-    c.own_kernel = true;
     c.tile_q = 4224;
+  }
+  Case d64 = Make("causal_whole_waves_d64", 15001, 15001, true);
+  d64.tile_q = 6336;
+  cases.push_back(d64);
+  for (Case& c : cases) {
+    c.own_kernel = true;
     c.sampled_rows = 64;
   }
   ExpectMatchesReferenceInBothDtypes(cases, 1);
 }
 
-TEST(TunedRingConfig, OurKernelOnLargeTilesForDenseAndCausalAtD128Only) {
+TEST(TunedRingConfig, OurKernelOnLargeTilesForDenseAndCausalAtD64AndD128) {
   AttentionSpec spec;
   spec.q_len = spec.kv_len = 1 << 16;
   spec.q_heads = spec.kv_heads = 32;
   spec.head_dim = 128;
   spec.causal = true;
-  const GpuRingConfig tuned = TunedRingConfig(spec, GpuRingConfig());
-  EXPECT_TRUE(tuned.prefer_own_kernel);
-  EXPECT_EQ(tuned.tile_q_rows, 32768);
-  EXPECT_EQ(tuned.tile_kv_rows, 131072);
   AttentionSpec d64 = spec;
   d64.head_dim = 64;
+  d64.causal = false;
+  for (const AttentionSpec& taken : {spec, d64}) {
+    const GpuRingConfig tuned = TunedRingConfig(taken, GpuRingConfig());
+    EXPECT_TRUE(tuned.prefer_own_kernel);
+    EXPECT_EQ(tuned.tile_q_rows, 32768);
+    EXPECT_EQ(tuned.tile_kv_rows, 131072);
+  }
+  AttentionSpec d80 = spec;
+  d80.head_dim = 80;
   AttentionSpec sparse = spec;
   sparse.block_sparse = BlockSparseRules{.block_size = 4096, .local = 1};
   AttentionSpec dilated = spec;
   dilated.dilated = {{4096, 1}};
-  for (const AttentionSpec& other : {d64, sparse, dilated}) {
+  for (const AttentionSpec& other : {d80, sparse, dilated}) {
     const GpuRingConfig kept = TunedRingConfig(other, GpuRingConfig());
     EXPECT_FALSE(kept.prefer_own_kernel);
     EXPECT_EQ(kept.tile_q_rows, GpuRingConfig().tile_q_rows);

@@ -237,12 +237,13 @@ std::string TilesNote() {
   dense.head_dim = 128;
   const GpuRingConfig tuned = TunedRingConfig(dense, GpuRingConfig());
   const GpuRingConfig untuned;
-  return absl::StrCat(
-      q ? absl::StrCat(*q) : "tuned", " x ", kv ? absl::StrCat(*kv) : "tuned",
-      ", ", own ? (*own ? "our kernel" : "cuDNN") : "tuned kernel",
-      " (TunedRingConfig: our kernel on ", tuned.tile_q_rows, " x ",
-      tuned.tile_kv_rows, " for dense and causal at D=128, else cuDNN on ",
-      untuned.tile_q_rows, " x ", untuned.tile_kv_rows, ")");
+  return absl::StrCat(q ? absl::StrCat(*q) : "tuned", " x ",
+                      kv ? absl::StrCat(*kv) : "tuned", ", ",
+                      own ? (*own ? "our kernel" : "cuDNN") : "tuned kernel",
+                      " (TunedRingConfig: our kernel on ", tuned.tile_q_rows,
+                      " x ", tuned.tile_kv_rows,
+                      " for dense and causal at D=64 and D=128, else cuDNN on ",
+                      untuned.tile_q_rows, " x ", untuned.tile_kv_rows, ")");
 }
 
 AttentionSpec SpecOf(const Case& c) {

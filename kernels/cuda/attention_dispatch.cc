@@ -23,9 +23,9 @@ constexpr int64_t kMaxBatchKvHeads = 65535;
 // PrefersDecode's threshold on keys: at least this many.
 constexpr int64_t kDecodeMinKeys = 1024;
 
-// PrefersHopperWhole's thresholds: head dims above this, at least this many
-// keys.
-constexpr int64_t kHopperWholeAboveHeadDim = 64;
+// PrefersHopperWhole's thresholds: head dims of at least this (smaller ones
+// are padded to 64 in our kernel, not in cuDNN's), at least this many keys.
+constexpr int64_t kHopperWholeMinHeadDim = 64;
 constexpr int64_t kHopperWholeMinKeys = 16384;
 
 // Whether our Hopper kernel takes well-formed `args` on this device.
@@ -189,8 +189,7 @@ absl::Status RunHopperSplit(const DeviceAttentionArgs& args, int splits,
 }
 
 bool PrefersHopperWhole(const DeviceAttentionArgs& args) {
-  return args.work.tile_count == 0 &&
-         args.head_dim > kHopperWholeAboveHeadDim &&
+  return args.work.tile_count == 0 && args.head_dim >= kHopperWholeMinHeadDim &&
          args.kv_len >= kHopperWholeMinKeys && HopperTakes(args);
 }
 

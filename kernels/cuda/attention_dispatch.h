@@ -5,7 +5,7 @@
 // keys for up to a few hundred query rows against many keys, our decode
 // kernel (decode_attention.h) for few rows where that does not run (other
 // GPUs, shorter blocks), our Hopper kernel whole for long blocks at head dims
-// above 64, cuDNN's fused kernel for the other blocks of shapes it takes and
+// from 64 up, cuDNN's fused kernel for the other blocks of shapes it takes and
 // has seen before, and our own kernels for the rest (a work list, an odd head
 // dim, a shape met the first time or a small block, whose cuDNN plan would
 // take longer to build than our kernel takes to compute it): the Hopper one
@@ -93,12 +93,14 @@ absl::Status RunHopperSplit(const DeviceAttentionArgs& args, int splits,
 
 // Whether AttentionDispatcher runs `args` on our Hopper kernel whole rather
 // than on cuDNN: a block without a work list that the Hopper kernel takes,
-// head dim above 64, at least 16384 keys (enough key steps per thread block
-// to cover its start). Measured on one H200 (ninth session), TFLOP/s ours
-// against cuDNN in the same run: D=128 dense 16K 627-629 / 607-610, 64K
+// head dim of at least 64, at least 16384 keys (enough key steps per thread
+// block to cover its start). Measured on one H200 (ninth session), TFLOP/s
+// ours against cuDNN in the same run: D=128 dense 16K 627-629 / 607-610, 64K
 // 646-647 / 611-614, causal 64K 623 / 599-605; 4096 rows against 1M keys
-// (Hq=32, Hkv=8) 109.1 / 113.5 ms, against 4M 437 / 480 ms. At D=64 cuDNN
-// stays ahead (461-486 against 436-449).
+// (Hq=32, Hkv=8) 109.1 / 113.5 ms, against 4M 437 / 480 ms. D=64, three
+// consumer warpgroups (thirty-fifth session), dense / causal: 16K 515 / 473
+// against 487 / 463, 64K 487 / 481 against 459 / 453, 256K 481 / 486 against
+// 423 / 432.
 bool PrefersHopperWhole(const DeviceAttentionArgs& args);
 
 // The most packed rows per K/V head PrefersDecode sends to the decode kernel

@@ -217,9 +217,9 @@ DeviceAttentionArgs WholeBlockArgs(int64_t q_len, int64_t kv_len,
   return args;
 }
 
-// Long blocks above D=64 go to our Hopper kernel whole, where it runs; D=64,
-// short blocks and work lists do not.
-TEST(AttentionWholeBlockTest, SendsLongBlocksAboveHeadDim64ToTheHopperKernel) {
+// Long blocks from D=64 up go to our Hopper kernel whole, where it runs;
+// smaller head dims (padded to 64 there), short blocks and work lists do not.
+TEST(AttentionWholeBlockTest, SendsLongBlocksFromHeadDim64ToTheHopperKernel) {
   SkipWithoutGpu();
   if (IsSkipped()) return;
   if (!HopperAttentionAvailable(128)) {
@@ -229,7 +229,8 @@ TEST(AttentionWholeBlockTest, SendsLongBlocksAboveHeadDim64ToTheHopperKernel) {
   EXPECT_TRUE(PrefersHopperWhole(WholeBlockArgs(4096, 1 << 20, 128)));
   EXPECT_TRUE(PrefersHopperWhole(WholeBlockArgs(16384, 16384, 128)));
   EXPECT_TRUE(PrefersHopperWhole(WholeBlockArgs(300, 16411, 80)));
-  EXPECT_FALSE(PrefersHopperWhole(WholeBlockArgs(16384, 16384, 64)));
+  EXPECT_TRUE(PrefersHopperWhole(WholeBlockArgs(16384, 16384, 64)));
+  EXPECT_FALSE(PrefersHopperWhole(WholeBlockArgs(16384, 16384, 40)));
   EXPECT_FALSE(PrefersHopperWhole(WholeBlockArgs(16384, 16383, 128)));
   DeviceAttentionArgs listed = WholeBlockArgs(16384, 16384, 128);
   static QueryTile tile;
