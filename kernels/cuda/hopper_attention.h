@@ -82,8 +82,8 @@ int HopperKeySplits(const DeviceAttentionArgs& args);
 // `batch` x `q_heads` heads at `head_dim` whose thread blocks fill every SM of
 // the current device a whole number of times (at 132 SMs and 32 heads: 4224,
 // 33 tiles of 128 rows; at head dims up to 64, 6336 in tiles of 192); 0 where
-// the kernel does not run here. A launch of a
-// multiple of them ends without a part-filled last wave.
+// the kernel does not run here. A launch of a multiple of them ends without a
+// part-filled last wave.
 int64_t HopperWaveRows(int64_t batch, int64_t q_heads, int64_t head_dim);
 
 // Device scratch LaunchHopperAttentionSplit needs for `splits` splits.
