@@ -39,9 +39,10 @@ using device::WarpgroupWait;
 
 // A thread block is one producer warpgroup, whose first thread issues the TMA
 // copies, and kConsumers warpgroups that compute 64 query rows each: two (a
-// work list's tiles are two warpgroups' rows), three for a whole block at head
-// dims up to 64, or one where the whole query fits 64 rows (a few rows against
-// many keys), so that no warpgroup idles beside the others. At D=64 a step's
+// work list's tiles are two warpgroups' rows), three for a whole block of more
+// than kMostPackedRows rows at head dims up to 64, or one where the whole
+// query fits 64 rows (a few rows against many keys), so that no warpgroup
+// idles beside the others. At D=64 a step's
 // exponentials take about as long as its products, and a third warpgroup's
 // products keep the tensor cores busy while two run their softmax
 // (FlashAttention-3 runs 192-row tiles at D=64 too). One H200, TFLOP/s dense
@@ -74,7 +75,7 @@ constexpr int kWideBlockN = 128;
 constexpr int CompiledHeadDim(int64_t head_dim) {
   return head_dim <= 64 ? 64 : 128;
 }
-// Consumers of a thread block of a whole block taller than two warpgroups.
+// Consumers of a thread block of a whole block taller than kMostPackedRows.
 constexpr int WholeBlockConsumers(int compiled_head_dim) {
   return compiled_head_dim <= 64 ? kWideConsumers : kListConsumers;
 }
@@ -890,8 +891,10 @@ struct TileShape {
   // work list's tiles are rows of one head).
   int pack;
   // Consumer warpgroups per thread block: one where the whole query fits one
-  // warpgroup's rows, packed or not; two for work lists and where it fits
-  // two; otherwise WholeBlockConsumers (three at head dims up to 64).
+  // warpgroup's rows, packed or not; two for work lists and up to
+  // kMostPackedRows rows (packed heads among them; few-row blocks were
+  // measured on two); otherwise WholeBlockConsumers (three at head dims up to
+  // 64, so never packed).
   int consumers;
   int64_t rows;   // query rows per tile, of each of its `pack` heads
   int64_t tiles;  // tiles along the query rows (a work list's own count)
@@ -907,7 +910,7 @@ TileShape TileShapeFor(const DeviceAttentionArgs& args) {
                    ? static_cast<int>(group)
                    : 1;
   const int64_t packed_rows = args.q_len * shape.pack;
-  if (listed || packed_rows <= kListConsumers * kConsumerRows) {
+  if (listed || packed_rows <= kMostPackedRows) {
     shape.consumers =
         !listed && packed_rows <= kConsumerRows ? 1 : kListConsumers;
   } else {
