@@ -42,12 +42,11 @@ using device::WarpgroupWait;
 // work list's tiles are two warpgroups' rows), three for a whole block of more
 // than kMostPackedRows rows at head dims up to 64, or one where the whole
 // query fits 64 rows (a few rows against many keys), so that no warpgroup
-// idles beside the others. At D=64 a step's
-// exponentials take about as long as its products, and a third warpgroup's
-// products keep the tensor cores busy while two run their softmax
-// (FlashAttention-3 runs 192-row tiles at D=64 too). One H200, TFLOP/s dense
-// / causal, three consumers against two: 16K 511 / 472 against 436 / 428, 256K
-// 491 / 492 against 422 / 438.
+// idles beside the others. At D=64 a step's exponentials take about as long
+// as its products, and a third warpgroup's products keep the tensor cores
+// busy while two run their softmax (FlashAttention-3 runs 192-row tiles at
+// D=64 too). One H200, TFLOP/s dense / causal, three consumers against two:
+// 16K 511 / 472 against 436 / 428, 256K 491 / 492 against 422 / 438.
 constexpr int kListConsumers = 2;
 constexpr int kWideConsumers = 3;
 constexpr int kConsumerRows = 64;
