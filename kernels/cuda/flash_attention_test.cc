@@ -18,6 +18,22 @@
 namespace ringattn {
 namespace {
 
+// Our mma.sync kernel on `problem` (made from `seed`), its outputs poisoned
+// first, against the float64 reference.
+void ExpectFlashRunMatchesReference(AttentionProblem& problem, uint32_t seed) {
+  ASSERT_TRUE(problem.PoisonOutputs().ok());
+  ASSERT_TRUE(RunFlashAttention(problem.args(), nullptr).ok());
+  EXPECT_TRUE(problem.OutputsMatchReference()) << "seed " << seed;
+}
+
+// The same on our Hopper kernel.
+void ExpectHopperRunMatchesReference(AttentionProblem& problem, uint32_t seed) {
+  ASSERT_TRUE(problem.PoisonOutputs().ok());
+  ASSERT_EQ(LaunchHopperAttention(problem.args(), nullptr), cudaSuccess)
+      << "seed " << seed;
+  EXPECT_TRUE(problem.OutputsMatchReference()) << "seed " << seed;
+}
+
 class FlashAttentionTest : public ::testing::TestWithParam<AttentionCase> {};
 
 TEST_P(FlashAttentionTest, MatchesFloat64Reference) {
@@ -27,9 +43,7 @@ TEST_P(FlashAttentionTest, MatchesFloat64Reference) {
   absl::StatusOr<AttentionProblem> problem =
       AttentionProblem::Create(GetParam(), seed);
   ASSERT_TRUE(problem.ok()) << problem.status();
-  ASSERT_TRUE(problem->PoisonOutputs().ok());
-  ASSERT_TRUE(RunFlashAttention(problem->args(), nullptr).ok());
-  EXPECT_TRUE(problem->OutputsMatchReference()) << "seed " << seed;
+  ExpectFlashRunMatchesReference(*problem, seed);
 }
 
 INSTANTIATE_TEST_SUITE_P(Standard, FlashAttentionTest,
@@ -131,9 +145,7 @@ TEST_P(FlashWorkListTest, GapsShiftsAndEmptyTilesMatchFloat64Reference) {
   absl::StatusOr<AttentionProblem> problem =
       AttentionProblem::CreateWithWorkList(GetParam(), seed, list);
   ASSERT_TRUE(problem.ok()) << problem.status();
-  ASSERT_TRUE(problem->PoisonOutputs().ok());
-  ASSERT_TRUE(RunFlashAttention(problem->args(), nullptr).ok());
-  EXPECT_TRUE(problem->OutputsMatchReference()) << "seed " << seed;
+  ExpectFlashRunMatchesReference(*problem, seed);
 }
 
 TEST_P(FlashWorkListTest, DispatcherSendsListsToOurKernel) {
@@ -176,10 +188,7 @@ TEST_P(FlashWorkListTest,
                       "(it needs compute capability 9.0, head_dim a multiple "
                       "of 8 up to 128 and 16-byte rows)";
     }
-    ASSERT_TRUE(problem->PoisonOutputs().ok());
-    ASSERT_EQ(LaunchHopperAttention(problem->args(), nullptr), cudaSuccess)
-        << "seed " << seed;
-    EXPECT_TRUE(problem->OutputsMatchReference()) << "seed " << seed;
+    ExpectHopperRunMatchesReference(*problem, seed);
   }
 }
 
@@ -199,13 +208,10 @@ TEST_P(FlashWorkListTest, TilesWithoutAnySpanMatchReferenceOnBothKernels) {
   absl::StatusOr<AttentionProblem> problem =
       AttentionProblem::CreateWithWorkList(GetParam(), seed, list);
   ASSERT_TRUE(problem.ok()) << problem.status();
-  ASSERT_TRUE(problem->PoisonOutputs().ok());
-  ASSERT_TRUE(RunFlashAttention(problem->args(), nullptr).ok());
-  EXPECT_TRUE(problem->OutputsMatchReference()) << "seed " << seed;
-  if (!HopperAttentionTakes(problem->args())) return;
-  ASSERT_TRUE(problem->PoisonOutputs().ok());
-  ASSERT_EQ(LaunchHopperAttention(problem->args(), nullptr), cudaSuccess);
-  EXPECT_TRUE(problem->OutputsMatchReference()) << "seed " << seed;
+  ExpectFlashRunMatchesReference(*problem, seed);
+  if (HopperAttentionTakes(problem->args())) {
+    ExpectHopperRunMatchesReference(*problem, seed);
+  }
 }
 
 AttentionCase ListCase(std::string name, int64_t batch, int64_t q_len,
