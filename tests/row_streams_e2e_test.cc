@@ -200,9 +200,14 @@ TEST_F(RowStreams, ContextUploadsAndAppendsGoOverRowStreams) {
 // row streams, with part of the rows sent: the upload ends CANCELLED, no
 // context of that name is left, and the same upload then succeeds.
 TEST_F(RowStreams, ClientThatCancelsAContextUploadLeavesNoContext) {
+  constexpr char kCancelled[] =
+      "ringattn_requests_total{method=\"CreateContext\",code=\"CANCELLED\"}";
   // 4096 tokens of two heads of 64 fp32 values: 2 MiB each of K and V.
   const int64_t n = 4096, row_bytes = 2 * 64 * 4;
   const double before = StreamsOpened();
+  absl::StatusOr<std::string> metrics = cluster_->Metrics();
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  const double cancelled_before = SeriesValue(*metrics, kCancelled);
   {
     auto stub = v1::Attention::NewStub(grpc::CreateChannel(
         cluster_->target(), grpc::InsecureChannelCredentials()));
@@ -236,6 +241,18 @@ TEST_F(RowStreams, ClientThatCancelsAContextUploadLeavesNoContext) {
     context.TryCancel();
     EXPECT_EQ(writer->Finish().error_code(), grpc::StatusCode::CANCELLED);
   }
+  // The client's side ends at once; the coordinator's call ends once it has
+  // seen the cancel and let go of the upload (until then a new upload of the
+  // name is refused ABORTED, "retry after it"), and counts it then.
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  double cancelled = cancelled_before;
+  while (cancelled == cancelled_before && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(10));
+    metrics = cluster_->Metrics();
+    ASSERT_TRUE(metrics.ok()) << metrics.status();
+    cancelled = SeriesValue(*metrics, kCancelled);
+  }
+  ASSERT_EQ(cancelled, cancelled_before + 1);
   std::unique_ptr<Client> client = cluster_->NewClient();
   absl::StatusOr<std::vector<v1::ContextInfo>> listed = client->ListContexts();
   ASSERT_TRUE(listed.ok()) << listed.status();
