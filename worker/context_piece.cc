@@ -13,6 +13,10 @@
 
 namespace ringattn {
 
+ContextPiece::~ContextPiece() {
+  if (intake_ != nullptr) intake_->Close();
+}
+
 absl::Status ContextPiece::Start(const v1::StoreContextHeader& header) {
   if (started_) return absl::InvalidArgumentError("a second header arrived");
   if (header.name().empty() || header.batch() < 1 || header.kv_heads() < 1 ||

@@ -36,6 +36,9 @@ class ContextPiece {
   // on that device runs as DMA (PinnedHostRegions).
   ContextPiece(int device, int64_t most_pinned_bytes)
       : pin_device_(device), most_pinned_bytes_(most_pinned_bytes) {}
+  // Closes intake(): streams that still hold it are refused from then on, and
+  // those placing rows are waited for, since the rows' targets point into this.
+  ~ContextPiece();
   ContextPiece(const ContextPiece&) = delete;
   ContextPiece& operator=(const ContextPiece&) = delete;
 
