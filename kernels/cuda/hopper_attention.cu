@@ -70,15 +70,27 @@ constexpr int kSoloBlockN = 64;
 // fit the 160 registers each of their threads has.
 constexpr int kWideBlockN = 128;
 // The head dim of the kernel compiled for `head_dim` (smaller dims are padded
-// to 64 or 128).
+// with zeros to 64, 80, 96 or 128). At D=80 and 96 shared memory holds two
+// 64-column blocks, the second part-filled with zeros, which the products
+// skip: S = Q K^T takes 5 or 6 of 8 column slices and P V writes 80 or 96
+// columns. One H200, 64K, dense / causal TFLOP/s: D=80 463-465 / 462-463
+// against 424-430 / 420-424 padded to 128, D=96 554 / 546 against 506-507 /
+// 485-490 (cuDNN 399-409 / 383 and 469-474 / 448-454).
 constexpr int CompiledHeadDim(int64_t head_dim) {
-  return head_dim <= 64 ? 64 : 128;
+  if (head_dim <= 64) return 64;
+  if (head_dim <= 80) return 80;
+  return head_dim <= 96 ? 96 : 128;
+}
+// The 64-column shared-memory blocks of a row of the kernel compiled for
+// head dim `compiled_head_dim`.
+constexpr int ColumnBlocks(int compiled_head_dim) {
+  return (compiled_head_dim + 63) / 64;
 }
 // Consumers of a thread block of a whole block taller than kMostPackedRows.
 constexpr int WholeBlockConsumers(int compiled_head_dim) {
   return compiled_head_dim <= 64 ? kWideConsumers : kListConsumers;
 }
-// Keys per step of the kernel compiled for head dim kHeadDim (64 or 128).
+// Keys per step of the kernel compiled for head dim kHeadDim.
 constexpr int KeysPerStep(int compiled_head_dim, int consumers) {
   if (consumers == kWideConsumers) return kWideBlockN;
   return consumers == 1 && compiled_head_dim > 64 ? kSoloBlockN : kBlockN;
@@ -121,17 +133,18 @@ static_assert(kListConsumers * kConsumerRows == kWorkListTileRows,
               "a work list's query tile is one thread block's rows");
 
 // Shared memory for one head dim: the Q tile, kStages K tiles, kStages V
-// tiles, each a run of swizzled [rows x 64] blocks (wgmma.cuh), then the
-// barriers, plus room to align the start to 1024 bytes. A V tile is released
-// two steps after it arrives (its P V runs during the next step), so three
-// stages where they fit (D=64; two there were 3% slower on one H100) and two
-// at D=128, where three of 176 keys do not and a single consumer's blocks
-// share an SM two at a time.
+// tiles, each a run of ColumnBlocks swizzled [rows x 64] blocks (wgmma.cuh),
+// then the barriers, plus room to align the start to 1024 bytes. A V tile is
+// released two steps after it arrives (its P V runs during the next step), so
+// three stages where they fit (D=64; two there were 3% slower on one H100)
+// and two above D=64, where three of 176 keys do not and a single
+// consumer's blocks share an SM two at a time.
 template <int kHeadDim, int kConsumers>
 struct Layout {
   static constexpr int kKeys = KeysPerStep(kHeadDim, kConsumers);
-  static constexpr int kQElements = kConsumers * kConsumerRows * kHeadDim;
-  static constexpr int kKvElements = kKeys * kHeadDim;
+  static constexpr int kRowElements = ColumnBlocks(kHeadDim) * 64;
+  static constexpr int kQElements = kConsumers * kConsumerRows * kRowElements;
+  static constexpr int kKvElements = kKeys * kRowElements;
   static constexpr int kStages = kHeadDim <= 64 ? 3 : 2;
   static constexpr int kBlocksPerSm = BlocksPerSm(kHeadDim, kConsumers);
   static constexpr int kBarrierBytes = (1 + 4 * kStages) * 8;
@@ -252,8 +265,8 @@ __device__ __forceinline__ void LoadKeyTile(const CUtensorMap& map, void* tile,
                                             uint64_t* full, int kv_h, int key,
                                             int b) {
   constexpr int kBlockBytes = kKeys * 64 * 2;
-  ArriveExpectingBytes(full, kHeadDim / 64 * kBlockBytes);
-  for (int c = 0; c < kHeadDim / 64; ++c) {
+  ArriveExpectingBytes(full, ColumnBlocks(kHeadDim) * kBlockBytes);
+  for (int c = 0; c < ColumnBlocks(kHeadDim); ++c) {
     CopyBox4d(static_cast<char*>(tile) + c * kBlockBytes, map, c * 64, kv_h,
               key, b, full);
   }
@@ -378,8 +391,8 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128,
     LowerRegisters<ProducerRegisters(kConsumers, L::kBlocksPerSm)>();
     if (threadIdx.x != 0 || !any_keys) return;
     constexpr int kQBlockBytes = kBlockM * 64 * 2;
-    ArriveExpectingBytes(q_full, kHeadDim / 64 * kQBlockBytes);
-    for (int c = 0; c < kHeadDim / 64; ++c) {
+    ArriveExpectingBytes(q_full, ColumnBlocks(kHeadDim) * kQBlockBytes);
+    for (int c = 0; c < ColumnBlocks(kHeadDim); ++c) {
       CopyBox4d(reinterpret_cast<char*>(q_tile) + c * kQBlockBytes, q_map,
                 c * 64, h, m0, b, q_full);
     }
@@ -858,10 +871,20 @@ template <typename T, int kConsumers>
 cudaError_t LaunchForHeadDim(const Params& params, const CUtensorMap& q_map,
                              const CUtensorMap& k_map, const CUtensorMap& v_map,
                              dim3 grid, cudaStream_t stream) {
-  return params.head_dim <= 64 ? Launch<T, 64, kConsumers>(params, q_map, k_map,
-                                                           v_map, grid, stream)
-                               : Launch<T, 128, kConsumers>(
-                                     params, q_map, k_map, v_map, grid, stream);
+  switch (CompiledHeadDim(params.head_dim)) {
+    case 64:
+      return Launch<T, 64, kConsumers>(params, q_map, k_map, v_map, grid,
+                                       stream);
+    case 80:
+      return Launch<T, 80, kConsumers>(params, q_map, k_map, v_map, grid,
+                                       stream);
+    case 96:
+      return Launch<T, 96, kConsumers>(params, q_map, k_map, v_map, grid,
+                                       stream);
+    default:
+      return Launch<T, 128, kConsumers>(params, q_map, k_map, v_map, grid,
+                                        stream);
+  }
 }
 
 template <typename T>

@@ -10,12 +10,12 @@
 // P V is issued with the next step's Q K^T and runs beside that step's
 // softmax. 128 query rows per thread block, 176 keys per step; a whole block
 // of more than 256 rows at head dims up to 64 runs three consumers instead,
-// 192 rows and 128 keys a step. Head dims 64 and 128 compiled, smaller
-// multiples of 8 padded with zeros. On a whole block the query heads that
-// share a K/V head (a power of two of them) are packed into one tile, 128 /
-// group rows of each, so every K/V byte is loaded once for the group; a query
-// of at most 64 such rows runs on one consumer warpgroup, at D=128 with 64
-// keys per step and two thread blocks an SM.
+// 192 rows and 128 keys a step. Head dims 64, 80, 96 and 128 compiled, other
+// multiples of 8 padded with zeros to the next. On a whole block the query
+// heads that share a K/V head (a power of two of them) are packed into one
+// tile, 128 / group rows of each, so every K/V byte is loaded once for the
+// group; a query of at most 64 such rows runs on one consumer warpgroup,
+// above D=64 with 64 keys per step and two thread blocks an SM.
 // Takes the whole block or a work list (attention_work_list.h); a whole
 // block's result may instead be folded into fp32 accumulators as it is
 // stored (LaunchHopperAttentionInto). Stateless and thread-safe.

@@ -78,6 +78,13 @@ std::vector<AttentionCase> HopperCases() {
   add("LongDenseManyKeys", 300, 4099, 2, 1, 64, false);
   add("LongCausalMoreKeysHeadDim80", 517, 3001, 4, 4, 80, true);
   add("HeadDim8Dense", 129, 131, 2, 2, 8, false);
+  // The kernels compiled for D=80 and 96 (products over 80 or 96 of two
+  // blocks' 128 columns): two consumers crossing the diagonal, one consumer
+  // of packed heads, and dims padded to 80 and 96.
+  add("CausalPrimeLengthHeadDim96", 1031, 2053, 4, 2, 96, true);
+  add("PackedGroup4OneConsumerHeadDim96", 13, 3001, 8, 2, 96, true);
+  add("DenseHeadDim72", 300, 1999, 2, 2, 72, false);
+  add("DenseHeadDim88", 300, 1999, 2, 2, 88, false);
   // Heads that share a K/V head packed into one tile: a full tile of 16 rows
   // x 8 heads and a last one of 3 rows whose second warpgroup has none; one
   // row of 32 heads on a single consumer warpgroup.
@@ -289,6 +296,8 @@ std::vector<AttentionCase> SplitCases() {
            DeviceDType::kBFloat16),
       Case("Batch2HeadDim80", 2, 131, 5003, 2, 2, 80, true,
            DeviceDType::kFloat16),
+      Case("PackedEightRowsHeadDim96", 1, 8, 12007, 8, 2, 96, false,
+           DeviceDType::kBFloat16),
       Case("MoreQueriesThanSomeSplitsSee", 1, 300, 4099, 2, 1, 64, true,
            DeviceDType::kBFloat16),
       Case("PackedDecodeStep", 1, 1, 9001, 8, 2, 128, true,
