@@ -592,6 +592,18 @@ TEST(GpuRingExecutorTest, RanksSharingOneGpuMatchReference) {
   own_gqa.own_kernel = true;
   own_gqa.tile_q = own_gqa.tile_kv = 1024;
   rings.push_back({own_gqa, 3});
+  Case own_d96 = Make("causal_own_kernel_gqa_d96", 2999, 2999, true);
+  own_d96.q_heads = 8;
+  own_d96.kv_heads = 2;
+  own_d96.head_dim = 96;
+  own_d96.own_kernel = true;
+  own_d96.tile_q = own_d96.tile_kv = 1024;
+  rings.push_back({own_d96, 3});
+  Case own_d80 = Make("dense_own_kernel_d80", 2011, 2011, false);
+  own_d80.head_dim = 80;
+  own_d80.own_kernel = true;
+  own_d80.tile_q = own_d80.tile_kv = 768;
+  rings.push_back({own_d80, 2});
   for (Ring& ring : rings) {
     ring.c.one_gpu = true;
     ExpectMatchesReferenceInBothDtypes({ring.c}, ring.world_size);
@@ -620,7 +632,7 @@ TEST(GpuRingExecutorTest, WholeWaveTilesMatchReference) {
   ExpectMatchesReferenceInBothDtypes(cases, 1);
 }
 
-TEST(TunedRingConfig, OurKernelOnLargeTilesForDenseAndCausalAtD64AndD128) {
+TEST(TunedRingConfig, OurKernelOnLargeTilesForDenseAndCausalAtItsHeadDims) {
   AttentionSpec spec;
   spec.q_len = spec.kv_len = 1 << 16;
   spec.q_heads = spec.kv_heads = 32;
@@ -629,19 +641,24 @@ TEST(TunedRingConfig, OurKernelOnLargeTilesForDenseAndCausalAtD64AndD128) {
   AttentionSpec d64 = spec;
   d64.head_dim = 64;
   d64.causal = false;
-  for (const AttentionSpec& taken : {spec, d64}) {
+  AttentionSpec d80 = spec;
+  d80.head_dim = 80;
+  AttentionSpec d96 = spec;
+  d96.head_dim = 96;
+  d96.causal = false;
+  for (const AttentionSpec& taken : {spec, d64, d80, d96}) {
     const GpuRingConfig tuned = TunedRingConfig(taken, GpuRingConfig());
     EXPECT_TRUE(tuned.prefer_own_kernel);
     EXPECT_EQ(tuned.tile_q_rows, 32768);
     EXPECT_EQ(tuned.tile_kv_rows, 131072);
   }
-  AttentionSpec d80 = spec;
-  d80.head_dim = 80;
+  AttentionSpec d112 = spec;
+  d112.head_dim = 112;
   AttentionSpec sparse = spec;
   sparse.block_sparse = BlockSparseRules{.block_size = 4096, .local = 1};
   AttentionSpec dilated = spec;
   dilated.dilated = {{4096, 1}};
-  for (const AttentionSpec& other : {d80, sparse, dilated}) {
+  for (const AttentionSpec& other : {d112, sparse, dilated}) {
     const GpuRingConfig kept = TunedRingConfig(other, GpuRingConfig());
     EXPECT_FALSE(kept.prefer_own_kernel);
     EXPECT_EQ(kept.tile_q_rows, GpuRingConfig().tile_q_rows);
