@@ -24,9 +24,11 @@ constexpr int64_t kMaxBatchKvHeads = 65535;
 constexpr int64_t kDecodeMinKeys = 1024;
 
 // PrefersHopperWhole's thresholds: head dims of at least this (smaller ones
-// are padded to 64 in our kernel, not in cuDNN's), at least this many keys.
+// are padded to 64 in our kernel, not in cuDNN's), at least this many keys;
+// at D=80 and D=96, at least the fewer.
 constexpr int64_t kHopperWholeMinHeadDim = 64;
 constexpr int64_t kHopperWholeMinKeys = 16384;
+constexpr int64_t kHopperWholeMinKeysAtD80AndD96 = 4096;
 
 // Whether our Hopper kernel takes well-formed `args` on this device.
 bool HopperTakes(const DeviceAttentionArgs& args) {
@@ -189,8 +191,11 @@ absl::Status RunHopperSplit(const DeviceAttentionArgs& args, int splits,
 }
 
 bool PrefersHopperWhole(const DeviceAttentionArgs& args) {
+  const int64_t min_keys = args.head_dim == 80 || args.head_dim == 96
+                               ? kHopperWholeMinKeysAtD80AndD96
+                               : kHopperWholeMinKeys;
   return args.work.tile_count == 0 && args.head_dim >= kHopperWholeMinHeadDim &&
-         args.kv_len >= kHopperWholeMinKeys && HopperTakes(args);
+         args.kv_len >= min_keys && HopperTakes(args);
 }
 
 bool PrefersDecode(const DeviceAttentionArgs& args) {

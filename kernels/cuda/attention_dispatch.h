@@ -94,10 +94,12 @@ absl::Status RunHopperSplit(const DeviceAttentionArgs& args, int splits,
 // Whether AttentionDispatcher runs `args` on our Hopper kernel whole rather
 // than on cuDNN: a block without a work list that the Hopper kernel takes,
 // head dim of at least 64, at least 16384 keys (enough key steps per thread
-// block to cover its start). Measured on one H200 (ninth session), TFLOP/s
-// ours against cuDNN in the same run: D=128 dense 16K 627-629 / 607-610, 64K
-// 646-647 / 611-614, causal 64K 623 / 599-605; 4096 rows against 1M keys
-// (Hq=32, Hkv=8) 109.1 / 113.5 ms, against 4M 437 / 480 ms. D=64, three
+// block to cover its start), at D=80 and D=96 at least 4096 (there ours runs
+// 1.02-1.07x cuDNN at 4K keys, 1.10-1.13x at 8K; thirty-eighth session, one
+// H200, dense and causal, 32 heads). Measured on one H200 (ninth session),
+// TFLOP/s ours against cuDNN in the same run: D=128 dense 16K 627-629 /
+// 607-610, 64K 646-647 / 611-614, causal 64K 623 / 599-605; 4096 rows against
+// 1M keys (Hq=32, Hkv=8) 109.1 / 113.5 ms, against 4M 437 / 480 ms. D=64, three
 // consumer warpgroups (thirty-fifth session), dense / causal: 16K 515 / 473
 // against 487 / 463, 64K 487 / 481 against 459 / 453, 256K 481 / 486 against
 // 423 / 432.

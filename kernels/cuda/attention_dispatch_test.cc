@@ -217,8 +217,9 @@ DeviceAttentionArgs WholeBlockArgs(int64_t q_len, int64_t kv_len,
   return args;
 }
 
-// Long blocks from D=64 up go to our Hopper kernel whole, where it runs;
-// smaller head dims (padded to 64 there), short blocks and work lists do not.
+// Long blocks from D=64 up go to our Hopper kernel whole, where it runs, and
+// at D=80 and D=96 shorter ones too; smaller head dims (padded to 64 there),
+// short blocks and work lists do not.
 TEST(AttentionWholeBlockTest, SendsLongBlocksFromHeadDim64ToTheHopperKernel) {
   SkipWithoutGpu();
   if (IsSkipped()) return;
@@ -229,6 +230,11 @@ TEST(AttentionWholeBlockTest, SendsLongBlocksFromHeadDim64ToTheHopperKernel) {
   EXPECT_TRUE(PrefersHopperWhole(WholeBlockArgs(4096, 1 << 20, 128)));
   EXPECT_TRUE(PrefersHopperWhole(WholeBlockArgs(16384, 16384, 128)));
   EXPECT_TRUE(PrefersHopperWhole(WholeBlockArgs(300, 16411, 80)));
+  EXPECT_TRUE(PrefersHopperWhole(WholeBlockArgs(4099, 4099, 80)));
+  EXPECT_TRUE(PrefersHopperWhole(WholeBlockArgs(4096, 4096, 96)));
+  EXPECT_FALSE(PrefersHopperWhole(WholeBlockArgs(4095, 4095, 96)));
+  EXPECT_FALSE(PrefersHopperWhole(WholeBlockArgs(8192, 8192, 128)));
+  EXPECT_FALSE(PrefersHopperWhole(WholeBlockArgs(8192, 8192, 72)));
   EXPECT_TRUE(PrefersHopperWhole(WholeBlockArgs(16384, 16384, 64)));
   EXPECT_FALSE(PrefersHopperWhole(WholeBlockArgs(16384, 16384, 40)));
   EXPECT_FALSE(PrefersHopperWhole(WholeBlockArgs(16384, 16383, 128)));
