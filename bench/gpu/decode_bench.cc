@@ -2,15 +2,16 @@
 // kernel (kernels/cuda/decode_attention), cuDNN's fused SDPA as ringattn calls
 // it, our flash kernel, our Hopper kernel with split keys, and whichever of
 // them the dispatcher picks (what ringattn runs, named in the table); bf16,
-// Hq=32 and Hkv=8 unless --q_heads and --kv_heads say otherwise, D=128, batch
-// 1, dense. Prints a markdown table (median milliseconds after warm-up, K/V
-// read rate and TFLOP/s) and, with --csv, one line per case for
-// bench/gpu/peer_decode.py. K/V bytes are 2 * Nk * Hkv * D * 2 (each byte read
-// once); FLOPs are 4 * Nq * Nk * Hq * D.
+// Hq=32 and Hkv=8 unless --q_heads and --kv_heads say otherwise, D=128 unless
+// --head_dim does, batch 1, dense. Prints a markdown table (median milliseconds
+// after warm-up, K/V read rate and TFLOP/s) and, with --csv, one line per case
+// for bench/gpu/peer_decode.py. K/V bytes are 2 * Nk * Hkv * D * 2 (each byte
+// read once); FLOPs are 4 * Nq * Nk * Hq * D.
 //
 //   gpu_decode_bench [--kv_lengths=1048576,4194304] [--q_lengths=1,16,256,4096]
 //                    [--paths=dispatch,decode,cudnn,flash,hopper]
 //                    [--hopper_splits=2,4,8] [--q_heads=32 --kv_heads=8]
+//                    [--head_dim=128]
 //                    [--seconds=1] [--csv=FILE]
 
 #include <cuda_runtime.h>
@@ -59,6 +60,7 @@ ABSL_FLAG(std::vector<std::string>, hopper_splits, {},
 ABSL_FLAG(int64_t, q_heads, 32, "query heads Hq");
 ABSL_FLAG(int64_t, kv_heads, 8,
           "K/V heads Hkv (divides Hq; 1 lays one head's keys side by side)");
+ABSL_FLAG(int64_t, head_dim, 128, "head dimension D");
 ABSL_FLAG(double, seconds, 1.0,
           "timed calls per case: about this many seconds' worth, 3 to 20");
 ABSL_FLAG(std::string, csv, "",
@@ -67,7 +69,6 @@ ABSL_FLAG(std::string, csv, "",
 namespace ringattn {
 namespace {
 
-constexpr int64_t kHeadDim = 128;
 constexpr int kWarmupCalls = 1;
 // Random values are drawn on the host for this many elements and repeated
 // over larger buffers (RepeatedRandomBFloat16).
@@ -106,6 +107,11 @@ int Main(int argc, char** argv) {
         absl::StrCat("--q_heads ", q_heads, " must be a positive multiple of ",
                      "--kv_heads ", kv_heads)));
   }
+  const int64_t head_dim = absl::GetFlag(FLAGS_head_dim);
+  if (head_dim < 1 || head_dim > 256 || head_dim % 8 != 0) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        "--head_dim ", head_dim, " must be a multiple of 8 from 8 to 256")));
+  }
   std::vector<int> split_counts;
   for (const std::string& text : absl::GetFlag(FLAGS_hopper_splits)) {
     int splits = 0;
@@ -129,8 +135,8 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", cudnn.status().ToString().c_str());
 
   const int64_t max_q = *std::max_element(q_lengths.begin(), q_lengths.end());
-  const int64_t q_row = q_heads * kHeadDim;
-  const int64_t kv_row = kv_heads * kHeadDim;
+  const int64_t q_row = q_heads * head_dim;
+  const int64_t kv_row = kv_heads * head_dim;
   absl::StatusOr<DeviceBuffer> q =
       RepeatedRandomBFloat16(max_q * q_row, kRandomElements, 1);
   absl::StatusOr<DeviceBuffer> o = DeviceBuffer::Allocate(max_q * q_row * 2);
@@ -154,13 +160,13 @@ int Main(int argc, char** argv) {
       args.kv_len = nk;
       args.q_heads = q_heads;
       args.kv_heads = kv_heads;
-      args.head_dim = kHeadDim;
+      args.head_dim = head_dim;
       args.q = {q->as<const void>(), nq * q_row, q_row};
       args.k = {k->as<const void>(), nk * kv_row, kv_row};
       args.v = {v->as<const void>(), nk * kv_row, kv_row};
       args.o = {o->as<void>(), nq * q_row, q_row};
       args.lse = lse->as<float>();
-      args.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+      args.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
 
       std::vector<std::pair<std::string, std::function<absl::Status()>>> runs;
       if (wants("dispatch")) {
@@ -247,12 +253,12 @@ int Main(int argc, char** argv) {
       "dense (median ms; GB/s = K/V bytes / time; TFLOP/s = 4 Nq Nk Hq D / "
       "time)\n\n",
       properties.name, static_cast<long long>(q_heads),
-      static_cast<long long>(kv_heads), static_cast<long long>(kHeadDim));
+      static_cast<long long>(kv_heads), static_cast<long long>(head_dim));
   std::printf("| Nk | Nq | path | ms | K/V GB/s | TFLOP/s |\n");
   std::printf("| --- | --- | --- | --- | --- | --- |\n");
   for (const Result& r : results) {
     const double bytes = 2.0 * r.nk * kv_row * 2;
-    const double flops = 4.0 * r.nq * r.nk * q_heads * kHeadDim;
+    const double flops = 4.0 * r.nq * r.nk * q_heads * head_dim;
     std::printf("| %lld | %lld | %s | %.3f | %.0f | %.1f |\n",
                 static_cast<long long>(r.nk), static_cast<long long>(r.nq),
                 r.path.c_str(), r.ms, bytes / (r.ms * 1e-3) / 1e9,

@@ -642,6 +642,14 @@ cudaError_t RunForHeadDim(const DeviceAttentionArgs& args,
     return RunForRows<T, 64>(args, params, workspace, workspace_bytes, stream,
                              needed_bytes);
   }
+  if (params.head_dim <= 80) {
+    return RunForRows<T, 80>(args, params, workspace, workspace_bytes, stream,
+                             needed_bytes);
+  }
+  if (params.head_dim <= 96) {
+    return RunForRows<T, 96>(args, params, workspace, workspace_bytes, stream,
+                             needed_bytes);
+  }
   if (params.head_dim <= 128) {
     return RunForRows<T, 128>(args, params, workspace, workspace_bytes, stream,
                               needed_bytes);

@@ -8,7 +8,8 @@
 // (split, K/V head, tile of packed rows), so that the whole GPU streams K/V;
 // a second kernel merges the splits by their LSE. bf16/fp16 tensor-core
 // products (mma.sync, sm_80 and newer), fp32 online softmax in base 2; head
-// dims 64 and 128 compiled, any head_dim up to 256 through the 256 kernel.
+// dims 64, 80, 96 and 128 compiled, any head_dim up to 256 through the next
+// larger of them or the 256 kernel.
 // Same arguments, layouts and outputs as LaunchFlashAttention. Stateless and
 // thread-safe.
 

@@ -1,11 +1,12 @@
 // The decode kernel against the float64 reference on fresh random inputs:
-// its own shapes (1, 3, 17 and more query rows against prime key counts, head
-// dims 64, 80, 128 and 256, GQA and MQA, causal and dense, strided and
-// unaligned), every standard shape, and the same with no workspace (one
-// split). Tolerances are AttentionProblem's: |o - ref| <= tol * (1 + |ref|)
-// with tol 2e-2 for bf16 and 5e-3 for fp16, |lse - ref| <= 1e-2; outputs are
-// NaN-filled before each run. Needs a CUDA device; skips with the reason where
-// there is none (the argument checks run anywhere).
+// its own shapes (1, 3, 17 and more query rows against prime key counts, each
+// compiled head dim (64, 80, 96, 128, 256) and ones padded to the next, GQA
+// and MQA, causal and dense, strided and unaligned), every standard shape, and
+// the same with no workspace (one split). Tolerances are AttentionProblem's:
+// |o - ref| <= tol * (1 + |ref|) with tol 2e-2 for bf16 and 5e-3 for fp16,
+// |lse - ref| <= 1e-2; outputs are NaN-filled before each run. Needs a CUDA
+// device; skips with the reason where there is none (the argument checks run
+// anywhere).
 
 #include "kernels/cuda/decode_attention.h"
 
@@ -29,6 +30,11 @@ std::vector<AttentionCase> DecodeCases() {
       MakeAttentionCase("SixteenRowsGqa", 1, 16, 8191, 32, 8, 128, false),
       MakeAttentionCase("SeventeenRowsDim256", 1, 17, 1009, 4, 2, 256, true),
       MakeAttentionCase("ThreeRowsDim81", 1, 3, 1009, 4, 2, 81, true),
+      MakeAttentionCase("OneRowGqaDim96", 1, 1, 4099, 32, 8, 96, true),
+      MakeAttentionCase("TenRowsGqaDim96Dense", 1, 10, 3001, 16, 4, 96, false),
+      MakeAttentionCase("HundredRowsDim80Causal", 1, 100, 2003, 8, 2, 80, true),
+      MakeAttentionCase("ThreeRowsDim72", 1, 3, 1009, 4, 2, 72, true),
+      MakeAttentionCase("SeventeenRowsDim88", 2, 17, 2003, 6, 2, 88, false),
       MakeAttentionCase("HundredRowsCausal", 1, 100, 2003, 8, 2, 128, true),
       MakeAttentionCase("ThreeRowsNoGroup", 1, 3, 1009, 2, 2, 128, false),
       MakeAttentionCase("StridedSeventeenRows", 2, 17, 1009, 8, 2, 128, true),
