@@ -95,7 +95,7 @@ absl::Status RunHopperSplit(const DeviceAttentionArgs& args, int splits,
 // than on cuDNN: a block without a work list that the Hopper kernel takes,
 // head dim of at least 64, at least 16384 keys (enough key steps per thread
 // block to cover its start), at D=80 and D=96 at least 4096 (there ours runs
-// 1.02-1.07x cuDNN at 4K keys, 1.10-1.13x at 8K; thirty-eighth session, one
+// 1.02-1.08x cuDNN at 4K keys, 1.08-1.14x at 8K; thirty-eighth session, one
 // H200, dense and causal, 32 heads). Measured on one H200 (ninth session),
 // TFLOP/s ours against cuDNN in the same run: D=128 dense 16K 627-629 /
 // 607-610, 64K 646-647 / 611-614, causal 64K 623 / 599-605; 4096 rows against
