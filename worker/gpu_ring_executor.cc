@@ -593,10 +593,8 @@ void* GpuRingExecutor::device_v() const {
 }
 
 GpuRingConfig TunedRingConfig(const AttentionSpec& spec, GpuRingConfig config) {
-  const bool compiled_head_dim = spec.head_dim == 64 || spec.head_dim == 80 ||
-                                 spec.head_dim == 96 || spec.head_dim == 128;
-  if (compiled_head_dim && !spec.block_sparse.has_value() &&
-      spec.dilated.empty()) {
+  if (HopperCompiledForHeadDim(spec.head_dim) &&
+      !spec.block_sparse.has_value() && spec.dilated.empty()) {
     config.prefer_own_kernel = true;
     config.tile_q_rows = 32768;
     config.tile_kv_rows = 131072;

@@ -1049,6 +1049,11 @@ bool HopperAttentionAvailable(int64_t head_dim) {
          EncodeTiled() != nullptr;
 }
 
+bool HopperCompiledForHeadDim(int64_t head_dim) {
+  return head_dim > 0 && head_dim <= 128 &&
+         CompiledHeadDim(head_dim) == head_dim;
+}
+
 bool HopperAttentionTakes(const DeviceAttentionArgs& args) {
   const bool strides_aligned =
       args.q.batch_stride % 8 == 0 && args.q.seq_stride % 8 == 0 &&

@@ -34,6 +34,10 @@ namespace ringattn {
 // to 128.
 bool HopperAttentionAvailable(int64_t head_dim);
 
+// Whether the Hopper kernel has a build for exactly `head_dim` (64, 80, 96 or
+// 128) rather than padding it to the next; true whatever the device.
+bool HopperCompiledForHeadDim(int64_t head_dim);
+
 // Whether LaunchHopperAttention takes `args` on the current device: a Hopper
 // GPU, 16-byte aligned rows and pointers, head_dim a multiple of 8 up to 128,
 // batch * q_heads <= 65535 and lengths below 2^30. `args` must be well formed
