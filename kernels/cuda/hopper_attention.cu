@@ -132,24 +132,41 @@ constexpr float kLn2 = 0.6931471805599453f;
 static_assert(kListConsumers * kConsumerRows == kWorkListTileRows,
               "a work list's query tile is one thread block's rows");
 
+// Dynamic shared memory starts 16-byte aligned (the kernel asks for it), so
+// the tiles, aligned to 1024 bytes for the 128-byte swizzle, start at most
+// this far in. (Two single-consumer blocks of three stages at D=128 share an
+// SM with this gap; 88 bytes more, the barriers' and a whole 1024, and one
+// H200 held one.)
+constexpr int kMostAlignmentGap = 1024 - 16;
+
 // Shared memory for one head dim: the Q tile, kStages K tiles, kStages V
 // tiles, each a run of ColumnBlocks swizzled [rows x 64] blocks (wgmma.cuh),
-// then the barriers, plus room to align the start to 1024 bytes. A V tile is
-// released two steps after it arrives (its P V runs during the next step), so
-// three stages where they fit (D=64; two there were 3% slower on one H100)
-// and two above D=64, where three of 176 keys do not and a single
-// consumer's blocks share an SM two at a time.
+// and the barriers, in the alignment gap before the tiles where they fit and
+// after the tiles where it is too small: so kMostAlignmentGap bytes beyond
+// the tiles always hold both. A V tile is released two steps after it
+// arrives (its P V runs during the next step), so three stages where they
+// fit: D=64 (two there were 3% slower on one H100) and a single consumer at
+// D=128, whose blocks share an SM two at a time (one H200, 4M keys, Hq=32,
+// Hkv=8, 1-16 rows: 3.79-3.81 ms against 3.85-3.88 with two; level at 1M).
+// Two for two consumers above D=64, where three of 176 keys do not fit, and
+// for a single consumer at D=80 and D=96, where three were slower (4M keys,
+// one row: 4.21-4.25 against 2.96 ms at D=80, 3.62-3.66 against 3.24-3.27 at
+// D=96).
 template <int kHeadDim, int kConsumers>
 struct Layout {
   static constexpr int kKeys = KeysPerStep(kHeadDim, kConsumers);
   static constexpr int kRowElements = ColumnBlocks(kHeadDim) * 64;
   static constexpr int kQElements = kConsumers * kConsumerRows * kRowElements;
   static constexpr int kKvElements = kKeys * kRowElements;
-  static constexpr int kStages = kHeadDim <= 64 ? 3 : 2;
+  static constexpr int kStages =
+      kHeadDim <= 64 || (kConsumers == 1 && kHeadDim == 128) ? 3 : 2;
   static constexpr int kBlocksPerSm = BlocksPerSm(kHeadDim, kConsumers);
   static constexpr int kBarrierBytes = (1 + 4 * kStages) * 8;
-  static constexpr int kSharedBytes =
-      (kQElements + 2 * kStages * kKvElements) * 2 + kBarrierBytes + 1024;
+  static constexpr int kTileBytes =
+      (kQElements + 2 * kStages * kKvElements) * 2;
+  static constexpr int kSharedBytes = kTileBytes + kMostAlignmentGap;
+  static_assert(2 * kBarrierBytes - 16 <= kMostAlignmentGap,
+                "barriers after the tiles fit a gap too small for them");
 };
 static_assert(2 * (Layout<128, 1>::kSharedBytes + 1024) <= 228 * 1024 &&
                   Layout<128, 2>::kSharedBytes <= 227 * 1024 &&
@@ -338,14 +355,16 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128,
   constexpr int kScoreRegs = kKeys / 2;   // S accumulator per thread
   constexpr int kOutRegs = kHeadDim / 2;  // O accumulator per thread
 
-  extern __shared__ unsigned char shared_bytes[];
-  T* const q_tile = reinterpret_cast<T*>(
-      (reinterpret_cast<uintptr_t>(shared_bytes) + 1023) & ~uintptr_t{1023});
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  const uintptr_t start = reinterpret_cast<uintptr_t>(shared_bytes);
+  const uintptr_t tiles = (start + 1023) & ~uintptr_t{1023};
+  T* const q_tile = reinterpret_cast<T*>(tiles);
   // Stage s of K at k_tiles + s * kKvElements, of V likewise.
   T* const k_tiles = q_tile + L::kQElements;
   T* const v_tiles = k_tiles + L::kStages * L::kKvElements;
-  uint64_t* const q_full =
-      reinterpret_cast<uint64_t*>(v_tiles + L::kStages * L::kKvElements);
+  uint64_t* const q_full = reinterpret_cast<uint64_t*>(
+      tiles - start >= L::kBarrierBytes ? tiles - L::kBarrierBytes
+                                        : tiles + L::kTileBytes);
   uint64_t* const k_full = q_full + 1;                   // [L::kStages]
   uint64_t* const v_full = k_full + L::kStages;          // [L::kStages]
   uint64_t* const k_released = v_full + L::kStages;      // [L::kStages]
