@@ -926,10 +926,14 @@ cudaError_t LaunchForConsumers(int consumers, const Params& params,
 
 // How a launch cuts the query rows into thread blocks.
 struct TileShape {
-  // Query heads per tile (Params::pack): the group of heads reading one K/V
-  // head where it is a power of two, the launch takes the whole block and the
-  // packed rows (q_len * group) are at most kMostPackedRows; 1 otherwise (a
-  // work list's tiles are rows of one head).
+  // Query heads per tile (Params::pack), all reading one K/V head: for a
+  // whole block, the group of heads sharing a K/V head where it is a power of
+  // two and the packed rows (q_len * group) are at most kMostPackedRows;
+  // otherwise the most heads of the group, a power of two that divides it,
+  // whose rows fill at most one tile of two consumers (a query of 16 rows of
+  // 32 heads on one K/V head, MQA, reads K/V 4 times in 8-head tiles instead
+  // of 32 times in tiles of one head). 1 for work lists (their tiles are rows
+  // of one head).
   int pack;
   // Consumer warpgroups per thread block: one where the whole query fits one
   // warpgroup's rows, packed or not; two for work lists and up to
@@ -946,10 +950,16 @@ TileShape TileShapeFor(const DeviceAttentionArgs& args) {
   const int64_t group = args.q_heads / args.kv_heads;
   const bool power_of_two = (group & (group - 1)) == 0;
   TileShape shape;
-  shape.pack = !listed && power_of_two && group <= kConsumerRows &&
-                       args.q_len * group <= kMostPackedRows
-                   ? static_cast<int>(group)
-                   : 1;
+  shape.pack = 1;
+  if (!listed && power_of_two && group <= kConsumerRows &&
+      args.q_len * group <= kMostPackedRows) {
+    shape.pack = static_cast<int>(group);
+  } else if (!listed) {
+    while (shape.pack * 2 <= kConsumerRows && group % (shape.pack * 2) == 0 &&
+           args.q_len * shape.pack * 2 <= kListConsumers * kConsumerRows) {
+      shape.pack *= 2;
+    }
+  }
   const int64_t packed_rows = args.q_len * shape.pack;
   if (listed || packed_rows <= kMostPackedRows) {
     shape.consumers =

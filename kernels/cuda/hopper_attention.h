@@ -14,8 +14,10 @@
 // multiples of 8 padded with zeros to the next. On a whole block the query
 // heads that share a K/V head (a power of two of them) are packed into one
 // tile, 128 / group rows of each, so every K/V byte is loaded once for the
-// group; a query of at most 64 such rows runs on one consumer warpgroup,
-// above D=64 with 64 keys per step and two thread blocks an SM.
+// group; where the group has too many rows for that, or is not a power of
+// two, as many of its heads as fill a tile (a power of two that divides it)
+// share each tile. A query of at most 64 such rows runs on one consumer
+// warpgroup, above D=64 with 64 keys per step and two thread blocks an SM.
 // Takes the whole block or a work list (attention_work_list.h); a whole
 // block's result may instead be folded into fp32 accumulators as it is
 // stored (LaunchHopperAttentionInto). Stateless and thread-safe.

@@ -92,8 +92,14 @@ std::vector<AttentionCase> HopperCases() {
   add("PackedGroup4DenseManyTiles", 300, 1000, 8, 2, 64, false);
   add("PackedGroup32OneRowHeadDim80", 1, 997, 32, 1, 80, true);
   add("PackedGroup64ThreeRows", 3, 300, 64, 1, 64, true);
-  add("Group128Unpacked", 3, 300, 128, 1, 64, true);
   add("GroupOfThreeUnpacked", 70, 513, 6, 2, 128, true);
+  // Groups with too many rows for one tile, or not a power of two: tiles of
+  // the most heads of the group that fit (32 of 128 heads at 3 rows, 8 of 32
+  // at 16 rows, 2 of a group of 6, 4 of 16 at 30 rows).
+  add("Group128PartlyPacked", 3, 300, 128, 1, 64, true);
+  add("MqaSixteenRowsPartlyPackedHeadDim80", 16, 2053, 32, 1, 80, true);
+  add("GroupOfSixPartlyPackedOneRow", 1, 997, 12, 2, 128, false);
+  add("Group16ThirtyRowsPartlyPacked", 30, 1031, 32, 2, 96, true);
   // Three consumer warpgroups (head dims up to 64, above 256 rows): 192-row
   // tiles, the last part-filled, crossing the causal diagonal; a dim padded
   // to 64; and the tallest block of packed heads, which keeps two.
@@ -304,6 +310,8 @@ std::vector<AttentionCase> SplitCases() {
            DeviceDType::kBFloat16),
       Case("PackedSixteenRows", 1, 16, 12007, 32, 8, 128, false,
            DeviceDType::kFloat16),
+      Case("MqaSixteenRowsPartlyPacked", 1, 16, 12007, 32, 1, 128, true,
+           DeviceDType::kBFloat16),
   };
 }
 
