@@ -23,6 +23,16 @@ constexpr int64_t kMaxBatchKvHeads = 65535;
 // PrefersDecode's threshold on keys: at least this many.
 constexpr int64_t kDecodeMinKeys = 1024;
 
+// Packed rows up to which a block whose K/V the split Hopper kernel would
+// read more than once (its group of heads does not pack into one tile) goes
+// to the decode kernel, which packs the whole group and reads K/V once. One
+// H200, ms decode / split: a group of 7 (Hq=28, Hkv=4, 4M keys) at 1, 4 and
+// 8 rows 2.10 / 7.43, 2.79 / 7.62, 2.86 / 7.54; a group of 5 (Hq=40, Hkv=8,
+// 4M) 4.13 / 10.70, 5.64 / 10.91, 5.79 / 12.47; a group of 6 (Hq=12, Hkv=2,
+// 8M) 2.13 / 3.27, 2.89 / 3.33, 2.91 / 3.44, but at 16 rows (96 packed)
+// 4.0-4.5 / 3.25-3.45.
+constexpr int64_t kDecodeOverRereadsMaxPackedRows = 64;
+
 // PrefersHopperWhole's thresholds: head dims of at least this (smaller ones
 // are padded to 64 in our kernel, not in cuDNN's), at least this many keys;
 // at D=80 and D=96, at least the fewer.
@@ -169,8 +179,12 @@ AttentionPathCounts& AttentionPathCounts::operator+=(
 }
 
 int HopperSplitsFor(const DeviceAttentionArgs& args) {
-  return args.work.tile_count == 0 && HopperTakes(args) ? HopperKeySplits(args)
-                                                        : 1;
+  if (args.work.tile_count > 0 || !HopperTakes(args)) return 1;
+  const bool decode_reads_less = HopperKvReads(args) > 1 &&
+                                 args.q_len * (args.q_heads / args.kv_heads) <=
+                                     kDecodeOverRereadsMaxPackedRows &&
+                                 PrefersDecode(args);
+  return decode_reads_less ? 1 : HopperKeySplits(args);
 }
 
 bool PrefersHopperSplit(const DeviceAttentionArgs& args) {

@@ -82,7 +82,10 @@ bool PrefersHopperSplit(const DeviceAttentionArgs& args);
 
 // The key splits AttentionDispatcher runs `args` with on our Hopper kernel:
 // HopperKeySplits for a whole block the Hopper kernel takes, else 1 (no
-// split). PrefersHopperSplit is HopperSplitsFor > 1.
+// split); 1 too where that kernel would read the K/V more than once (a group
+// of heads that does not pack into one tile, HopperKvReads) and the decode
+// kernel, reading it once, takes a few packed rows (up to 64).
+// PrefersHopperSplit is HopperSplitsFor > 1.
 int HopperSplitsFor(const DeviceAttentionArgs& args);
 
 // Enqueues our Hopper kernel with its keys cut into `splits` (from

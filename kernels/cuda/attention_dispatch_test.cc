@@ -183,6 +183,29 @@ TEST(AttentionSplitTest, SendsFewRowsAgainstManyKeysToTheSplitKernel) {
   }
 }
 
+// A group of heads that does not pack into one tile of the split kernel (6
+// heads on each K/V head: three tiles of two, each reading the K/V) reads it
+// once on the decode kernel: one row goes there; 16 rows (96 packed) stay
+// split.
+TEST(AttentionSplitTest, SendsOneRowOfAGroupTheSplitKernelWouldRereadToDecode) {
+  SkipWithoutGpu();
+  if (IsSkipped()) return;
+  AttentionDispatcher dispatcher;
+  const Ran one = RunAndCheck(
+      dispatcher,
+      MakeAttentionCase("OneRowGroupOfSix", 1, 1, 12007, 12, 2, 128, true));
+  EXPECT_FALSE(one.split_expected);
+  EXPECT_EQ(one.path, AttentionPath::kDecode);
+  const Ran sixteen =
+      RunAndCheck(dispatcher, MakeAttentionCase("SixteenRowsGroupOfSix", 1, 16,
+                                                12007, 12, 2, 128, false));
+  if (!HopperAttentionAvailable(128)) {
+    GTEST_SKIP() << "the Hopper kernel does not run on this GPU";
+  }
+  EXPECT_TRUE(sixteen.split_expected);
+  EXPECT_EQ(sixteen.path, AttentionPath::kHopper);
+}
+
 // Too few keys to split (under 8192): the decode kernel keeps few rows.
 TEST(AttentionDecodeTest, SendsFewRowsAgainstFewThousandKeysToTheDecodeKernel) {
   SkipWithoutGpu();

@@ -1158,6 +1158,12 @@ int HopperKeySplits(const DeviceAttentionArgs& args) {
   return best;
 }
 
+int64_t HopperKvReads(const DeviceAttentionArgs& args) {
+  if (args.work.tile_count > 0 || args.kv_heads <= 0) return 0;
+  const TileShape shape = TileShapeFor(args);
+  return args.q_heads / args.kv_heads / shape.pack * shape.tiles;
+}
+
 int64_t HopperWaveRows(int64_t batch, int64_t q_heads, int64_t head_dim) {
   const int sms = CurrentSmCount();
   if (sms == 0 || batch * q_heads <= 0 || !HopperAttentionAvailable(head_dim)) {

@@ -84,6 +84,12 @@ cudaError_t LaunchHopperAttentionInto(const DeviceAttentionArgs& args,
 // in 32 splits, 32 thread blocks, against 1.25 on cuDNN.)
 int HopperKeySplits(const DeviceAttentionArgs& args);
 
+// How often a launch of `args` reads each K/V head's keys (split or not):
+// once where every query head sharing it packs into one tile, else once per
+// tile of its heads and query rows (a group of 6 heads, one row: 3 tiles of
+// 2 heads). 0 for work lists and args without K/V heads. Needs no GPU.
+int64_t HopperKvReads(const DeviceAttentionArgs& args);
+
 // Query rows of a whole block (one too tall to pack heads, no work list) of
 // `batch` x `q_heads` heads at `head_dim` whose thread blocks fill every SM of
 // the current device a whole number of times (at 132 SMs and 32 heads: 4224,

@@ -377,6 +377,35 @@ TEST(HopperKeySplitManyTest, OneRowOfOneKvHeadSplitsOverEverySm) {
   ExpectSplitRunMatchesReference(*problem, splits, seed);
 }
 
+// A whole block's K/V is read once where the group of query heads sharing a
+// K/V head packs into one tile, else once per tile of heads and rows.
+TEST(HopperKvReadsTest, CountsTheTilesOfAGroupThatDoesNotPackWhole) {
+  const auto reads = [](int64_t q_len, int64_t q_heads, int64_t kv_heads) {
+    DeviceAttentionArgs args;
+    args.q_len = q_len;
+    args.kv_len = 1 << 20;
+    args.q_heads = q_heads;
+    args.kv_heads = kv_heads;
+    args.head_dim = 128;
+    return HopperKvReads(args);
+  };
+  EXPECT_EQ(reads(16, 32, 8), 1);    // 64 packed rows, one tile
+  EXPECT_EQ(reads(64, 32, 8), 2);    // 256 packed rows: two tiles of 4 heads
+  EXPECT_EQ(reads(16, 32, 1), 4);    // MQA: 4 tiles of 8 heads
+  EXPECT_EQ(reads(1, 12, 2), 3);     // a group of 6: 3 tiles of 2 heads
+  EXPECT_EQ(reads(1, 28, 4), 7);     // a group of 7: a tile per head
+  EXPECT_EQ(reads(300, 32, 8), 12);  // 3 tiles of 128 rows for each head
+  DeviceAttentionArgs listed;
+  listed.q_len = 16;
+  listed.q_heads = 32;
+  listed.kv_heads = 8;
+  listed.head_dim = 128;
+  static QueryTile tile;
+  static KeySpan span;
+  listed.work = {&tile, 1, &span, 1};
+  EXPECT_EQ(HopperKvReads(listed), 0);
+}
+
 TEST(HopperKeySplitArgsTest, RejectsBadSplitsAndShortWorkspaces) {
   SkipWithoutHopper();
   if (IsSkipped()) return;
