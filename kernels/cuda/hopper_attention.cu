@@ -134,9 +134,9 @@ static_assert(kListConsumers * kConsumerRows == kWorkListTileRows,
 
 // Dynamic shared memory starts 16-byte aligned (the kernel asks for it), so
 // the tiles, aligned to 1024 bytes for the 128-byte swizzle, start at most
-// this far in. (Two single-consumer blocks of three stages at D=128 share an
-// SM with this gap; 88 bytes more, the barriers' and a whole 1024, and one
-// H200 held one.)
+// this far in. (With this two single-consumer blocks of three stages at
+// D=128 share an SM; with the barriers and a whole 1024 bytes beyond the
+// tiles, 88 bytes more, one H200 held one.)
 constexpr int kMostAlignmentGap = 1024 - 16;
 
 // Shared memory for one head dim: the Q tile, kStages K tiles, kStages V
@@ -147,7 +147,7 @@ constexpr int kMostAlignmentGap = 1024 - 16;
 // arrives (its P V runs during the next step), so three stages where they
 // fit: D=64 (two there were 3% slower on one H100) and a single consumer at
 // D=128, whose blocks share an SM two at a time (one H200, 4M keys, Hq=32,
-// Hkv=8, 1-16 rows: 3.79-3.81 ms against 3.85-3.88 with two; level at 1M).
+// Hkv=8, 1-16 rows: 3.79-3.81 ms against 3.86-3.90 with two; level at 1M).
 // Two for two consumers above D=64, where three of 176 keys do not fit, and
 // for a single consumer at D=80 and D=96, where three were slower (4M keys,
 // one row: 4.21-4.25 against 2.96 ms at D=80, 3.62-3.66 against 3.24-3.27 at
