@@ -576,34 +576,29 @@ TEST(GpuRingExecutorTest, RanksSharingOneGpuMatchReference) {
   Case small_tiles = Make("causal_small_tiles", 4099, 4099, true);
   small_tiles.tile_q = small_tiles.tile_kv = 512;
   rings.push_back({small_tiles, 3});
-  Case own = Make("causal_own_kernel", 3001, 3001, true);
-  own.head_dim = 128;
-  own.own_kernel = true;
-  own.tile_q = own.tile_kv = 1024;
-  rings.push_back({own, 2});
-  Case own_d64 = Make("causal_own_kernel_d64", 3001, 3001, true);
-  own_d64.own_kernel = true;
-  own_d64.tile_q = own_d64.tile_kv = 1024;
-  rings.push_back({own_d64, 3});
-  Case own_gqa = Make("dense_own_kernel_gqa", 2503, 2503, false);
-  own_gqa.q_heads = 8;
-  own_gqa.kv_heads = 2;
-  own_gqa.head_dim = 128;
-  own_gqa.own_kernel = true;
-  own_gqa.tile_q = own_gqa.tile_kv = 1024;
-  rings.push_back({own_gqa, 3});
-  Case own_d96 = Make("causal_own_kernel_gqa_d96", 2999, 2999, true);
-  own_d96.q_heads = 8;
-  own_d96.kv_heads = 2;
-  own_d96.head_dim = 96;
-  own_d96.own_kernel = true;
-  own_d96.tile_q = own_d96.tile_kv = 1024;
-  rings.push_back({own_d96, 3});
-  Case own_d80 = Make("dense_own_kernel_d80", 2011, 2011, false);
-  own_d80.head_dim = 80;
-  own_d80.own_kernel = true;
-  own_d80.tile_q = own_d80.tile_kv = 768;
-  rings.push_back({own_d80, 2});
+  // Rings on our Hopper kernel (own_kernel): `q_heads` on `kv_heads` at
+  // `head_dim`, square tiles of `tile` rows.
+  const auto own_kernel = [](std::string name, int64_t len, bool causal,
+                             int64_t head_dim, int64_t q_heads,
+                             int64_t kv_heads, int64_t tile) {
+    Case c = Make(std::move(name), len, len, causal);
+    c.head_dim = head_dim;
+    c.q_heads = q_heads;
+    c.kv_heads = kv_heads;
+    c.own_kernel = true;
+    c.tile_q = c.tile_kv = tile;
+    return c;
+  };
+  rings.push_back(
+      {own_kernel("causal_own_kernel", 3001, true, 128, 4, 4, 1024), 2});
+  rings.push_back(
+      {own_kernel("causal_own_kernel_d64", 3001, true, 64, 4, 4, 1024), 3});
+  rings.push_back(
+      {own_kernel("dense_own_kernel_gqa", 2503, false, 128, 8, 2, 1024), 3});
+  rings.push_back(
+      {own_kernel("causal_own_kernel_gqa_d96", 2999, true, 96, 8, 2, 1024), 3});
+  rings.push_back(
+      {own_kernel("dense_own_kernel_d80", 2011, false, 80, 4, 4, 768), 2});
   for (Ring& ring : rings) {
     ring.c.one_gpu = true;
     ExpectMatchesReferenceInBothDtypes({ring.c}, ring.world_size);

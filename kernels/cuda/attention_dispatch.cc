@@ -40,6 +40,11 @@ constexpr int64_t kHopperWholeMinHeadDim = 64;
 constexpr int64_t kHopperWholeMinKeys = 16384;
 constexpr int64_t kHopperWholeMinKeysAtD80AndD96 = 4096;
 
+// The query rows that share one K/V head (kv_heads > 0).
+int64_t PackedRows(const DeviceAttentionArgs& args) {
+  return args.q_len * (args.q_heads / args.kv_heads);
+}
+
 // Whether our Hopper kernel takes well-formed `args` on this device.
 bool HopperTakes(const DeviceAttentionArgs& args) {
   return FindAttentionArgsProblem(args) == nullptr &&
@@ -180,10 +185,10 @@ AttentionPathCounts& AttentionPathCounts::operator+=(
 
 int HopperSplitsFor(const DeviceAttentionArgs& args) {
   if (args.work.tile_count > 0 || !HopperTakes(args)) return 1;
-  const bool decode_reads_less = HopperKvReads(args) > 1 &&
-                                 args.q_len * (args.q_heads / args.kv_heads) <=
-                                     kDecodeOverRereadsMaxPackedRows &&
-                                 PrefersDecode(args);
+  const bool decode_reads_less =
+      HopperKvReads(args) > 1 &&
+      PackedRows(args) <= kDecodeOverRereadsMaxPackedRows &&
+      PrefersDecode(args);
   return decode_reads_less ? 1 : HopperKeySplits(args);
 }
 
@@ -214,8 +219,7 @@ bool PrefersHopperWhole(const DeviceAttentionArgs& args) {
 
 bool PrefersDecode(const DeviceAttentionArgs& args) {
   return args.work.tile_count == 0 && args.kv_heads > 0 &&
-         args.q_len * (args.q_heads / args.kv_heads) <=
-             kGpuDecodeMaxPackedRows &&
+         PackedRows(args) <= kGpuDecodeMaxPackedRows &&
          args.kv_len >= kDecodeMinKeys &&
          args.batch * args.kv_heads <= kMaxBatchKvHeads;
 }
