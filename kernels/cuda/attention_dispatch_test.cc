@@ -206,6 +206,28 @@ TEST(AttentionSplitTest, SendsOneRowOfAGroupTheSplitKernelWouldRereadToDecode) {
   EXPECT_EQ(sixteen.path, AttentionPath::kHopper);
 }
 
+// A group of 7 (seven one-head tiles of the split kernel, each reading the
+// K/V) goes to the decode kernel up to 128 packed rows: 14 rows (98 packed)
+// go there, 20 rows (140 packed) stay split.
+TEST(AttentionSplitTest, SendsMoreRowsOfAGroupReadSevenTimesToDecode) {
+  SkipWithoutGpu();
+  if (IsSkipped()) return;
+  AttentionDispatcher dispatcher;
+  const Ran fourteen =
+      RunAndCheck(dispatcher, MakeAttentionCase("FourteenRowsGroupOfSeven", 1,
+                                                14, 12007, 7, 1, 128, true));
+  EXPECT_FALSE(fourteen.split_expected);
+  EXPECT_EQ(fourteen.path, AttentionPath::kDecode);
+  const Ran twenty =
+      RunAndCheck(dispatcher, MakeAttentionCase("TwentyRowsGroupOfSeven", 1, 20,
+                                                12007, 7, 1, 128, false));
+  if (!HopperAttentionAvailable(128)) {
+    GTEST_SKIP() << "the Hopper kernel does not run on this GPU";
+  }
+  EXPECT_TRUE(twenty.split_expected);
+  EXPECT_EQ(twenty.path, AttentionPath::kHopper);
+}
+
 // Too few keys to split (under 8192): the decode kernel keeps few rows.
 TEST(AttentionDecodeTest, SendsFewRowsAgainstFewThousandKeysToTheDecodeKernel) {
   SkipWithoutGpu();

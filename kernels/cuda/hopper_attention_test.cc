@@ -85,6 +85,12 @@ std::vector<AttentionCase> HopperCases() {
   add("PackedGroup4OneConsumerHeadDim96", 13, 3001, 8, 2, 96, true);
   add("DenseHeadDim72", 300, 1999, 2, 2, 72, false);
   add("DenseHeadDim88", 300, 1999, 2, 2, 88, false);
+  // One consumer at the kernels compiled for D=80 and 96: dims padded to
+  // them (72, 88, packed heads), and a square causal block whose every step
+  // crosses the diagonal.
+  add("OneConsumerHeadDim72", 5, 1999, 4, 4, 72, false);
+  add("OneConsumerPackedHeadDim88", 7, 2053, 8, 2, 88, true);
+  add("OneConsumerCausalSquareHeadDim96", 61, 61, 2, 2, 96, true);
   // Heads that share a K/V head packed into one tile: a full tile of 16 rows
   // x 8 heads and a last one of 3 rows whose second warpgroup has none; one
   // row of 32 heads on a single consumer warpgroup.
