@@ -183,6 +183,23 @@ TEST(AttentionSplitTest, SendsFewRowsAgainstManyKeysToTheSplitKernel) {
   }
 }
 
+// Runs `few` and `many`, blocks of one group of heads that the split kernel
+// would read the K/V for more than once: `few` rows go to the decode kernel
+// unsplit, `many` stay on the split Hopper kernel.
+void ExpectFewRowsOnDecodeAndManySplit(const AttentionCase& few,
+                                       const AttentionCase& many) {
+  AttentionDispatcher dispatcher;
+  const Ran decoded = RunAndCheck(dispatcher, few);
+  EXPECT_FALSE(decoded.split_expected) << few.name;
+  EXPECT_EQ(decoded.path, AttentionPath::kDecode) << few.name;
+  const Ran split = RunAndCheck(dispatcher, many);
+  if (!HopperAttentionAvailable(many.head_dim)) {
+    GTEST_SKIP() << "the Hopper kernel does not run on this GPU";
+  }
+  EXPECT_TRUE(split.split_expected) << many.name;
+  EXPECT_EQ(split.path, AttentionPath::kHopper) << many.name;
+}
+
 // A group of heads that does not pack into one tile of the split kernel (6
 // heads on each K/V head: three tiles of two, each reading the K/V) reads it
 // once on the decode kernel: one row goes there; 16 rows (96 packed) stay
@@ -190,20 +207,10 @@ TEST(AttentionSplitTest, SendsFewRowsAgainstManyKeysToTheSplitKernel) {
 TEST(AttentionSplitTest, SendsOneRowOfAGroupTheSplitKernelWouldRereadToDecode) {
   SkipWithoutGpu();
   if (IsSkipped()) return;
-  AttentionDispatcher dispatcher;
-  const Ran one = RunAndCheck(
-      dispatcher,
-      MakeAttentionCase("OneRowGroupOfSix", 1, 1, 12007, 12, 2, 128, true));
-  EXPECT_FALSE(one.split_expected);
-  EXPECT_EQ(one.path, AttentionPath::kDecode);
-  const Ran sixteen =
-      RunAndCheck(dispatcher, MakeAttentionCase("SixteenRowsGroupOfSix", 1, 16,
-                                                12007, 12, 2, 128, false));
-  if (!HopperAttentionAvailable(128)) {
-    GTEST_SKIP() << "the Hopper kernel does not run on this GPU";
-  }
-  EXPECT_TRUE(sixteen.split_expected);
-  EXPECT_EQ(sixteen.path, AttentionPath::kHopper);
+  ExpectFewRowsOnDecodeAndManySplit(
+      MakeAttentionCase("OneRowGroupOfSix", 1, 1, 12007, 12, 2, 128, true),
+      MakeAttentionCase("SixteenRowsGroupOfSix", 1, 16, 12007, 12, 2, 128,
+                        false));
 }
 
 // A group of 7 (seven one-head tiles of the split kernel, each reading the
@@ -212,20 +219,11 @@ TEST(AttentionSplitTest, SendsOneRowOfAGroupTheSplitKernelWouldRereadToDecode) {
 TEST(AttentionSplitTest, SendsMoreRowsOfAGroupReadSevenTimesToDecode) {
   SkipWithoutGpu();
   if (IsSkipped()) return;
-  AttentionDispatcher dispatcher;
-  const Ran fourteen =
-      RunAndCheck(dispatcher, MakeAttentionCase("FourteenRowsGroupOfSeven", 1,
-                                                14, 12007, 7, 1, 128, true));
-  EXPECT_FALSE(fourteen.split_expected);
-  EXPECT_EQ(fourteen.path, AttentionPath::kDecode);
-  const Ran twenty =
-      RunAndCheck(dispatcher, MakeAttentionCase("TwentyRowsGroupOfSeven", 1, 20,
-                                                12007, 7, 1, 128, false));
-  if (!HopperAttentionAvailable(128)) {
-    GTEST_SKIP() << "the Hopper kernel does not run on this GPU";
-  }
-  EXPECT_TRUE(twenty.split_expected);
-  EXPECT_EQ(twenty.path, AttentionPath::kHopper);
+  ExpectFewRowsOnDecodeAndManySplit(
+      MakeAttentionCase("FourteenRowsGroupOfSeven", 1, 14, 12007, 7, 1, 128,
+                        true),
+      MakeAttentionCase("TwentyRowsGroupOfSeven", 1, 20, 12007, 7, 1, 128,
+                        false));
 }
 
 // Too few keys to split (under 8192): the decode kernel keeps few rows.
