@@ -43,6 +43,13 @@ constexpr int64_t kDecodeOverRereadsMaxPackedRows = 64;
 constexpr int64_t kManyKvReads = 5;
 constexpr int64_t kDecodeOverManyRereadsMaxPackedRows = 128;
 
+// The most packed rows of a block whose K/V the split Hopper kernel reads
+// `reads` (> 1) times that go to the decode kernel instead.
+int64_t DecodeOverRereadsMaxPackedRows(int64_t reads) {
+  return reads >= kManyKvReads ? kDecodeOverManyRereadsMaxPackedRows
+                               : kDecodeOverRereadsMaxPackedRows;
+}
+
 // PrefersHopperWhole's thresholds: head dims of at least this (smaller ones
 // are padded to 64 in our kernel, not in cuDNN's), at least this many keys;
 // at D=80 and D=96, at least the fewer.
@@ -196,12 +203,9 @@ AttentionPathCounts& AttentionPathCounts::operator+=(
 int HopperSplitsFor(const DeviceAttentionArgs& args) {
   if (args.work.tile_count > 0 || !HopperTakes(args)) return 1;
   const int64_t reads = HopperKvReads(args);
-  const int64_t packed_rows = PackedRows(args);
   const bool decode_reads_less =
-      reads > 1 && PrefersDecode(args) &&
-      (packed_rows <= kDecodeOverRereadsMaxPackedRows ||
-       (reads >= kManyKvReads &&
-        packed_rows <= kDecodeOverManyRereadsMaxPackedRows));
+      reads > 1 && PackedRows(args) <= DecodeOverRereadsMaxPackedRows(reads) &&
+      PrefersDecode(args);
   return decode_reads_less ? 1 : HopperKeySplits(args);
 }
 
