@@ -1,6 +1,7 @@
 // Ring attention on 1..G GPUs of this machine in one process: a thread per
 // GPU, each rank a GpuRingExecutor, the ring over NCCL. bf16, batch 1, Hq =
-// Hkv = 32 heads, head_dim 128, dense and causal, the lengths asked for.
+// Hkv = 32 heads unless --heads and --kv_heads say otherwise (GQA), head_dim
+// 128, dense and causal, the lengths asked for.
 // Prints a markdown table: time of one attention (the slowest rank, median
 // over the timed runs), TFLOP/s per GPU (4 * N^2 * H * D per dense attention,
 // half of it causal, divided by the GPUs), the executor's device pool per GPU
@@ -10,10 +11,13 @@
 // With --skip_transfers every multi-GPU case runs a second time with each
 // transfer replaced by a copy on the rank's own GPU (same tiles, real data):
 // the difference is what communication costs the ring.
+// With --ranks_alone a GPU count above this machine's runs as such local
+// copies too, each rank in turn alone on cuda:0: what every GPU of that ring
+// would compute with its transfers hidden, measured on one GPU.
 //
 //   ring_bench [--gpus=1,2] [--lengths=65536,262144] [--masks=dense,causal]
-//              [--long_lengths=1M] [--skip_transfers] [--iterations=3]
-//              [--seconds=20]
+//              [--long_lengths=1M] [--skip_transfers] [--ranks_alone]
+//              [--iterations=3] [--seconds=20]
 
 #include <cuda_runtime.h>
 
@@ -56,7 +60,9 @@ ABSL_FLAG(std::vector<std::string>, masks,
           "dense, causal, sparse (causal block-sparse: a window of "
           "tile-sized blocks and the first block) and/or dilated (causal "
           "LongNet branches (4096,1), (16384,4), (65536,16), LSE-merged)");
-ABSL_FLAG(int32_t, heads, 32, "query heads = key/value heads");
+ABSL_FLAG(int32_t, heads, 32, "query heads");
+ABSL_FLAG(std::optional<int32_t>, kv_heads, std::nullopt,
+          "key/value heads, dividing --heads (GQA; default: --heads)");
 ABSL_FLAG(int32_t, head_dim, 128, "head dimension");
 ABSL_FLAG(std::optional<int64_t>, tile_q, std::nullopt,
           "query rows per tile (default: TunedRingConfig's)");
@@ -70,6 +76,9 @@ ABSL_FLAG(std::optional<bool>, own_kernel, std::nullopt,
           "choice");
 ABSL_FLAG(bool, skip_transfers, false,
           "also run every multi-GPU case without its transfers");
+ABSL_FLAG(bool, ranks_alone, false,
+          "run GPU counts above this machine's one rank at a time on cuda:0, "
+          "with local copies in place of transfers");
 ABSL_FLAG(std::vector<std::string>, long_lengths, {},
           "lengths run causal only, timed once each, after the others");
 ABSL_FLAG(int32_t, iterations, 3, "timed runs per case, at most");
@@ -246,10 +255,15 @@ std::string TilesNote() {
                       untuned.tile_q_rows, " x ", untuned.tile_kv_rows, ")");
 }
 
+int KvHeads() {
+  return absl::GetFlag(FLAGS_kv_heads).value_or(absl::GetFlag(FLAGS_heads));
+}
+
 AttentionSpec SpecOf(const Case& c) {
   AttentionSpec spec;
   spec.q_len = spec.kv_len = c.n;
-  spec.q_heads = spec.kv_heads = absl::GetFlag(FLAGS_heads);
+  spec.q_heads = absl::GetFlag(FLAGS_heads);
+  spec.kv_heads = KvHeads();
   spec.head_dim = absl::GetFlag(FLAGS_head_dim);
   spec.causal = c.causal;
   if (c.sparse) {
@@ -275,16 +289,18 @@ double FlopsOf(const Case& c) {
          absl::GetFlag(FLAGS_head_dim) * (c.causal ? 0.5 : 1.0);
 }
 
-// What the ranks of one run of cases share.
+// What the ranks of one run of cases share: `threads` of them at a time,
+// all of them together or (ranks alone) one.
 struct Shared {
-  explicit Shared(int world_size)
-      : barrier(world_size),
+  Shared(int world_size, int threads)
+      : barrier(threads),
         failed(static_cast<size_t>(world_size), 0),
         measures(static_cast<size_t>(world_size)) {}
 
   Barrier barrier;
   std::vector<int> failed;  // per rank, for AllOk
-  bool stop = false;        // rank 0's decision to end a case's runs
+  int leader = 0;           // the rank that decides when a case's runs end
+  bool stop = false;        // the leader's decision
   std::vector<std::vector<RankMeasure>> measures;  // [rank][case]
 };
 
@@ -298,8 +314,8 @@ bool AllOk(Shared& shared, int rank, bool ok) {
   return everyone;
 }
 
-// Runs `c` on this rank's `executor` until rank 0 has timed enough runs; the
-// first run is untimed when it is cheap (it builds cuDNN plans and NCCL
+// Runs `c` on this rank's `executor` until the leader has timed enough runs;
+// the first run is untimed when it is cheap (it builds cuDNN plans and NCCL
 // connections), long cases are timed from the first run.
 void RunCase(const Case& c, int rank, int world_size, GpuRingExecutor& executor,
              RingCommunicator& communicator, const DeviceBuffer& pattern,
@@ -336,7 +352,7 @@ void RunCase(const Case& c, int rank, int world_size, GpuRingExecutor& executor,
     m.stats = *stats;
     const bool timed = run > 0 || !warm_up;
     if (timed) m.seconds.push_back(seconds);
-    if (rank == 0) {
+    if (rank == shared.leader) {
       shared.stop =
           timed && (static_cast<int>(m.seconds.size()) >= c.max_runs ||
                     absl::ToDoubleSeconds(absl::Now() - case_start) >
@@ -349,16 +365,19 @@ void RunCase(const Case& c, int rank, int world_size, GpuRingExecutor& executor,
   }
 }
 
-// Everything one rank does for `cases`, in step with the other ranks.
-void RunRank(int rank, int world_size, const ncclUniqueId& id,
+// Everything one rank does for `cases` on CUDA device `device`, in step with
+// the other ranks; over NCCL with the ring `id` if there is one (else local
+// copies).
+void RunRank(int rank, int world_size, int device, const ncclUniqueId* id,
              const std::vector<Case>& cases, Shared& shared) {
   std::vector<RankMeasure>& measures = shared.measures[rank];
   measures.resize(cases.size());
-  absl::Status status = UseCudaDevice(rank);
-  std::unique_ptr<NcclCommunicator> nccl;  // one GPU needs none
-  if (status.ok() && world_size > 1) {
+  absl::Status status = UseCudaDevice(device);
+  std::unique_ptr<NcclCommunicator> nccl;
+  if (status.ok() && id != nullptr) {
     absl::StatusOr<std::unique_ptr<NcclCommunicator>> created =
-        NcclCommunicator::Create(id, rank, world_size, rank, absl::Minutes(2));
+        NcclCommunicator::Create(*id, rank, world_size, device,
+                                 absl::Minutes(2));
     status = created.status();
     if (created.ok()) nccl = *std::move(created);
   }
@@ -375,7 +394,7 @@ void RunRank(int rank, int world_size, const ncclUniqueId& id,
     const Case& c = cases[i];
     RankMeasure& m = measures[i];
     GpuRingConfig config;
-    config.device = rank;
+    config.device = device;
     config = TunedRingConfig(SpecOf(c), config);
     if (const std::optional<int64_t> rows = absl::GetFlag(FLAGS_tile_q)) {
       config.tile_q_rows = *rows;
@@ -430,32 +449,16 @@ double Median(std::vector<double> values) {
   return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
-// Runs `cases` on `world_size` GPUs and prints one table row per case; false
-// if any failed.
-bool RunCases(int world_size, const std::vector<Case>& cases) {
-  ncclUniqueId id{};
-  if (world_size > 1) {
-    absl::StatusOr<ncclUniqueId> fresh = NewNcclUniqueId();
-    if (!fresh.ok()) {
-      std::printf("| ringattn | %d | all | - | failed: %s |\n", world_size,
-                  std::string(fresh.status().message()).c_str());
-      return false;
-    }
-    id = *fresh;
-  }
-  Shared shared(world_size);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < world_size; ++rank) {
-    threads.emplace_back(
-        [&, rank] { RunRank(rank, world_size, id, cases, shared); });
-  }
-  for (std::thread& t : threads) t.join();
-  const std::vector<std::vector<RankMeasure>>& measures = shared.measures;
+// Prints one table row per case from every rank's `measures` (the slowest
+// rank's time per run); false if any failed.
+bool Report(int world_size, bool alone, const std::vector<Case>& cases,
+            const std::vector<std::vector<RankMeasure>>& measures) {
   bool all_ran = true;
   for (size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
-    const std::string name =
-        c.transfers ? "ringattn" : "ringattn, local copies";
+    const std::string name = alone         ? "ringattn, ranks alone on cuda:0"
+                             : c.transfers ? "ringattn"
+                                           : "ringattn, local copies";
     std::string mask = c.causal ? "causal" : "dense";
     absl::Status status;
     std::vector<double> slowest;
@@ -506,8 +509,50 @@ bool RunCases(int world_size, const std::vector<Case>& cases) {
         100.0 * cudnn / std::max<int64_t>(1, cudnn + flash), exposed * 1e3,
         slowest.size());
     std::fflush(stdout);
+    if (alone) {
+      std::string ranks;
+      for (int r = 0; r < world_size; ++r) {
+        absl::StrAppendFormat(&ranks, "%s%.2f", r == 0 ? "" : " / ",
+                              Median(measures[r][i].seconds) * 1e3);
+      }
+      std::fprintf(stderr, "ranks alone, %s %lld: ms per rank %s\n",
+                   mask.c_str(), static_cast<long long>(c.n), ranks.c_str());
+    }
   }
   return all_ran;
+}
+
+// Runs `cases` on `world_size` GPUs (or, `alone`, each rank in turn on
+// cuda:0) and prints one table row per case; false if any failed.
+bool RunCases(int world_size, bool alone, const std::vector<Case>& cases) {
+  if (alone) {
+    Shared shared(world_size, 1);
+    for (int rank = 0; rank < world_size; ++rank) {
+      shared.leader = rank;
+      RunRank(rank, world_size, 0, nullptr, cases, shared);
+    }
+    return Report(world_size, alone, cases, shared.measures);
+  }
+  ncclUniqueId id{};
+  if (world_size > 1) {
+    absl::StatusOr<ncclUniqueId> fresh = NewNcclUniqueId();
+    if (!fresh.ok()) {
+      std::printf("| ringattn | %d | all | - | failed: %s |\n", world_size,
+                  std::string(fresh.status().message()).c_str());
+      return false;
+    }
+    id = *fresh;
+  }
+  Shared shared(world_size, world_size);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world_size; ++rank) {
+    threads.emplace_back([&, rank] {
+      RunRank(rank, world_size, rank, world_size > 1 ? &id : nullptr, cases,
+              shared);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return Report(world_size, alone, cases, shared.measures);
 }
 
 int Main() {
@@ -526,6 +571,10 @@ int Main() {
       }
       parsed->push_back(*n);
     }
+  }
+  if (KvHeads() < 1 || absl::GetFlag(FLAGS_heads) % KvHeads() != 0) {
+    std::fprintf(stderr, "ring_bench: --kv_heads must divide --heads\n");
+    return 2;
   }
   const std::vector<std::string> masks = absl::GetFlag(FLAGS_masks);
   for (const std::string& mask : masks) {
@@ -552,9 +601,9 @@ int Main() {
   ncclGetVersion(&nccl_version);
   std::printf(
       "\nringattn ring attention, %d x %s (%.0f GiB), NCCL %d, bf16, B=1, "
-      "Hq=Hkv=%d, D=%d, tiles %s\n\n",
+      "Hq=%d, Hkv=%d, D=%d, tiles %s\n\n",
       devices, info->name.c_str(), info->total_bytes / kGiB, nccl_version,
-      absl::GetFlag(FLAGS_heads), absl::GetFlag(FLAGS_head_dim),
+      absl::GetFlag(FLAGS_heads), KvHeads(), absl::GetFlag(FLAGS_head_dim),
       TilesNote().c_str());
   std::printf(
       "| implementation | GPUs | mask | N | ms | TFLOP/s per GPU | pool GiB "
@@ -571,14 +620,16 @@ int Main() {
       std::fprintf(stderr, "ring_bench: --gpus takes positive counts\n");
       return 2;
     }
-    if (world_size > devices) {
+    const bool alone = absl::GetFlag(FLAGS_ranks_alone) && world_size > devices;
+    if (world_size > devices && !alone) {
       std::printf(
           "| ringattn | %d | - | - | skipped: this machine has %d "
           "GPU(s) |\n",
           world_size, devices);
       continue;
     }
-    const bool skip = absl::GetFlag(FLAGS_skip_transfers) && world_size > 1;
+    const bool skip =
+        absl::GetFlag(FLAGS_skip_transfers) && world_size > 1 && !alone;
     const int iterations = absl::GetFlag(FLAGS_iterations);
     std::vector<Case> cases;
     for (const int64_t n : lengths) {
@@ -586,17 +637,17 @@ int Main() {
         const bool causal = mask != "dense";
         const bool sparse = mask == "sparse";
         const bool dilated = mask == "dilated";
-        cases.push_back({n, causal, sparse, dilated, true, iterations});
+        cases.push_back({n, causal, sparse, dilated, !alone, iterations});
         if (skip) {
           cases.push_back({n, causal, sparse, dilated, false, iterations});
         }
       }
     }
     for (const int64_t n : long_lengths) {
-      cases.push_back({n, true, false, false, true, 1});
+      cases.push_back({n, true, false, false, !alone, 1});
       if (skip) cases.push_back({n, true, false, false, false, 1});
     }
-    if (!RunCases(world_size, cases)) status = 1;
+    if (!RunCases(world_size, alone, cases)) status = 1;
   }
   return status;
 }
