@@ -19,7 +19,9 @@
 # masks (default "dense,causal"; "sparse" adds causal block-sparse, "dilated"
 # causal LongNet branches); RING_FLAGS, more ring_bench flags (e.g.
 # --iterations=1); GPUS, how many GPUs
-# the multi-GPU runs use (default: all, at most 2); PYTHON, the interpreter
+# the multi-GPU runs use (default: all, at most 2; on a one-GPU machine the
+# bench stage runs the two-GPU ring's ranks alone, one after the other on that
+# GPU, ring_bench --ranks_alone); PYTHON, the interpreter
 # with PyTorch (default /opt/torch/.venv/bin/python); STAGES, which of
 # "tests bench peer service" to run (default the first three; each fits a
 # 10-minute call on its own). The service stage starts a coordinator and one
@@ -141,12 +143,12 @@ run() {
     summary+=$(printf '%-30s exit %d: %d passed, %d failed, %d skipped' "$name" $rc "$p" "$f" "$s")$'\n'
   done
 
-  local gpu_list=1
-  [ "$gpus" -ge 2 ] && gpu_list=1,$gpus
+  local gpu_list=1,2 alone=--ranks_alone
+  [ "$gpus" -ge 2 ] && gpu_list=1,$gpus alone=
   local failed_logs=()
   if [[ $stages == *" bench "* ]]; then
     # shellcheck disable=SC2086,SC2206  # the lengths and RING_FLAGS are meant to split
-    local ring_flags=(--gpus="$gpu_list" --lengths="$(echo $lengths | tr ' ' ',')"
+    local ring_flags=(--gpus="$gpu_list" $alone --lengths="$(echo $lengths | tr ' ' ',')"
       --masks="${MASKS:-dense,causal}" --long_lengths="$(echo $long | tr ' ' ',')"
       ${RING_FLAGS:-})
     LD_LIBRARY_PATH=$ours_path timeout 1800 "$bin_dir/ring_bench" --skip_transfers \
@@ -205,12 +207,15 @@ run() {
       gsub(/ /, "", $3); gsub(/ /, "", $4); gsub(/ /, "", $5)
       key = $4 " N=" $5
       if ($2 ~ /local copies/) bare[key "/" $3] = $6
-      else { ms[key "/" $3] = $6; tf[key "/" $3] = $7; if ($3 > 1) multi[key] = $3 }
+      else {
+        ms[key "/" $3] = $6; tf[key "/" $3] = $7
+        if ($3 > 1) { multi[key] = $3; if ($2 ~ /ranks alone/) alone[key] = 1 }
+      }
     }
     END {
       for (key in multi) {
         g = multi[key]
-        line = sprintf("%s on %d GPUs:", key, g)
+        line = sprintf("%s on %d GPUs%s:", key, g, key in alone ? " (ranks alone on one)" : "")
         if ((key "/1") in tf)
           line = line sprintf(" %.0f%% of one GPU'"'"'s TFLOP/s per GPU;", 100 * tf[key "/" g] / tf[key "/1"])
         if ((key "/" g) in bare)
