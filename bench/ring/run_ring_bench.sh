@@ -148,10 +148,12 @@ run() {
   local failed_logs=()
   if [[ $stages == *" bench "* ]]; then
     # shellcheck disable=SC2086,SC2206  # the lengths and RING_FLAGS are meant to split
-    local ring_flags=(--gpus="$gpu_list" $alone --lengths="$(echo $lengths | tr ' ' ',')"
+    local ring_flags=(--gpus="$gpu_list" --lengths="$(echo $lengths | tr ' ' ',')"
       --masks="${MASKS:-dense,causal}" --long_lengths="$(echo $long | tr ' ' ',')"
       ${RING_FLAGS:-})
-    LD_LIBRARY_PATH=$ours_path timeout 1800 "$bin_dir/ring_bench" --skip_transfers \
+    # $alone is for our build only: a baseline's may predate the flag.
+    # shellcheck disable=SC2086
+    LD_LIBRARY_PATH=$ours_path timeout 1800 "$bin_dir/ring_bench" --skip_transfers $alone \
       "${ring_flags[@]}" >"$OUT/ring_bench.md" 2>"$OUT/ring_bench.err" ||
       failed_logs+=("$OUT/ring_bench.err")
     if [ -n "${BASELINE:-}" ]; then
@@ -159,7 +161,8 @@ run() {
       base_dir=$(cd "$BASELINE" && pwd) || exit 2
       for ((round = 1; round <= ${ROUNDS:-2}; round++)); do
         if [ "$round" -gt 1 ]; then
-          LD_LIBRARY_PATH=$ours_path timeout 1800 "$bin_dir/ring_bench" "${ring_flags[@]}" \
+          # shellcheck disable=SC2086
+          LD_LIBRARY_PATH=$ours_path timeout 1800 "$bin_dir/ring_bench" $alone "${ring_flags[@]}" \
             >"$OUT/ring_bench_round$round.md" 2>"$OUT/ring_bench_round$round.err" ||
             failed_logs+=("$OUT/ring_bench_round$round.err")
         fi
