@@ -23,33 +23,6 @@ constexpr int64_t kMaxBatchKvHeads = 65535;
 // PrefersDecode's threshold on keys: at least this many.
 constexpr int64_t kDecodeMinKeys = 1024;
 
-// Packed rows up to which a block whose K/V the split Hopper kernel would
-// read more than once (its group of heads does not pack into one tile) goes
-// to the decode kernel, which packs the whole group and reads K/V once. One
-// H200, ms decode / split: a group of 7 (Hq=28, Hkv=4, 4M keys) at 1, 4 and
-// 8 rows 2.10 / 7.43, 2.79 / 7.62, 2.86 / 7.54; a group of 5 (Hq=40, Hkv=8,
-// 4M) 4.13 / 10.70, 5.64 / 10.91, 5.79 / 12.47; a group of 6 (Hq=12, Hkv=2,
-// 8M) 2.13 / 3.27, 2.89 / 3.33, 2.91 / 3.44, but at 16 rows (96 packed)
-// 4.0-4.5 / 3.25-3.45. Past 64 packed rows the decode kernel takes 40% longer
-// and wins only where the split kernel reads the K/V kManyKvReads times or
-// more, up to kDecodeOverManyRereadsMaxPackedRows. 4M keys: a group of 7
-// (Hq=28, Hkv=4, 7 reads) at 10-18 rows (70-126 packed) 3.84-4.19 /
-// 7.57-9.35, at 19 (133) 7.65 / 7.81; a group of 5 (Hq=40, Hkv=8) at 13-25
-// rows (65-125) 7.97-9.50 / 11.1-12.8, at 26 (130) 15.7 / 11.7; but a group
-// of 3 (Hq=24, Hkv=8, 3 reads) at 22 and 30 rows 8.07, 8.77 / 7.27, 7.61 and
-// a group of 6 (Hq=48, Hkv=8, 3 reads) at 11 and 12 rows 8.01-8.30, 7.99 /
-// 6.99-7.36, 7.01.
-constexpr int64_t kDecodeOverRereadsMaxPackedRows = 64;
-constexpr int64_t kManyKvReads = 5;
-constexpr int64_t kDecodeOverManyRereadsMaxPackedRows = 128;
-
-// The most packed rows of a block whose K/V the split Hopper kernel reads
-// `reads` (> 1) times that go to the decode kernel instead.
-int64_t DecodeOverRereadsMaxPackedRows(int64_t reads) {
-  return reads >= kManyKvReads ? kDecodeOverManyRereadsMaxPackedRows
-                               : kDecodeOverRereadsMaxPackedRows;
-}
-
 // PrefersHopperWhole's thresholds: head dims of at least this (smaller ones
 // are padded to 64 in our kernel, not in cuDNN's), at least this many keys;
 // at D=80 and D=96, at least the fewer.
@@ -202,11 +175,7 @@ AttentionPathCounts& AttentionPathCounts::operator+=(
 
 int HopperSplitsFor(const DeviceAttentionArgs& args) {
   if (args.work.tile_count > 0 || !HopperTakes(args)) return 1;
-  const int64_t reads = HopperKvReads(args);
-  const bool decode_reads_less =
-      reads > 1 && PackedRows(args) <= DecodeOverRereadsMaxPackedRows(reads) &&
-      PrefersDecode(args);
-  return decode_reads_less ? 1 : HopperKeySplits(args);
+  return HopperKeySplits(args);
 }
 
 bool PrefersHopperSplit(const DeviceAttentionArgs& args) {

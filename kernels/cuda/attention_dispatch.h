@@ -82,11 +82,7 @@ bool PrefersHopperSplit(const DeviceAttentionArgs& args);
 
 // The key splits AttentionDispatcher runs `args` with on our Hopper kernel:
 // HopperKeySplits for a whole block the Hopper kernel takes, else 1 (no
-// split); 1 too where that kernel would read the K/V more than once (a group
-// of heads that does not pack into one tile, HopperKvReads) and the decode
-// kernel, reading it once, takes a few packed rows (up to 64, or up to 128
-// where the split kernel would read the K/V five times or more).
-// PrefersHopperSplit is HopperSplitsFor > 1.
+// split). PrefersHopperSplit is HopperSplitsFor > 1.
 int HopperSplitsFor(const DeviceAttentionArgs& args);
 
 // Enqueues our Hopper kernel with its keys cut into `splits` (from

@@ -7,6 +7,7 @@
 
 #include <random>
 #include <string>
+#include <utility>
 
 #include "gtest/gtest.h"
 #include "kernels/cuda/attention_test_util.h"
@@ -183,47 +184,26 @@ TEST(AttentionSplitTest, SendsFewRowsAgainstManyKeysToTheSplitKernel) {
   }
 }
 
-// Runs `few` and `many`, blocks of one group of heads that the split kernel
-// would read the K/V for more than once: `few` rows go to the decode kernel
-// unsplit, `many` stay on the split Hopper kernel.
-void ExpectFewRowsOnDecodeAndManySplit(const AttentionCase& few,
-                                       const AttentionCase& many) {
-  AttentionDispatcher dispatcher;
-  const Ran decoded = RunAndCheck(dispatcher, few);
-  EXPECT_FALSE(decoded.split_expected) << few.name;
-  EXPECT_EQ(decoded.path, AttentionPath::kDecode) << few.name;
-  const Ran split = RunAndCheck(dispatcher, many);
-  if (!HopperAttentionAvailable(many.head_dim)) {
-    GTEST_SKIP() << "the Hopper kernel does not run on this GPU";
+// Groups of heads that are not a power of two (6 and 7 query heads on each
+// K/V head) pack whole into the split kernel's tiles too, which read each K/V
+// head once: one row and 14 rows (98 packed) run there.
+TEST(AttentionSplitTest, SendsFewRowsOfGroupsOfSixAndSevenToTheSplitKernel) {
+  SkipWithoutGpu();
+  if (IsSkipped()) return;
+  for (const int64_t rows : {1, 14}) {
+    for (const auto& [q_heads, kv_heads] :
+         {std::pair{12, 2}, std::pair{7, 1}}) {
+      AttentionDispatcher dispatcher;
+      const Ran ran = RunAndCheck(
+          dispatcher, MakeAttentionCase("FewRowsOddGroup", 1, rows, 12007,
+                                        q_heads, kv_heads, 128, rows == 1));
+      if (!ran.split_expected) {
+        GTEST_SKIP() << "the Hopper kernel does not run on this GPU";
+      }
+      EXPECT_EQ(ran.path, AttentionPath::kHopper)
+          << rows << " rows, " << q_heads << " / " << kv_heads << " heads";
+    }
   }
-  EXPECT_TRUE(split.split_expected) << many.name;
-  EXPECT_EQ(split.path, AttentionPath::kHopper) << many.name;
-}
-
-// A group of heads that does not pack into one tile of the split kernel (6
-// heads on each K/V head: three tiles of two, each reading the K/V) reads it
-// once on the decode kernel: one row goes there; 16 rows (96 packed) stay
-// split.
-TEST(AttentionSplitTest, SendsOneRowOfAGroupTheSplitKernelWouldRereadToDecode) {
-  SkipWithoutGpu();
-  if (IsSkipped()) return;
-  ExpectFewRowsOnDecodeAndManySplit(
-      MakeAttentionCase("OneRowGroupOfSix", 1, 1, 12007, 12, 2, 128, true),
-      MakeAttentionCase("SixteenRowsGroupOfSix", 1, 16, 12007, 12, 2, 128,
-                        false));
-}
-
-// A group of 7 (seven one-head tiles of the split kernel, each reading the
-// K/V) goes to the decode kernel up to 128 packed rows: 14 rows (98 packed)
-// go there, 20 rows (140 packed) stay split.
-TEST(AttentionSplitTest, SendsMoreRowsOfAGroupReadSevenTimesToDecode) {
-  SkipWithoutGpu();
-  if (IsSkipped()) return;
-  ExpectFewRowsOnDecodeAndManySplit(
-      MakeAttentionCase("FourteenRowsGroupOfSeven", 1, 14, 12007, 7, 1, 128,
-                        true),
-      MakeAttentionCase("TwentyRowsGroupOfSeven", 1, 20, 12007, 7, 1, 128,
-                        false));
 }
 
 // Too few keys to split (under 8192): the decode kernel keeps few rows.

@@ -24,6 +24,7 @@ using device::CopyBox4d;
 using device::Element;
 using device::Exp2;
 using device::FenceBarrierInit;
+using device::FenceSharedForAsyncProxy;
 using device::InitBarrier;
 using device::LowerRegisters;
 using device::MmaRegisters;
@@ -183,12 +184,13 @@ struct Params {
   int kv_len;
   int q_heads;
   int group;  // q_heads / kv_heads
-  // Query heads per thread block (a power of two): 1, or `group` where the
-  // heads that share a K/V head are packed into one tile of tile rows / pack
-  // query rows x pack heads, so that each K/V tile is loaded once for all of
-  // them. Tile row r is query row r / pack of head r % pack.
+  // Query heads per thread block: 1, or heads that share a K/V head (the
+  // group, or a power of two dividing it) packed into one tile of tile rows /
+  // pack query rows x pack heads, so that each K/V tile is loaded once for
+  // all of them. Tile row r is query row r / pack of head r % pack; where
+  // pack does not divide the tile rows, the last tile rows % pack rows hold
+  // nothing.
   int pack;
-  int pack_log2;
   int head_dim;
   float scale_log2;  // scale * log2(e)
   // The whole block: one span [0, kv_len), causal with shift kv_len - q_len
@@ -379,11 +381,11 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128,
     m_end = min(tile.end, p.q_len);
   } else {
     // Later query tiles see more keys under causal masking: start them first.
-    const int tile_rows = kBlockM >> p.pack_log2;
+    const int tile_rows = kBlockM / p.pack;
     m0 = (gridDim.x - 1 - blockIdx.x) * tile_rows;
     m_end = min(m0 + tile_rows, p.q_len);
   }
-  const int head_tiles = p.q_heads >> p.pack_log2;
+  const int head_tiles = p.q_heads / p.pack;
   const int b = blockIdx.y / head_tiles;
   const int h = blockIdx.y % head_tiles * p.pack;
   const int kv_h = h / p.group;
@@ -408,9 +410,29 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128,
     // (V) tile into the stage whose K (V) the consumers released L::kStages
     // steps before.
     LowerRegisters<ProducerRegisters(kConsumers, L::kBlocksPerSm)>();
-    if (threadIdx.x != 0 || !any_keys) return;
+    if (threadIdx.x >= 32 || !any_keys) return;
+    // Where pack does not divide the tile's rows, the rows past the last
+    // whole query row hold zeros instead of what shared memory held before:
+    // finite scores, which are never stored and never make a warp rescale O.
+    const int filled_rows = kBlockM / p.pack * p.pack;
+    if (filled_rows < kBlockM) {
+      constexpr int kChunksPerRow = 8;  // 16 bytes each
+      const int chunks = (kBlockM - filled_rows) * kChunksPerRow;
+      for (int i = threadIdx.x; i < ColumnBlocks(kHeadDim) * chunks; i += 32) {
+        const int row = filled_rows + i % chunks / kChunksPerRow;
+        reinterpret_cast<uint4*>(
+            q_tile)[(i / chunks * kBlockM + row) * kChunksPerRow +
+                    i % kChunksPerRow] = make_uint4(0, 0, 0, 0);
+      }
+      FenceSharedForAsyncProxy();
+      __syncwarp();
+    }
+    if (threadIdx.x != 0) return;
+    // Each column block of the tile takes kBlockM rows of shared memory;
+    // the copy fills (kBlockM / pack) * pack of them.
     constexpr int kQBlockBytes = kBlockM * 64 * 2;
-    ArriveExpectingBytes(q_full, ColumnBlocks(kHeadDim) * kQBlockBytes);
+    const int q_copy_bytes = kBlockM / p.pack * p.pack * 64 * 2;
+    ArriveExpectingBytes(q_full, ColumnBlocks(kHeadDim) * q_copy_bytes);
     for (int c = 0; c < ColumnBlocks(kHeadDim); ++c) {
       CopyBox4d(reinterpret_cast<char*>(q_tile) + c * kQBlockBytes, q_map,
                 c * 64, h, m0, b, q_full);
@@ -438,11 +460,11 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128,
   // further (accumulator elements e < 2 and e >= 2 of each 8-column chunk):
   // their query rows and heads.
   const int tile_row0 = consumer * 64 + warp * 16 + lane / 4;
-  const int rows[2] = {m0 + (tile_row0 >> p.pack_log2),
-                       m0 + ((tile_row0 + 8) >> p.pack_log2)};
-  const int heads[2] = {h + (tile_row0 & (p.pack - 1)),
-                        h + ((tile_row0 + 8) & (p.pack - 1))};
-  const int warp_row0 = m0 + ((consumer * 64 + warp * 16) >> p.pack_log2);
+  // (A tile row past the last whole query row maps to row m0 + tile rows /
+  // pack, past m_end: computed, never stored.)
+  const int rows[2] = {m0 + tile_row0 / p.pack, m0 + (tile_row0 + 8) / p.pack};
+  const int heads[2] = {h + tile_row0 % p.pack, h + (tile_row0 + 8) % p.pack};
+  const int warp_row0 = m0 + (consumer * 64 + warp * 16) / p.pack;
 
   float o_acc[kOutRegs];
 #pragma unroll
@@ -927,13 +949,14 @@ cudaError_t LaunchForConsumers(int consumers, const Params& params,
 // How a launch cuts the query rows into thread blocks.
 struct TileShape {
   // Query heads per tile (Params::pack), all reading one K/V head: for a
-  // whole block, the group of heads sharing a K/V head where it is a power of
-  // two and the packed rows (q_len * group) are at most kMostPackedRows;
-  // otherwise the most heads of the group, a power of two that divides it,
-  // whose rows fill at most one tile of two consumers (a query of 16 rows of
-  // 32 heads on one K/V head, MQA, reads K/V 4 times in 8-head tiles instead
-  // of 32 times in tiles of one head). 1 for work lists (their tiles are rows
-  // of one head).
+  // whole block, the group of heads sharing a K/V head where the packed rows
+  // (q_len * group) are at most kMostPackedRows and the group at most one
+  // warpgroup's rows (a group of 7 fills 126 of a tile's 128 rows: 18 query
+  // rows of 7 heads); otherwise the most heads of the group, a power of two
+  // that divides it, whose rows fill at most one tile of two consumers (a
+  // query of 16 rows of 32 heads on one K/V head, MQA, reads K/V 4 times in
+  // 8-head tiles instead of 32 times in tiles of one head). 1 for work lists
+  // (their tiles are rows of one head).
   int pack;
   // Consumer warpgroups per thread block: one where the whole query fits one
   // warpgroup's rows, packed or not; two for work lists and up to
@@ -948,10 +971,9 @@ struct TileShape {
 TileShape TileShapeFor(const DeviceAttentionArgs& args) {
   const bool listed = args.work.tile_count > 0;
   const int64_t group = args.q_heads / args.kv_heads;
-  const bool power_of_two = (group & (group - 1)) == 0;
   TileShape shape;
   shape.pack = 1;
-  if (!listed && power_of_two && group <= kConsumerRows &&
+  if (!listed && group <= kConsumerRows &&
       args.q_len * group <= kMostPackedRows) {
     shape.pack = static_cast<int>(group);
   } else if (!listed) {
@@ -1013,8 +1035,6 @@ cudaError_t Prepare(const DeviceAttentionArgs& args, Prepared& prepared) {
   params.q_heads = static_cast<int>(args.q_heads);
   params.group = static_cast<int>(args.q_heads / args.kv_heads);
   params.pack = shape.pack;
-  params.pack_log2 = 0;
-  while ((1 << params.pack_log2) < shape.pack) ++params.pack_log2;
   params.head_dim = static_cast<int>(args.head_dim);
   params.scale_log2 = args.scale * kLog2e;
   params.causal = args.causal;
@@ -1156,12 +1176,6 @@ int HopperKeySplits(const DeviceAttentionArgs& args) {
     }
   }
   return best;
-}
-
-int64_t HopperKvReads(const DeviceAttentionArgs& args) {
-  if (args.work.tile_count > 0 || args.kv_heads <= 0) return 0;
-  const TileShape shape = TileShapeFor(args);
-  return args.q_heads / args.kv_heads / shape.pack * shape.tiles;
 }
 
 int64_t HopperWaveRows(int64_t batch, int64_t q_heads, int64_t head_dim) {

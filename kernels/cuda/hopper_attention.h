@@ -12,10 +12,10 @@
 // of more than 256 rows at head dims up to 64 runs three consumers instead,
 // 192 rows and 128 keys a step. Head dims 64, 80, 96 and 128 compiled, other
 // multiples of 8 padded with zeros to the next. On a whole block the query
-// heads that share a K/V head (a power of two of them) are packed into one
-// tile, 128 / group rows of each, so every K/V byte is loaded once for the
-// group; where the group has too many rows for that, or is not a power of
-// two, as many of its heads as fill a tile (a power of two that divides it)
+// heads that share a K/V head are packed into one tile, 128 / group rows of
+// each (a group of 7: 18 rows of each, 126 of 128 rows used), so every K/V
+// byte is loaded once for the group; where the group has too many rows for
+// that, as many of its heads as fill a tile (a power of two that divides it)
 // share each tile. A query of at most 64 such rows runs on one consumer
 // warpgroup, above D=64 with 64 keys per step and two thread blocks an SM.
 // Takes the whole block or a work list (attention_work_list.h); a whole
@@ -83,12 +83,6 @@ cudaError_t LaunchHopperAttentionInto(const DeviceAttentionArgs& args,
 // in 4 against 4.8 in 9. On one H200, one row, Hq=4, Hkv=1, 8M keys: 2.47 ms
 // in 32 splits, 32 thread blocks, against 1.25 on cuDNN.)
 int HopperKeySplits(const DeviceAttentionArgs& args);
-
-// How often a launch of `args` reads each K/V head's keys (split or not):
-// once where every query head sharing it packs into one tile, else once per
-// tile of its heads and query rows (a group of 6 heads, one row: 3 tiles of
-// 2 heads). 0 for work lists and args without K/V heads. Needs no GPU.
-int64_t HopperKvReads(const DeviceAttentionArgs& args);
 
 // Query rows of a whole block (one too tall to pack heads, no work list) of
 // `batch` x `q_heads` heads at `head_dim` whose thread blocks fill every SM of

@@ -98,14 +98,23 @@ std::vector<AttentionCase> HopperCases() {
   add("PackedGroup4DenseManyTiles", 300, 1000, 8, 2, 64, false);
   add("PackedGroup32OneRowHeadDim80", 1, 997, 32, 1, 80, true);
   add("PackedGroup64ThreeRows", 3, 300, 64, 1, 64, true);
-  add("GroupOfThreeUnpacked", 70, 513, 6, 2, 128, true);
-  // Groups with too many rows for one tile, or not a power of two: tiles of
-  // the most heads of the group that fit (32 of 128 heads at 3 rows, 8 of 32
-  // at 16 rows, 2 of a group of 6, 4 of 16 at 30 rows).
+  // Groups that are not a power of two, packed whole: tiles whose last rows
+  // hold no query row (2 of 128 rows at a group of 7 and two consumers, 4 of
+  // 64 at a group of 5 and one), over two tiles, crossing the causal
+  // diagonal, at D=80.
+  add("GroupOfThreePackedTwoTiles", 70, 513, 6, 2, 128, true);
+  add("GroupOfSevenPackedCausal", 18, 2053, 28, 4, 128, true);
+  add("GroupOfSevenPackedTwoTilesHeadDim80", 19, 1999, 7, 1, 80, true);
+  add("GroupOfFivePackedOneConsumer", 12, 3001, 10, 2, 128, false);
+  add("GroupOfFivePackedOneConsumerCausalHeadDim96", 9, 61, 5, 1, 96, true);
+  // Groups with too many rows for one tile: tiles of the most heads of the
+  // group that fit (32 of 128 heads at 3 rows, 8 of 32 at 16 rows, 4 of 16 at
+  // 30 rows; one head of a group of 7 at 40 rows).
   add("Group128PartlyPacked", 3, 300, 128, 1, 64, true);
   add("MqaSixteenRowsPartlyPackedHeadDim80", 16, 2053, 32, 1, 80, true);
-  add("GroupOfSixPartlyPackedOneRow", 1, 997, 12, 2, 128, false);
+  add("GroupOfSixPackedOneRow", 1, 997, 12, 2, 128, false);
   add("Group16ThirtyRowsPartlyPacked", 30, 1031, 32, 2, 96, true);
+  add("GroupOfSevenFortyRowsUnpacked", 40, 1031, 7, 1, 128, true);
   // Three consumer warpgroups (head dims up to 64, above 256 rows): 192-row
   // tiles, the last part-filled, crossing the causal diagonal; a dim padded
   // to 64; and the tallest block of packed heads, which keeps two.
@@ -318,6 +327,10 @@ std::vector<AttentionCase> SplitCases() {
            DeviceDType::kFloat16),
       Case("MqaSixteenRowsPartlyPacked", 1, 16, 12007, 32, 1, 128, true,
            DeviceDType::kBFloat16),
+      Case("GroupOfSevenTenRowsPacked", 1, 10, 12007, 28, 4, 128, true,
+           DeviceDType::kBFloat16),
+      Case("GroupOfFiveThirteenRowsPackedHeadDim80", 1, 13, 9001, 10, 2, 80,
+           false, DeviceDType::kFloat16),
   };
 }
 
@@ -381,35 +394,6 @@ TEST(HopperKeySplitManyTest, OneRowOfOneKvHeadSplitsOverEverySm) {
   EXPECT_GE(splits, SmCount() * 9 / 10);
   EXPECT_LE(splits, 2 * SmCount());  // two thread blocks an SM at most
   ExpectSplitRunMatchesReference(*problem, splits, seed);
-}
-
-// A whole block's K/V is read once where the group of query heads sharing a
-// K/V head packs into one tile, else once per tile of heads and rows.
-TEST(HopperKvReadsTest, CountsTheTilesOfAGroupThatDoesNotPackWhole) {
-  const auto reads = [](int64_t q_len, int64_t q_heads, int64_t kv_heads) {
-    DeviceAttentionArgs args;
-    args.q_len = q_len;
-    args.kv_len = 1 << 20;
-    args.q_heads = q_heads;
-    args.kv_heads = kv_heads;
-    args.head_dim = 128;
-    return HopperKvReads(args);
-  };
-  EXPECT_EQ(reads(16, 32, 8), 1);    // 64 packed rows, one tile
-  EXPECT_EQ(reads(64, 32, 8), 2);    // 256 packed rows: two tiles of 4 heads
-  EXPECT_EQ(reads(16, 32, 1), 4);    // MQA: 4 tiles of 8 heads
-  EXPECT_EQ(reads(1, 12, 2), 3);     // a group of 6: 3 tiles of 2 heads
-  EXPECT_EQ(reads(1, 28, 4), 7);     // a group of 7: a tile per head
-  EXPECT_EQ(reads(300, 32, 8), 12);  // 3 tiles of 128 rows for each head
-  DeviceAttentionArgs listed;
-  listed.q_len = 16;
-  listed.q_heads = 32;
-  listed.kv_heads = 8;
-  listed.head_dim = 128;
-  static QueryTile tile;
-  static KeySpan span;
-  listed.work = {&tile, 1, &span, 1};
-  EXPECT_EQ(HopperKvReads(listed), 0);
 }
 
 TEST(HopperKeySplitArgsTest, RejectsBadSplitsAndShortWorkspaces) {
