@@ -429,9 +429,9 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128,
     }
     if (threadIdx.x != 0) return;
     // Each column block of the tile takes kBlockM rows of shared memory;
-    // the copy fills (kBlockM / pack) * pack of them.
+    // the copy fills filled_rows of them.
     constexpr int kQBlockBytes = kBlockM * 64 * 2;
-    const int q_copy_bytes = kBlockM / p.pack * p.pack * 64 * 2;
+    const int q_copy_bytes = filled_rows * 64 * 2;
     ArriveExpectingBytes(q_full, ColumnBlocks(kHeadDim) * q_copy_bytes);
     for (int c = 0; c < ColumnBlocks(kHeadDim); ++c) {
       CopyBox4d(reinterpret_cast<char*>(q_tile) + c * kQBlockBytes, q_map,
