@@ -121,6 +121,12 @@ std::vector<AttentionCase> HopperCases() {
   add("WideTilesCausalPrimeLengthHeadDim64", 2053, 2053, 4, 2, 64, true);
   add("WideTilesHeadDim40MoreKeys", 401, 3001, 2, 1, 40, true);
   add("PackedGroup8TwoTilesHeadDim64", 32, 2053, 8, 1, 64, true);
+  // Causal query tiles of several head tiles start together, longest first,
+  // in runs that cross batches: 3 x 6 head tiles in runs of 8, 8 and 2.
+  for (DeviceDType dtype : {DeviceDType::kBFloat16, DeviceDType::kFloat16}) {
+    cases.push_back(Case("CausalHeadRunsAcrossBatches", 3, 300, 301, 6, 3, 128,
+                         true, dtype));
+  }
   // Scores of standard deviation about 45: a row's running maximum keeps
   // rising over its 24 key steps, by less than the kernel's slack on some
   // (P above 1, O left unscaled) and by more on others (O rescaled).
