@@ -206,7 +206,8 @@ struct Params {
   int64_t o_split_stride;
   int64_t lse_split_stride;
   // Head tiles of the whole block whose query tiles start together, longest
-  // first (WholeBlockTileOf); 1: head by head.
+  // first (WholeBlockTileOf); 1: head by head. A work list's tiles start in
+  // the list's order.
   int heads_together;
   // With fold.o set (whole block, no split), each row is folded into these
   // fp32 accumulators by log-sum-exp (stored, where fold.fresh) instead of
@@ -293,9 +294,6 @@ struct WholeBlockTile {
 // wave holds the shortest tiles of those heads rather than a mix of one
 // head's long and short ones (Params::heads_together).
 __device__ __forceinline__ WholeBlockTile WholeBlockTileOf(const Params& p) {
-  if (p.heads_together == 1) {
-    return {static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y)};
-  }
   const int64_t tiles = gridDim.x;
   const int64_t index = blockIdx.y * tiles + blockIdx.x;
   const int first =
@@ -1051,7 +1049,7 @@ int CurrentSmCount() {
 // 3% causal and 6% dense to L2 misses; so large blocks, and dense ones, whose
 // tiles are all alike, go head by head.
 int HeadsTogether(const DeviceAttentionArgs& args, const TileShape& shape) {
-  if (!args.causal || args.work.tile_count > 0) return 1;
+  if (!args.causal) return 1;
   const int64_t head_tiles_per_kv_head =
       std::max<int64_t>(1, args.q_heads / args.kv_heads / shape.pack);
   const int64_t kv_bytes_per_head_tile = std::max<int64_t>(
