@@ -593,12 +593,17 @@ void* GpuRingExecutor::device_v() const {
 }
 
 GpuRingConfig TunedRingConfig(const AttentionSpec& spec, GpuRingConfig config) {
-  if (HopperCompiledForHeadDim(spec.head_dim) &&
-      !spec.block_sparse.has_value() && spec.dilated.empty()) {
-    config.prefer_own_kernel = true;
-    config.tile_q_rows = 32768;
-    config.tile_kv_rows = 131072;
+  if (!HopperCompiledForHeadDim(spec.head_dim) ||
+      spec.block_sparse.has_value()) {
+    return config;
   }
+  if (!spec.dilated.empty()) {
+    config.prefer_own_kernel = spec.head_dim == 128;
+    return config;
+  }
+  config.prefer_own_kernel = true;
+  config.tile_q_rows = 32768;
+  config.tile_kv_rows = 131072;
   return config;
 }
 

@@ -121,10 +121,12 @@ struct GpuRingConfig {
 // dense 2-3% faster as well), and at D=64 likewise (one H200, dense / causal:
 // 494 / 488 at 64K, 486 / 484 at 256K, against 476 / 469 and 467 / 467), at
 // D=80 (477 / 468 and 464 / 462 against 16K x 16K tiles' 454 / 452 and 442 /
-// 441) and at D=96 (547 / 541 and 544 / 532 against 528 / 526 and 518 / 517);
-// otherwise the dispatcher's choice on 16K x 16K tiles, as `config` has them
-// (other head dims, block-sparse and dilated requests were not measured on
-// it).
+// 441) and at D=96 (547 / 541 and 544 / 532 against 528 / 526 and 518 / 517).
+// Dilated requests at D=128 take our kernel on `config`'s tiles (one H100,
+// causal LongNet branches (4096, 1), (16384, 4), (65536, 16): 426 TFLOP/s on
+// the pairs computed at 256K and 1M against cuDNN's 397-410). Otherwise the
+// dispatcher's choice on `config`'s tiles (other head dims and block-sparse
+// requests were not measured on it).
 GpuRingConfig TunedRingConfig(const AttentionSpec& spec, GpuRingConfig config);
 
 // The most key rows one tile takes when a rank's query rows fit one tile.

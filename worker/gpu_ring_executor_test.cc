@@ -651,14 +651,27 @@ TEST(TunedRingConfig, OurKernelOnLargeTilesForDenseAndCausalAtItsHeadDims) {
   d112.head_dim = 112;
   AttentionSpec sparse = spec;
   sparse.block_sparse = BlockSparseRules{.block_size = 4096, .local = 1};
-  AttentionSpec dilated = spec;
-  dilated.dilated = {{4096, 1}};
-  for (const AttentionSpec& other : {d112, sparse, dilated}) {
+  AttentionSpec dilated_d64 = d64;
+  dilated_d64.dilated = {{4096, 1}};
+  for (const AttentionSpec& other : {d112, sparse, dilated_d64}) {
     const GpuRingConfig kept = TunedRingConfig(other, GpuRingConfig());
     EXPECT_FALSE(kept.prefer_own_kernel);
     EXPECT_EQ(kept.tile_q_rows, GpuRingConfig().tile_q_rows);
     EXPECT_EQ(kept.tile_kv_rows, GpuRingConfig().tile_kv_rows);
   }
+}
+
+TEST(TunedRingConfig, OurKernelOnDefaultTilesForDilatedAtD128) {
+  AttentionSpec spec;
+  spec.q_len = spec.kv_len = 1 << 16;
+  spec.q_heads = spec.kv_heads = 32;
+  spec.head_dim = 128;
+  spec.causal = true;
+  spec.dilated = {{4096, 1}, {16384, 4}};
+  const GpuRingConfig tuned = TunedRingConfig(spec, GpuRingConfig());
+  EXPECT_TRUE(tuned.prefer_own_kernel);
+  EXPECT_EQ(tuned.tile_q_rows, GpuRingConfig().tile_q_rows);
+  EXPECT_EQ(tuned.tile_kv_rows, GpuRingConfig().tile_kv_rows);
 }
 
 // The ring as the worker runs dense and causal D=128 requests: our Hopper

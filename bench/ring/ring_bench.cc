@@ -251,8 +251,10 @@ std::string TilesNote() {
                       own ? (*own ? "our kernel" : "cuDNN") : "tuned kernel",
                       " (TunedRingConfig: our kernel on ", tuned.tile_q_rows,
                       " x ", tuned.tile_kv_rows,
-                      " for dense and causal at D=64 and D=128, else cuDNN on ",
-                      untuned.tile_q_rows, " x ", untuned.tile_kv_rows, ")");
+                      " for dense and causal at D=64, 80, 96 and 128, and on ",
+                      untuned.tile_q_rows, " x ", untuned.tile_kv_rows,
+                      " for dilated at D=128; else the dispatcher's choice on "
+                      "those)");
 }
 
 int KvHeads() {
