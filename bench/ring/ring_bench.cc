@@ -39,6 +39,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "core/attention_spec.h"
@@ -59,7 +60,10 @@ ABSL_FLAG(std::vector<std::string>, masks,
           (std::vector<std::string>{"dense", "causal"}),
           "dense, causal, sparse (causal block-sparse: a window of "
           "tile-sized blocks and the first block) and/or dilated (causal "
-          "LongNet branches (4096,1), (16384,4), (65536,16), LSE-merged)");
+          "LongNet branches, --dilated_branches, LSE-merged)");
+ABSL_FLAG(std::vector<std::string>, dilated_branches,
+          (std::vector<std::string>{"4096:1", "16384:4", "65536:16"}),
+          "the dilated mask's branches as SEGMENT:DILATION");
 ABSL_FLAG(int32_t, heads, 32, "query heads");
 ABSL_FLAG(std::optional<int32_t>, kv_heads, std::nullopt,
           "key/value heads, dividing --heads (GQA; default: --heads)");
@@ -167,7 +171,7 @@ struct Case {
   // query block seeing itself, kSparseLocalBlocks before it and the first
   // block.
   bool sparse = false;
-  // Causal and dilated (LongNet): kDilatedBranches, merged by LSE.
+  // Causal and dilated (LongNet): DilatedBranches(), merged by LSE.
   bool dilated = false;
   bool transfers = true;
   int max_runs = 1;  // timed runs at most
@@ -233,9 +237,42 @@ absl::StatusOr<DeviceBuffer> MakePattern(int rank) {
 }
 
 constexpr int64_t kSparseLocalBlocks = 2;
-// The dilated pattern's branches: segment length and dilation.
-constexpr DilatedBranch kDilatedBranches[] = {
-    {4096, 1}, {16384, 4}, {65536, 16}};
+// The dilated pattern's branches (--dilated_branches), or the flag's
+// problem.
+absl::StatusOr<std::vector<DilatedBranch>> ParseDilatedBranches() {
+  std::vector<DilatedBranch> branches;
+  for (const std::string& text : absl::GetFlag(FLAGS_dilated_branches)) {
+    const std::vector<std::string> parts = absl::StrSplit(text, ':');
+    DilatedBranch b;
+    if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &b.segment_length) ||
+        !absl::SimpleAtoi(parts[1], &b.dilation) || b.segment_length < 1 ||
+        b.dilation < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--dilated_branches takes SEGMENT:DILATION with positive numbers, "
+          "not \"",
+          text, "\""));
+    }
+    branches.push_back(b);
+  }
+  if (branches.empty()) {
+    return absl::InvalidArgumentError("--dilated_branches is empty");
+  }
+  return branches;
+}
+
+const std::vector<DilatedBranch>& DilatedBranches() {
+  static const std::vector<DilatedBranch> branches =
+      ParseDilatedBranches().value();
+  return branches;
+}
+
+std::string DilatedBranchesText() {
+  std::string text;
+  for (const DilatedBranch& b : DilatedBranches()) {
+    absl::StrAppend(&text, "(", b.segment_length, ",", b.dilation, ")");
+  }
+  return text;
+}
 
 // The tile sizes and kernel the flags force, or TunedRingConfig's.
 std::string TilesNote() {
@@ -276,8 +313,7 @@ AttentionSpec SpecOf(const Case& c) {
     spec.block_sparse = rules;
   }
   if (c.dilated) {
-    spec.dilated.assign(std::begin(kDilatedBranches),
-                        std::end(kDilatedBranches));
+    spec.dilated = DilatedBranches();
     spec.combine = DilatedCombine::kLse;
   }
   return spec;
@@ -498,9 +534,10 @@ bool Report(int world_size, bool alone, const std::vector<Case>& cases,
     }
     double flops = FlopsOf(c);
     if (c.sparse || c.dilated) {
-      mask = absl::StrFormat("causal %s (%.2f%% of causal pairs)",
-                             c.sparse ? "sparse" : "dilated",
-                             100 * computed / flops);
+      mask = absl::StrFormat(
+          "causal %s (%.2f%% of causal pairs)",
+          c.sparse ? "sparse" : absl::StrCat("dilated ", DilatedBranchesText()),
+          100 * computed / flops);
       flops = computed;
     }
     std::printf(
@@ -587,6 +624,13 @@ int Main() {
                    "dilated\n");
       return 2;
     }
+  }
+  if (const absl::StatusOr<std::vector<DilatedBranch>> branches =
+          ParseDilatedBranches();
+      !branches.ok()) {
+    std::fprintf(stderr, "ring_bench: %s\n",
+                 std::string(branches.status().message()).c_str());
+    return 2;
   }
   const int devices = CudaDeviceCount();
   if (devices == 0) {
