@@ -627,12 +627,18 @@ TEST(GpuRingExecutorTest, WholeWaveTilesMatchReference) {
   ExpectMatchesReferenceInBothDtypes(cases, 1);
 }
 
-TEST(TunedRingConfig, OurKernelOnLargeTilesForDenseAndCausalAtItsHeadDims) {
+// A causal request of 64K tokens, 32 heads, D=128.
+AttentionSpec CausalD128Request() {
   AttentionSpec spec;
   spec.q_len = spec.kv_len = 1 << 16;
   spec.q_heads = spec.kv_heads = 32;
   spec.head_dim = 128;
   spec.causal = true;
+  return spec;
+}
+
+TEST(TunedRingConfig, OurKernelOnLargeTilesForDenseAndCausalAtItsHeadDims) {
+  const AttentionSpec spec = CausalD128Request();
   AttentionSpec d64 = spec;
   d64.head_dim = 64;
   d64.causal = false;
@@ -662,11 +668,7 @@ TEST(TunedRingConfig, OurKernelOnLargeTilesForDenseAndCausalAtItsHeadDims) {
 }
 
 TEST(TunedRingConfig, OurKernelOnDefaultTilesForDilatedAtD128) {
-  AttentionSpec spec;
-  spec.q_len = spec.kv_len = 1 << 16;
-  spec.q_heads = spec.kv_heads = 32;
-  spec.head_dim = 128;
-  spec.causal = true;
+  AttentionSpec spec = CausalD128Request();
   spec.dilated = {{4096, 1}, {16384, 4}};
   const GpuRingConfig tuned = TunedRingConfig(spec, GpuRingConfig());
   EXPECT_TRUE(tuned.prefer_own_kernel);
