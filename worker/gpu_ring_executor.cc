@@ -598,7 +598,7 @@ GpuRingConfig TunedRingConfig(const AttentionSpec& spec, GpuRingConfig config) {
     return config;
   }
   if (!spec.dilated.empty()) {
-    config.prefer_own_kernel = spec.head_dim == 128;
+    if (spec.head_dim == 128) config.prefer_own_kernel = true;
     return config;
   }
   config.prefer_own_kernel = true;

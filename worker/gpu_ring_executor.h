@@ -122,9 +122,10 @@ struct GpuRingConfig {
 // 494 / 488 at 64K, 486 / 484 at 256K, against 476 / 469 and 467 / 467), at
 // D=80 (477 / 468 and 464 / 462 against 16K x 16K tiles' 454 / 452 and 442 /
 // 441) and at D=96 (547 / 541 and 544 / 532 against 528 / 526 and 518 / 517).
-// Dilated requests at D=128 take our kernel on `config`'s tiles (one H100,
-// causal LongNet branches (4096, 1), (16384, 4), (65536, 16): 426 TFLOP/s on
-// the pairs computed at 256K and 1M against cuDNN's 397-410). Otherwise the
+// Dilated requests at D=128 take our kernel on `config`'s tiles (causal
+// LongNet branches (4096, 1), (16384, 4), (65536, 16): one H100, 426 TFLOP/s
+// on the pairs computed at 256K and 1M against cuDNN's 397-410; one H200, 440
+// against 429 at 1M; at D=64 cuDNN is ahead at 64K). Otherwise the
 // dispatcher's choice on `config`'s tiles (other head dims and block-sparse
 // requests were not measured on it).
 GpuRingConfig TunedRingConfig(const AttentionSpec& spec, GpuRingConfig config);
