@@ -1,13 +1,14 @@
 // Times one dense attention block on the GPU paths, cuDNN's fused SDPA, our
 // mma.sync kernel and, on Hopper GPUs, our wgmma kernel, on the shapes of
-// DESIGN.md's yardsticks (bf16, head_dim 128, 32 heads, batch 1, dense and
-// causal) and prints a markdown table of TFLOP/s (4 * N^2 * H * D per dense
-// block, half of it causal), each the median of several calls timed with CUDA
-// events after warm-up. Both paths read the same random inputs; the table also
-// gives the largest difference between cuDNN's outputs and each of ours over a
-// sample of rows, as a sanity check.
+// DESIGN.md's yardsticks (bf16, head_dim 128, 32 heads, batch 1 unless
+// --batch says otherwise, dense and causal) and prints a markdown table of
+// TFLOP/s (4 * N^2 * H * D per dense block and batch, half of it causal), each
+// the median of several calls timed with CUDA events after warm-up. Both paths
+// read the same random inputs; the table also gives the largest difference
+// between cuDNN's outputs and each of ours over a sample of rows, as a sanity
+// check.
 //
-//   gpu_attention_bench [--lengths=4096,16384,65536] [--seconds=2]
+//   gpu_attention_bench [--lengths=4096,16384,65536] [--batch=1] [--seconds=2]
 
 #include <cuda_runtime.h>
 
@@ -40,6 +41,8 @@ ABSL_FLAG(std::vector<std::string>, lengths,
           (std::vector<std::string>{"4096", "16384", "65536"}),
           "sequence lengths N (queries = keys = N)");
 ABSL_FLAG(int32_t, head_dim, 128, "head dimension D (1 to 256)");
+ABSL_FLAG(int32_t, batch, 1,
+          "batch B (a dilated request's segments are such a batch)");
 ABSL_FLAG(double, seconds, 2.0,
           "timed calls per case: about this many seconds' worth, 3 to 20");
 
@@ -50,6 +53,8 @@ constexpr int64_t kHeads = 32;
 
 // The head dimension of every block (--head_dim).
 int64_t HeadDim() { return absl::GetFlag(FLAGS_head_dim); }
+// The batch of every block (--batch).
+int64_t Batch() { return absl::GetFlag(FLAGS_batch); }
 constexpr int kWarmupCalls = 2;
 constexpr int64_t kSampleRows = 64;  // compared at each end of the sequence
 
@@ -70,7 +75,7 @@ absl::StatusOr<std::vector<float>> DownloadRows(const DeviceBuffer& buffer,
   return values;
 }
 
-// The largest |a - b| over the first and last kSampleRows rows.
+// The largest |a - b| over the first and last kSampleRows rows of batch 0.
 absl::StatusOr<double> SampleDifference(const DeviceBuffer& a,
                                         const DeviceBuffer& b, int64_t n) {
   double worst = 0;
@@ -101,7 +106,7 @@ struct Row {
 
 absl::Status Measure(int64_t n, double seconds, CudnnAttention* cudnn,
                      cudaStream_t stream, std::vector<Row>& rows) {
-  const int64_t elements = n * kHeads * HeadDim();
+  const int64_t elements = Batch() * n * kHeads * HeadDim();
   absl::StatusOr<DeviceBuffer> q = RandomBFloat16(elements, 1);
   absl::StatusOr<DeviceBuffer> k = RandomBFloat16(elements, 2);
   absl::StatusOr<DeviceBuffer> v = RandomBFloat16(elements, 3);
@@ -109,13 +114,13 @@ absl::Status Measure(int64_t n, double seconds, CudnnAttention* cudnn,
   absl::StatusOr<DeviceBuffer> o_flash = DeviceBuffer::Allocate(elements * 2);
   absl::StatusOr<DeviceBuffer> o_hopper = DeviceBuffer::Allocate(elements * 2);
   absl::StatusOr<DeviceBuffer> lse =
-      DeviceBuffer::Allocate(n * kHeads * sizeof(float));
+      DeviceBuffer::Allocate(Batch() * n * kHeads * sizeof(float));
   for (const auto* buffer : {&q, &k, &v, &o_cudnn, &o_flash, &o_hopper, &lse}) {
     if (!buffer->ok()) return buffer->status();
   }
   DeviceAttentionArgs args;
   args.dtype = DeviceDType::kBFloat16;
-  args.batch = 1;
+  args.batch = Batch();
   args.q_len = n;
   args.kv_len = n;
   args.q_heads = kHeads;
@@ -133,7 +138,8 @@ absl::Status Measure(int64_t n, double seconds, CudnnAttention* cudnn,
     Row result;
     result.n = n;
     result.causal = causal;
-    const double flops = 4.0 * n * n * kHeads * HeadDim() * (causal ? 0.5 : 1);
+    const double flops =
+        4.0 * Batch() * n * n * kHeads * HeadDim() * (causal ? 0.5 : 1);
 
     DeviceAttentionArgs flash_args = args;
     flash_args.o = {o_flash->as<void>(), n * row, row};
@@ -187,6 +193,10 @@ absl::Status Measure(int64_t n, double seconds, CudnnAttention* cudnn,
 
 int Main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  if (Batch() < 1) {
+    std::fprintf(stderr, "gpu_attention_bench: --batch must be positive\n");
+    return 2;
+  }
   std::vector<int64_t> lengths;
   for (const std::string& text : absl::GetFlag(FLAGS_lengths)) {
     lengths.push_back(std::stoll(text));
@@ -224,10 +234,10 @@ int Main(int argc, char** argv) {
     }
   }
   std::printf(
-      "\nringattn GPU attention, %s, %s, bf16, D=%lld, Hq=Hkv=%lld, B=1 "
+      "\nringattn GPU attention, %s, %s, bf16, D=%lld, Hq=Hkv=%lld, B=%lld "
       "(TFLOP/s, median)\n\n",
       properties.name, cudnn_name.c_str(), static_cast<long long>(HeadDim()),
-      static_cast<long long>(kHeads));
+      static_cast<long long>(kHeads), static_cast<long long>(Batch()));
   std::printf(
       "| N | mask | cuDNN path | our kernel | ours / cuDNN | our Hopper "
       "kernel | Hopper / cuDNN | max abs diff (sampled rows), ours / "
