@@ -39,9 +39,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "client/cli_request.h"
 #include "core/attention_spec.h"
 #include "core/dtype.h"
 #include "kernels/cuda/device_buffer.h"
@@ -60,10 +60,10 @@ ABSL_FLAG(std::vector<std::string>, masks,
           (std::vector<std::string>{"dense", "causal"}),
           "dense, causal, sparse (causal block-sparse: a window of "
           "tile-sized blocks and the first block) and/or dilated (causal "
-          "LongNet branches, --dilated_branches, LSE-merged)");
-ABSL_FLAG(std::vector<std::string>, dilated_branches,
-          (std::vector<std::string>{"4096:1", "16384:4", "65536:16"}),
-          "the dilated mask's branches as SEGMENT:DILATION");
+          "LongNet branches, --dilated, LSE-merged)");
+ABSL_FLAG(std::string, dilated, "4096:1,16384:4,65536:16",
+          "the dilated mask's branches as W:R,W:R,... (segment length W, "
+          "dilation R), as for `ringattn attend --dilated`");
 ABSL_FLAG(int32_t, heads, 32, "query heads");
 ABSL_FLAG(std::optional<int32_t>, kv_heads, std::nullopt,
           "key/value heads, dividing --heads (GQA; default: --heads)");
@@ -171,8 +171,9 @@ struct Case {
   // query block seeing itself, kSparseLocalBlocks before it and the first
   // block.
   bool sparse = false;
-  // Causal and dilated (LongNet): DilatedBranches(), merged by LSE.
-  bool dilated = false;
+  // Non-empty: causal and dilated (LongNet) with these branches, merged by
+  // LSE.
+  std::vector<DilatedBranch> dilated;
   bool transfers = true;
   int max_runs = 1;  // timed runs at most
 };
@@ -237,38 +238,10 @@ absl::StatusOr<DeviceBuffer> MakePattern(int rank) {
 }
 
 constexpr int64_t kSparseLocalBlocks = 2;
-// The dilated pattern's branches (--dilated_branches), or the flag's
-// problem.
-absl::StatusOr<std::vector<DilatedBranch>> ParseDilatedBranches() {
-  std::vector<DilatedBranch> branches;
-  for (const std::string& text : absl::GetFlag(FLAGS_dilated_branches)) {
-    const std::vector<std::string> parts = absl::StrSplit(text, ':');
-    DilatedBranch b;
-    if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &b.segment_length) ||
-        !absl::SimpleAtoi(parts[1], &b.dilation) || b.segment_length < 1 ||
-        b.dilation < 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--dilated_branches takes SEGMENT:DILATION with positive numbers, "
-          "not \"",
-          text, "\""));
-    }
-    branches.push_back(b);
-  }
-  if (branches.empty()) {
-    return absl::InvalidArgumentError("--dilated_branches is empty");
-  }
-  return branches;
-}
-
-const std::vector<DilatedBranch>& DilatedBranches() {
-  static const std::vector<DilatedBranch> branches =
-      ParseDilatedBranches().value();
-  return branches;
-}
-
-std::string DilatedBranchesText() {
+// "(W,R)" for each branch.
+std::string BranchesText(const std::vector<DilatedBranch>& branches) {
   std::string text;
-  for (const DilatedBranch& b : DilatedBranches()) {
+  for (const DilatedBranch& b : branches) {
     absl::StrAppend(&text, "(", b.segment_length, ",", b.dilation, ")");
   }
   return text;
@@ -312,8 +285,8 @@ AttentionSpec SpecOf(const Case& c) {
     rules.global = 1;
     spec.block_sparse = rules;
   }
-  if (c.dilated) {
-    spec.dilated = DilatedBranches();
+  if (!c.dilated.empty()) {
+    spec.dilated = c.dilated;
     spec.combine = DilatedCombine::kLse;
   }
   return spec;
@@ -364,7 +337,8 @@ void RunCase(const Case& c, int rank, int world_size, GpuRingExecutor& executor,
   // An untimed first run where it is cheap: short cases, and patterns that
   // compute a fraction of FlopsOf (their first run builds cuDNN plans for
   // shapes no other case has).
-  const bool warm_up = c.sparse || c.dilated || FlopsOf(c) / world_size < 2e14;
+  const bool warm_up =
+      c.sparse || !c.dilated.empty() || FlopsOf(c) / world_size < 2e14;
   const absl::Time case_start = absl::Now();
   for (int run = 0;; ++run) {
     absl::Status s =
@@ -533,10 +507,11 @@ bool Report(int world_size, bool alone, const std::vector<Case>& cases,
       }
     }
     double flops = FlopsOf(c);
-    if (c.sparse || c.dilated) {
+    if (c.sparse || !c.dilated.empty()) {
       mask = absl::StrFormat(
           "causal %s (%.2f%% of causal pairs)",
-          c.sparse ? "sparse" : absl::StrCat("dilated ", DilatedBranchesText()),
+          c.sparse ? "sparse"
+                   : absl::StrCat("dilated ", BranchesText(c.dilated)),
           100 * computed / flops);
       flops = computed;
     }
@@ -625,12 +600,16 @@ int Main() {
       return 2;
     }
   }
-  if (const absl::StatusOr<std::vector<DilatedBranch>> branches =
-          ParseDilatedBranches();
-      !branches.ok()) {
+  const absl::StatusOr<std::vector<v1::DilatedBranch>> parsed =
+      ParseDilated(absl::GetFlag(FLAGS_dilated));
+  if (!parsed.ok()) {
     std::fprintf(stderr, "ring_bench: %s\n",
-                 std::string(branches.status().message()).c_str());
+                 std::string(parsed.status().message()).c_str());
     return 2;
+  }
+  std::vector<DilatedBranch> branches;
+  for (const v1::DilatedBranch& b : *parsed) {
+    branches.push_back({b.segment_length(), b.dilation()});
   }
   const int devices = CudaDeviceCount();
   if (devices == 0) {
@@ -682,7 +661,8 @@ int Main() {
       for (const std::string& mask : masks) {
         const bool causal = mask != "dense";
         const bool sparse = mask == "sparse";
-        const bool dilated = mask == "dilated";
+        const std::vector<DilatedBranch> dilated =
+            mask == "dilated" ? branches : std::vector<DilatedBranch>();
         cases.push_back({n, causal, sparse, dilated, !alone, iterations});
         if (skip) {
           cases.push_back({n, causal, sparse, dilated, false, iterations});
@@ -690,8 +670,8 @@ int Main() {
       }
     }
     for (const int64_t n : long_lengths) {
-      cases.push_back({n, true, false, false, !alone, 1});
-      if (skip) cases.push_back({n, true, false, false, false, 1});
+      cases.push_back({n, true, false, {}, !alone, 1});
+      if (skip) cases.push_back({n, true, false, {}, false, 1});
     }
     if (!RunCases(world_size, alone, cases)) status = 1;
   }
